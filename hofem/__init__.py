@@ -1,0 +1,35 @@
+"""hofem: high-order finite-element operators applied matrix-free, libCEED-style.
+
+The facade re-exports the libCEED layer (``Ceed`` and its objects, constants,
+quadrature, solvers) and the discretization layer.
+"""
+
+from .backends import BackendUnavailable, available
+from .basis import Basis
+from .ceed import Ceed
+from .constants import *  # noqa: F403
+from .constants import __all__ as _constants
+from .operator import CompositeOperator, Operator
+from .qfunction import QFunction
+from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
+from .restriction import ElemRestriction
+from .solvers import cg, jacobi
+
+__version__ = "0.1.0"
+
+__all__ = [
+    *_constants,
+    "BackendUnavailable",
+    "Basis",
+    "Ceed",
+    "CompositeOperator",
+    "ElemRestriction",
+    "Operator",
+    "QFunction",
+    "available",
+    "cg",
+    "gauss_quadrature",
+    "jacobi",
+    "lobatto_quadrature",
+    "simplex_quadrature",
+]

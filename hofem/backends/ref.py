@@ -1,0 +1,293 @@
+"""``/cpu/self/ref``: the readable array-module reference backend and test oracle.
+
+Everything here is written against an array module ``xp`` (NumPy here; the
+CUDA reference backend reuses it with CuPy), one array expression per step,
+no element loops in Python.
+"""
+
+import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
+
+from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
+
+__all__ = ["RefBackend"]
+
+# elements per chunk in assembly: bounds the (chunk, Q, size_out, size_in) work arrays
+_ASSEMBLY_CHUNK_ENTRIES = 1 << 24
+
+
+class RefBackend:
+    """NumPy reference implementation of every interface object's arithmetic."""
+
+    resource = "/cpu/self/ref"
+    xp = np
+
+    @classmethod
+    def check_available(cls):
+        """Raise ImportError when this backend cannot run here (always runs)."""
+
+    # --- arrays --------------------------------------------------------------------------
+    def asarray(self, x, dtype=None):
+        """Copy or view ``x`` (host or device) as an array of this backend."""
+        return self.xp.asarray(self.to_numpy(x), dtype=dtype)
+
+    @staticmethod
+    def to_numpy(x):
+        """Host NumPy array of ``x`` (copies device arrays)."""
+        if hasattr(x, "get") and not isinstance(x, np.ndarray):
+            return x.get()
+        return np.asarray(x)
+
+    def check_vector(self, x, name, shape, flat_ok=False):
+        """Raise TypeError/ValueError unless ``x`` is a float64 ``xp`` array of ``shape``.
+
+        ``shape=None`` skips the shape check; ``flat_ok`` also accepts the
+        flattened shape.
+        """
+        if not isinstance(x, self.xp.ndarray):
+            kind = type(x).__module__.split(".")[0] + "." + type(x).__name__
+            raise TypeError(
+                f"{name} must be a {self.xp.__name__}.ndarray for backend {self.resource}, got "
+                f"{kind}; move it with ceed.asarray({name})"
+            )
+        if x.dtype != np.float64:
+            raise TypeError(
+                f"{name} must have dtype float64, got {x.dtype}; use {name}.astype(float64)"
+            )
+        if shape is None or x.shape == shape:
+            return
+        if flat_ok and x.shape == (int(np.prod(shape)),):
+            return
+        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
+
+    # --- restriction -------------------------------------------------------------------------
+    def restriction_setup(self, r):
+        """Move indices (and signs) to the device."""
+        r.backend_data = {
+            "indices": self.xp.asarray(r.indices.ravel()),  # (e_size,)
+            "signs": None if r.signs is None else self.xp.asarray(r.signs),
+        }
+
+    def restriction_apply(self, r, u, t_mode, signed=True):
+        """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""
+        xp = self.xp
+        indices = r.backend_data["indices"]
+        signs = r.backend_data["signs"] if signed else None
+        shape = (r.num_elem, r.num_comp, r.elem_size)
+        if t_mode is NOTRANSPOSE:
+            e = u[indices].reshape(shape)
+            return e * signs if signs is not None else e
+        if signs is not None:
+            u = u * signs
+        return xp.bincount(indices, weights=u.ravel(), minlength=r.l_size).astype(np.float64)
+
+    # --- basis -------------------------------------------------------------------------------
+    def basis_setup(self, b):
+        """Move the basis matrices to the device."""
+        xp = self.xp
+        if b.is_tensor:
+            b.backend_data = {
+                "interp_1d": xp.asarray(b.interp_1d),
+                "grad_1d": xp.asarray(b.grad_1d),
+            }
+        else:
+            b.backend_data = {"interp": xp.asarray(b.interp), "grad": xp.asarray(b.grad)}
+
+    def _contract(self, mat, u, axis):
+        """Apply ``mat`` (m, n) along ``axis`` of ``u``: the one sum-factorization primitive."""
+        shape = u.shape
+        pre, post = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
+        out = self.xp.matmul(mat, u.reshape(pre, shape[axis], post))  # (pre, m, post)
+        return out.reshape((*shape[:axis], mat.shape[0], *shape[axis + 1 :]))
+
+    def _tensor(self, b, mats, u, lead):
+        """Apply ``mats[d]`` along x_d of tensor data ``u`` (lead..., n**dim)."""
+        n = mats[0].shape[1]
+        u = u.reshape((*lead, *([n] * b.dim)))  # (lead..., n_z, n_y, n_x)
+        for d, mat in enumerate(mats):
+            u = self._contract(mat, u, len(lead) + b.dim - 1 - d)
+        return u.reshape((*lead, -1))
+
+    def basis_apply(self, b, t_mode, eval_mode, u):
+        """Interp/grad and transposes; layouts as in :meth:`hofem.Basis.apply`."""
+        data = b.backend_data
+        num_elem = u.shape[0]
+        if not b.is_tensor:
+            B, G = data["interp"], data["grad"]  # (Q, P), (dim, Q, P)
+            if eval_mode is EVAL_INTERP:
+                return u @ (B.T if t_mode is NOTRANSPOSE else B)
+            if t_mode is NOTRANSPOSE:  # (E, 1, C, P) @ (1, dim, P, Q) -> (E, dim, C, Q)
+                return self.xp.matmul(u[:, None], G.transpose(0, 2, 1)[None])
+            return self.xp.matmul(u, G[None]).sum(axis=1)  # (E, dim, C, Q) @ (1, dim, Q, P)
+        B, G = data["interp_1d"], data["grad_1d"]
+        if t_mode is TRANSPOSE:
+            B, G = B.T, G.T
+        lead = (num_elem, b.num_comp)
+        if eval_mode is EVAL_INTERP:
+            return self._tensor(b, [B] * b.dim, u, lead)
+        if t_mode is NOTRANSPOSE:
+            parts = [
+                self._tensor(b, [G if e == d else B for e in range(b.dim)], u, lead)
+                for d in range(b.dim)
+            ]
+            return self.xp.stack(parts, axis=1)  # (E, dim, C, Q)
+        out = self._tensor(b, [G] + [B] * (b.dim - 1), u[:, 0], lead)
+        for d in range(1, b.dim):
+            out += self._tensor(b, [G if e == d else B for e in range(b.dim)], u[:, d], lead)
+        return out
+
+    def basis_weight(self, b, num_elem):
+        """Quadrature weights broadcast to (num_elem, Q)."""
+        w = self.xp.asarray(b.q_weight_1d if b.is_tensor else b.q_weight)
+        if b.is_tensor:
+            w1 = w
+            for _ in range(b.dim - 1):
+                w = (w1[:, None] * w[None, :]).ravel()
+        return self.xp.broadcast_to(w, (num_elem, w.shape[0])).copy()
+
+    # --- operator ----------------------------------------------------------------------------
+    def _to_qvec(self, a, num_elem, num_qpts):
+        """Basis layout (E, [dim,] C, Q) -> Q-vector (size, E*Q)."""
+        a = a.reshape(num_elem, -1, num_qpts)
+        return a.transpose(1, 0, 2).reshape(a.shape[1], num_elem * num_qpts)
+
+    def _from_qvec(self, a, num_elem, num_qpts, shape):
+        """Q-vector (size, E*Q) -> basis layout ``shape``."""
+        a = a.reshape(a.shape[0], num_elem, num_qpts).transpose(1, 0, 2)
+        return self.xp.ascontiguousarray(a).reshape(shape)
+
+    def input_qvec(self, op, field, u):
+        """The Q-vector (size, E*Q) of an input field (``u``: active L-vector)."""
+        E, Q = op.num_elem, op.num_qpts
+        if field.eval_mode is EVAL_WEIGHT:
+            return self.basis_weight(field.basis, E).reshape(1, E * Q)
+        lvec = u if field.is_active else field.vector
+        e = self.restriction_apply(field.restriction, lvec, NOTRANSPOSE)
+        if field.eval_mode is not EVAL_NONE:
+            e = self.basis_apply(field.basis, NOTRANSPOSE, field.eval_mode, e)
+        return self._to_qvec(e, E, Q)
+
+    def output_add(self, op, field, q, v):
+        """v += G^T B^T q for an output field with Q-vector ``q`` (size, E*Q)."""
+        E, Q = op.num_elem, op.num_qpts
+        r, b = field.restriction, field.basis
+        if field.eval_mode is EVAL_GRAD:
+            shape = (E, b.dim, b.num_comp, Q)
+        else:
+            shape = (E, r.num_comp, Q)
+        e = self._from_qvec(q, E, Q, shape)
+        if field.eval_mode is not EVAL_NONE:
+            e = self.basis_apply(b, TRANSPOSE, field.eval_mode, e)
+        v += self.restriction_apply(r, e, TRANSPOSE)
+
+    def operator_apply_add(self, op, u, v):
+        """v += A u, one whole-array step per G, B, D, B^T, G^T."""
+        xp = self.xp
+        npts = op.num_elem * op.num_qpts
+        inputs = [self.input_qvec(op, f, u) for f in op.input_fields]
+        outputs = [xp.zeros((f.size, npts)) for f in op.output_fields]
+        op.qf.apply(inputs, outputs)
+        for field, q in zip(op.output_fields, outputs, strict=True):
+            if field.is_active:
+                self.output_add(op, field, q, v)
+
+    # --- assembly ----------------------------------------------------------------------------
+    def _dense_field_basis(self, field, r):
+        """B of one active field as (size, Q, num_comp * P): Q-vector rows from E-vector."""
+        C, P = r.num_comp, r.elem_size
+        if field.eval_mode is EVAL_NONE:
+            mats = np.eye(P)[None]  # (1, Q = P, P)
+        elif field.eval_mode is EVAL_INTERP:
+            mats = field.basis.interp[None]  # (1, Q, P)
+        else:
+            mats = field.basis.grad  # (dim, Q, P)
+        num_qpts = mats.shape[1]
+        out = np.zeros((mats.shape[0], C, num_qpts, C, P))
+        for c in range(C):
+            out[:, c, :, c, :] = mats
+        return out.reshape(mats.shape[0] * C, num_qpts, C * P)
+
+    def _active_basis(self, op, output):
+        fields = [f for f in (op.output_fields if output else op.input_fields) if f.is_active]
+        r = fields[0].restriction
+        return np.concatenate([self._dense_field_basis(f, r) for f in fields]), r  # (S, Q, CP)
+
+    def _qfunction_matrix(self, op):
+        """Pointwise linearization D: (E*Q, S_out, S_in), by probing the QFunction."""
+        xp = self.xp
+        npts = op.num_elem * op.num_qpts
+        inputs = [None if f.is_active else self.input_qvec(op, f, None) for f in op.input_fields]
+        active_in = [i for i, f in enumerate(op.input_fields) if f.is_active]
+        active_out = [i for i, f in enumerate(op.output_fields) if f.is_active]
+        s_in = sum(op.input_fields[i].size for i in active_in)
+        s_out = sum(op.output_fields[i].size for i in active_out)
+        D = xp.zeros((npts, s_out, s_in))
+        col = 0
+        for i in active_in:
+            for row in range(op.input_fields[i].size):
+                probe = list(inputs)
+                for j in active_in:
+                    probe[j] = xp.zeros((op.input_fields[j].size, npts))
+                probe[i][row] = 1.0
+                outputs = [xp.zeros((f.size, npts)) for f in op.output_fields]
+                op.qf.apply(probe, outputs)
+                D[:, :, col] = xp.concatenate([outputs[k] for k in active_out]).T
+                col += 1
+        return D
+
+    def _element_chunks(self, op, D, per_elem):
+        step = max(1, _ASSEMBLY_CHUNK_ENTRIES // max(1, per_elem))
+        for start in range(0, op.num_elem, step):
+            stop = min(op.num_elem, start + step)
+            Q = op.num_qpts
+            yield start, stop, D[start * Q : stop * Q].reshape(stop - start, Q, *D.shape[1:])
+
+    def operator_assemble_diagonal(self, op):
+        """Diagonal as an L-vector: sum over elements of diag(B_out^T D B_in)."""
+        xp = self.xp
+        B_in, _ = self._active_basis(op, False)
+        B_out, r_out = self._active_basis(op, True)
+        B_in, B_out = xp.asarray(B_in), xp.asarray(B_out)
+        D = self._qfunction_matrix(op)
+        diag = xp.zeros((op.num_elem, B_out.shape[2]))
+        for start, stop, D_e in self._element_chunks(op, D, D[0].size * op.num_qpts):
+            diag[start:stop] = xp.einsum("aqi,eqab,bqi->ei", B_out, D_e, B_in, optimize=True)
+        e = diag.reshape(op.num_elem, r_out.num_comp, r_out.elem_size)
+        return self.restriction_apply(r_out, e, TRANSPOSE, signed=False)
+
+    def element_matrices(self, op):
+        """Element matrices (num_elem, C_out*P_out, C_in*P_in), unsigned, host."""
+        xp = self.xp
+        B_in, r_in = self._active_basis(op, False)
+        B_out, r_out = self._active_basis(op, True)
+        B_in, B_out = xp.asarray(B_in), xp.asarray(B_out)
+        D = self._qfunction_matrix(op)
+        A = xp.zeros((op.num_elem, B_out.shape[2], B_in.shape[2]))
+        per_elem = op.num_qpts * (D[0].size + B_out.shape[0] * B_in.shape[2])
+        for start, stop, D_e in self._element_chunks(op, D, per_elem):
+            A[start:stop] = xp.einsum("aqi,eqab,bqk->eik", B_out, D_e, B_in, optimize=True)
+        return A, r_in, r_out
+
+    def operator_assemble(self, op):
+        """CSR matrix of the operator from element matrices and restriction indices."""
+        A, r_in, r_out = self.element_matrices(op)
+        A = self.to_numpy(A)
+        for r, axis in ((r_out, 2), (r_in, 1)):
+            if r.signs is not None:  # (E, 1, P) -> per-entry signs along rows/cols
+                s = np.broadcast_to(r.signs, (r.num_elem, r.num_comp, r.elem_size))
+                A = A * np.expand_dims(s.reshape(r.num_elem, -1), axis)
+        rows = np.broadcast_to(r_out.indices.reshape(op.num_elem, -1, 1), A.shape)
+        cols = np.broadcast_to(r_in.indices.reshape(op.num_elem, 1, -1), A.shape)
+        shape = (r_out.l_size, r_in.l_size)
+        matrix = scipy.sparse.coo_matrix((A.ravel(), (rows.ravel(), cols.ravel())), shape=shape)
+        return self.sparse_csr(matrix.tocsr())
+
+    def sparse_csr(self, matrix):
+        """Return the host CSR matrix in this backend's sparse type."""
+        matrix.sum_duplicates()
+        return matrix
+
+    def linear_operator(self, shape, op):
+        """SciPy LinearOperator applying ``op``."""
+        return scipy.sparse.linalg.LinearOperator(shape, matvec=op.__call__, dtype=np.float64)

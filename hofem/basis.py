@@ -1,0 +1,269 @@
+"""Basis B: values and derivatives at quadrature points (libCEED's ``CeedBasis``)."""
+
+import numpy as np
+
+from .constants import (
+    EVAL_GRAD,
+    EVAL_INTERP,
+    EVAL_WEIGHT,
+    GAUSS,
+    GAUSS_LOBATTO,
+    HEX,
+    LINE,
+    NOTRANSPOSE,
+    QUAD,
+    TRANSPOSE,
+    Topology,
+    TransposeMode,
+)
+from .polynomials import lagrange_deriv_matrix, lagrange_interp_matrix, simplex_lagrange
+from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
+from .restriction import _positive_int
+
+__all__ = ["Basis", "tensor_topology"]
+
+_TENSOR_TOPOLOGY = {1: LINE, 2: QUAD, 3: HEX}
+
+
+def tensor_topology(dim):
+    """The tensor-product topology of dimension ``dim`` (LINE, QUAD or HEX)."""
+    if dim not in _TENSOR_TOPOLOGY:
+        raise ValueError(f"dim must be 1, 2 or 3, got {dim!r}")
+    return _TENSOR_TOPOLOGY[dim]
+
+
+def _matrix(a, name, shape):
+    a = np.asarray(a, dtype=np.float64)
+    if a.size != int(np.prod(shape)):
+        raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+    a = a.reshape(shape)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} has non-finite entries")
+    return a
+
+
+def _kron_dense(mats_per_dim):
+    """Dense matrix of the tensor product; mats_per_dim[d] acts on x_d (x fastest)."""
+    out = np.ones((1, 1))
+    for m in mats_per_dim:  # x first: kron(later, earlier) keeps x fastest
+        out = np.kron(m, out)
+    return out
+
+
+class Basis:
+    """Basis functions of one reference element evaluated at quadrature points.
+
+    Create through :meth:`hofem.Ceed.BasisTensorH1Lagrange`,
+    :meth:`~hofem.Ceed.BasisTensorH1`, :meth:`~hofem.Ceed.BasisH1` or
+    :meth:`~hofem.Ceed.BasisH1Lagrange`.
+
+    Tensor bases (``is_tensor``) keep only the 1D matrices and apply them by
+    sum factorization; the dense ``interp``/``grad`` properties exist for
+    testing and assembly.
+
+    Attributes
+    ----------
+    topology : hf.Topology
+    dim, num_comp : int
+    num_nodes : int
+        ``P``: nodes per element (``P_1d**dim`` for tensor bases).
+    num_qpts : int
+        ``Q``: quadrature points per element (``Q_1d**dim`` for tensor bases).
+    P_1d, Q_1d : int or None
+        Tensor bases only.
+    interp_1d, grad_1d : ndarray, (Q_1d, P_1d), or None
+    q_ref_1d, q_weight_1d : ndarray, (Q_1d,), or None
+    interp : ndarray, (num_qpts, num_nodes)
+    grad : ndarray, (dim, num_qpts, num_nodes)
+    q_ref : ndarray, (num_qpts, dim)
+    q_weight : ndarray, (num_qpts,)
+    """
+
+    def __init__(self, ceed, topology, num_comp, **data):
+        self.ceed = ceed
+        self.topology = topology
+        self.dim = topology.dim
+        self.num_comp = _positive_int(num_comp, "num_comp")
+        self.is_tensor = "interp_1d" in data
+        if self.is_tensor:
+            self.P_1d, self.Q_1d = data["interp_1d"].shape[1], data["interp_1d"].shape[0]
+            self.interp_1d = data["interp_1d"]  # (Q_1d, P_1d)
+            self.grad_1d = data["grad_1d"]  # (Q_1d, P_1d)
+            self.q_ref_1d = data["q_ref_1d"]  # (Q_1d,)
+            self.q_weight_1d = data["q_weight_1d"]  # (Q_1d,)
+            self.num_nodes = self.P_1d**self.dim
+            self.num_qpts = self.Q_1d**self.dim
+            self._dense = None
+        else:
+            self.P_1d = self.Q_1d = None
+            self.interp_1d = self.grad_1d = self.q_ref_1d = self.q_weight_1d = None
+            self.num_qpts, self.num_nodes = data["interp"].shape
+            self._dense = (data["interp"], data["grad"], data["q_ref"], data["q_weight"])
+        ceed.backend.basis_setup(self)
+
+    # dense matrices (computed once on demand for tensor bases)
+    def _dense_data(self):
+        if self._dense is None:
+            B, G = self.interp_1d, self.grad_1d
+            interp = _kron_dense([B] * self.dim)
+            grad = np.stack(
+                [
+                    _kron_dense([G if e == d else B for e in range(self.dim)])
+                    for d in range(self.dim)
+                ]
+            )
+            grids = np.meshgrid(*[self.q_ref_1d] * self.dim, indexing="ij")  # [z][y][x]
+            q_ref = np.stack([grids[self.dim - 1 - d].ravel() for d in range(self.dim)], axis=-1)
+            q_weight = _kron_dense([self.q_weight_1d[:, None]] * self.dim).ravel()
+            self._dense = (interp, grad, q_ref, q_weight)
+        return self._dense
+
+    @property
+    def interp(self):
+        return self._dense_data()[0]
+
+    @property
+    def grad(self):
+        return self._dense_data()[1]
+
+    @property
+    def q_ref(self):
+        return self._dense_data()[2]
+
+    @property
+    def q_weight(self):
+        return self._dense_data()[3]
+
+    def eval_size(self, eval_mode):
+        """Rows of the Q-vector field for ``eval_mode`` (num_comp, dim*num_comp, or 1)."""
+        return {EVAL_INTERP: self.num_comp, EVAL_GRAD: self.dim * self.num_comp, EVAL_WEIGHT: 1}[
+            eval_mode
+        ]
+
+    def apply(self, num_elem, t_mode, eval_mode, u=None):
+        """Evaluate (or apply the transpose of) the basis for ``num_elem`` elements.
+
+        Parameters
+        ----------
+        num_elem : int
+        t_mode : hf.NOTRANSPOSE or hf.TRANSPOSE
+        eval_mode : hf.EVAL_INTERP, hf.EVAL_GRAD or hf.EVAL_WEIGHT
+        u : array of the backend, float64
+            NOTRANSPOSE: ``(num_elem, num_comp, P)``.  TRANSPOSE: INTERP
+            ``(num_elem, num_comp, Q)``, GRAD ``(num_elem, dim, num_comp, Q)``.
+            Not used for EVAL_WEIGHT.
+
+        Returns
+        -------
+        array, float64
+            NOTRANSPOSE: INTERP ``(num_elem, num_comp, Q)``, GRAD
+            ``(num_elem, dim, num_comp, Q)``, WEIGHT ``(num_elem, Q)``.
+            TRANSPOSE: ``(num_elem, num_comp, P)``.
+
+        Raises
+        ------
+        ValueError
+            Unknown or unsupported mode (EVAL_NONE, transpose of WEIGHT), or
+            ``u`` of the wrong shape.
+        TypeError
+            ``u`` is not a float64 array of this backend's array module.
+        """
+        num_elem = _positive_int(num_elem, "num_elem")
+        if not isinstance(t_mode, TransposeMode):
+            raise ValueError(f"t_mode must be hf.NOTRANSPOSE or hf.TRANSPOSE, got {t_mode!r}")
+        if eval_mode not in (EVAL_INTERP, EVAL_GRAD, EVAL_WEIGHT):
+            raise ValueError(
+                f"eval_mode must be hf.EVAL_INTERP, hf.EVAL_GRAD or hf.EVAL_WEIGHT, got "
+                f"{eval_mode!r}"
+            )
+        backend = self.ceed.backend
+        if eval_mode is EVAL_WEIGHT:
+            if t_mode is TRANSPOSE:
+                raise ValueError("EVAL_WEIGHT has no transpose")
+            return backend.basis_weight(self, num_elem)
+        nodes = (num_elem, self.num_comp, self.num_nodes)
+        qpts = (num_elem, self.num_comp, self.num_qpts)
+        if eval_mode is EVAL_GRAD:
+            qpts = (num_elem, self.dim, self.num_comp, self.num_qpts)
+        backend.check_vector(u, "u", nodes if t_mode is NOTRANSPOSE else qpts)
+        return backend.basis_apply(self, t_mode, eval_mode, u)
+
+    def __repr__(self):
+        if self.is_tensor:
+            return (
+                f"Basis(tensor, dim={self.dim}, num_comp={self.num_comp}, P_1d={self.P_1d}, "
+                f"Q_1d={self.Q_1d})"
+            )
+        return (
+            f"Basis({self.topology.value[0]}, num_comp={self.num_comp}, P={self.num_nodes}, "
+            f"Q={self.num_qpts})"
+        )
+
+
+def tensor_h1(ceed, dim, num_comp, P_1d, Q_1d, interp_1d, grad_1d, q_ref_1d, q_weight_1d):
+    """Validate user 1D matrices and build a tensor basis (``Ceed.BasisTensorH1``)."""
+    topology = tensor_topology(dim)
+    P_1d = _positive_int(P_1d, "P_1d")
+    Q_1d = _positive_int(Q_1d, "Q_1d")
+    return Basis(
+        ceed,
+        topology,
+        num_comp,
+        interp_1d=_matrix(interp_1d, "interp_1d", (Q_1d, P_1d)),
+        grad_1d=_matrix(grad_1d, "grad_1d", (Q_1d, P_1d)),
+        q_ref_1d=_matrix(q_ref_1d, "q_ref_1d", (Q_1d,)),
+        q_weight_1d=_matrix(q_weight_1d, "q_weight_1d", (Q_1d,)),
+    )
+
+
+def tensor_h1_lagrange(ceed, dim, num_comp, P, Q, quad_mode):
+    """Lagrange basis on P Gauss-Lobatto nodes, Q-point Gauss or Gauss-Lobatto rule."""
+    P = _positive_int(P, "P", 2)
+    Q = _positive_int(Q, "Q", 1)
+    if quad_mode is GAUSS:
+        q_ref_1d, q_weight_1d = gauss_quadrature(Q)
+    elif quad_mode is GAUSS_LOBATTO:
+        if Q < 2:
+            raise ValueError(f"Q must be >= 2 for hf.GAUSS_LOBATTO, got {Q}")
+        q_ref_1d, q_weight_1d = lobatto_quadrature(Q)
+    else:
+        raise ValueError(f"quad_mode must be hf.GAUSS or hf.GAUSS_LOBATTO, got {quad_mode!r}")
+    nodes, _ = lobatto_quadrature(P)
+    interp_1d = lagrange_interp_matrix(nodes, q_ref_1d)  # (Q, P)
+    grad_1d = lagrange_deriv_matrix(nodes, q_ref_1d)  # (Q, P)
+    return tensor_h1(ceed, dim, num_comp, P, Q, interp_1d, grad_1d, q_ref_1d, q_weight_1d)
+
+
+def h1(ceed, topology, num_comp, num_nodes, num_qpts, interp, grad, q_ref, q_weight):
+    """Validate user dense matrices and build a non-tensor basis (``Ceed.BasisH1``)."""
+    if not isinstance(topology, Topology):
+        raise ValueError(f"topology must be one of hf.LINE/TRIANGLE/QUAD/TET/HEX, got {topology!r}")
+    P = _positive_int(num_nodes, "num_nodes")
+    Q = _positive_int(num_qpts, "num_qpts")
+    dim = topology.dim
+    return Basis(
+        ceed,
+        topology,
+        num_comp,
+        interp=_matrix(interp, "interp", (Q, P)),
+        grad=_matrix(grad, "grad", (dim, Q, P)),
+        q_ref=_matrix(q_ref, "q_ref", (Q, dim)),
+        q_weight=_matrix(q_weight, "q_weight", (Q,)),
+    )
+
+
+def h1_lagrange(ceed, topology, num_comp, order, q_order):
+    """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``."""
+    if topology not in (Topology.LINE, Topology.TRIANGLE, Topology.TET):
+        raise ValueError(
+            f"BasisH1Lagrange builds hf.LINE, hf.TRIANGLE or hf.TET bases, got {topology!r}; "
+            "use BasisTensorH1Lagrange for quads and hexes"
+        )
+    order = _positive_int(order, "order")
+    q_order = _positive_int(q_order, "q_order", 0)
+    dim = topology.dim
+    q_ref, q_weight = simplex_quadrature(dim, q_order)  # (Q, dim), (Q,)
+    interp, grad = simplex_lagrange(dim, order, q_ref)  # (Q, P), (dim, Q, P)
+    return h1(
+        ceed, topology, num_comp, interp.shape[1], q_ref.shape[0], interp, grad, q_ref, q_weight
+    )

@@ -1,0 +1,363 @@
+"""Operators: G^T B^T D B G composed from fields (libCEED's ``CeedOperator``)."""
+
+from dataclasses import dataclass
+
+from .basis import Basis
+from .constants import (
+    BASIS_NONE,
+    ELEMRESTRICTION_NONE,
+    EVAL_NONE,
+    EVAL_WEIGHT,
+    VECTOR_ACTIVE,
+    VECTOR_NONE,
+)
+from .restriction import ElemRestriction
+
+__all__ = ["CompositeOperator", "Operator", "OperatorField"]
+
+
+@dataclass
+class OperatorField:
+    """One QFunction field bound to its restriction, basis and vector.
+
+    Attributes
+    ----------
+    name : str
+    size : int
+        Rows of the field's Q-vector.
+    eval_mode : hf.EvalMode
+    restriction : ElemRestriction or None
+        None for EVAL_WEIGHT fields.
+    basis : Basis or None
+        None for EVAL_NONE fields.
+    vector : VECTOR_ACTIVE, VECTOR_NONE or array (l_size,)
+    """
+
+    name: str
+    size: int
+    eval_mode: object
+    restriction: object
+    basis: object
+    vector: object
+
+    @property
+    def is_active(self):
+        return self.vector is VECTOR_ACTIVE
+
+
+class _OperatorBase:
+    """What every operator offers on top of ``apply_add`` and the assembly hooks."""
+
+    def apply(self, u, v):
+        """``v = A u``.
+
+        Parameters
+        ----------
+        u : array (in_size,), float64, or None
+            Active input L-vector (None only for operators with no active input).
+        v : array (out_size,), float64
+            Active output L-vector, overwritten.
+        """
+        self._check_vectors(u, v)
+        v[...] = 0.0
+        self._add(u, v)
+
+    def apply_add(self, u, v):
+        """``v += A u`` (same arguments as :meth:`apply`)."""
+        self._check_vectors(u, v)
+        self._add(u, v)
+
+    def __call__(self, u):
+        """Return ``A u`` as a new array."""
+        v = self.ceed.xp.zeros(self.shape[0])
+        self.apply(u, v)
+        return v
+
+    def __matmul__(self, u):
+        return self(u)
+
+    matvec = __call__
+
+    def _check_vectors(self, u, v):
+        shape = self.shape
+        backend = self.ceed.backend
+        if shape[1] or u is not None:
+            backend.check_vector(u, "u", (shape[1],))
+        backend.check_vector(v, "v", (shape[0],))
+
+    def as_linear_operator(self):
+        """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying this operator."""
+        return self.ceed.backend.linear_operator(self.shape, self)
+
+
+class Operator(_OperatorBase):
+    """Matrix-free operator ``A = G_out^T B_out^T D B_in G_in`` from a QFunction.
+
+    Create through :meth:`hofem.Ceed.Operator`, then bind every QFunction
+    field with :meth:`set_field`.
+
+    Attributes
+    ----------
+    qf : QFunction
+    fields : dict of str -> OperatorField
+    shape : (out_size, in_size)
+        L-vector sizes of the active output and input (0 where none).
+    num_elem, num_qpts : int
+    """
+
+    def __init__(self, ceed, qf):
+        self.ceed = ceed
+        self.qf = qf
+        self.fields = {}
+        self.num_elem = None
+        self.num_qpts = None
+        self.backend_data = {}
+
+    # --- fields -----------------------------------------------------------------------
+    def set_field(self, name, restriction, basis, vector):
+        """Bind QFunction field ``name``.
+
+        Parameters
+        ----------
+        name : str
+            A field of the QFunction.
+        restriction : ElemRestriction or hf.ELEMRESTRICTION_NONE
+            ELEMRESTRICTION_NONE exactly for EVAL_WEIGHT fields.
+        basis : Basis or hf.BASIS_NONE
+            BASIS_NONE exactly for EVAL_NONE fields (the E-vector is the Q-vector).
+        vector : hf.VECTOR_ACTIVE, hf.VECTOR_NONE or array (l_size,)
+            Active (the operator's input/output), none (WEIGHT fields), or a
+            passive input L-vector of this backend (e.g. stored qdata).
+
+        Raises
+        ------
+        ValueError
+            Unknown or already bound field; restriction/basis/vector not what
+            the eval mode needs; sizes that disagree with the QFunction field,
+            with each other, or with the fields set before (num_elem, Q).
+        TypeError
+            Objects of another Ceed, or a passive vector that is not a float64
+            array of this backend.
+        """
+        field = self.qf.field(name)
+        if name in self.fields:
+            raise ValueError(f"field {name!r} is already set on this operator")
+        where = f"field {name!r} ({field.eval_mode.name})"
+        is_output = field in self.qf.outputs
+        r = None if restriction is ELEMRESTRICTION_NONE else restriction
+        b = None if basis is BASIS_NONE else basis
+        if r is not None and not isinstance(r, ElemRestriction):
+            raise TypeError(
+                f"{where}: restriction must be an ElemRestriction or "
+                f"hf.ELEMRESTRICTION_NONE, got {type(restriction).__name__}"
+            )
+        if b is not None and not isinstance(b, Basis):
+            raise TypeError(
+                f"{where}: basis must be a Basis or hf.BASIS_NONE, got {type(basis).__name__}"
+            )
+        for obj in (r, b):
+            if obj is not None and obj.ceed is not self.ceed:
+                raise TypeError(
+                    f"{where}: {type(obj).__name__} belongs to another Ceed "
+                    f"({obj.ceed.resource}); create it on this operator's Ceed"
+                )
+        if field.eval_mode is EVAL_WEIGHT:
+            if r is not None or b is None or vector is not VECTOR_NONE:
+                raise ValueError(f"{where}: use (hf.ELEMRESTRICTION_NONE, basis, hf.VECTOR_NONE)")
+            num_qpts = b.num_qpts
+        else:
+            if r is None:
+                raise ValueError(f"{where}: needs an ElemRestriction")
+            if vector is VECTOR_NONE:
+                raise ValueError(
+                    f"{where}: hf.VECTOR_NONE is only for EVAL_WEIGHT fields; "
+                    "pass hf.VECTOR_ACTIVE or an L-vector"
+                )
+            if vector is not VECTOR_ACTIVE:
+                if is_output:
+                    raise ValueError(f"{where}: output fields must be hf.VECTOR_ACTIVE")
+                self.ceed.backend.check_vector(vector, f"vector of field {name!r}", (r.l_size,))
+            if field.eval_mode is EVAL_NONE:
+                if b is not None:
+                    raise ValueError(f"{where}: EVAL_NONE fields take hf.BASIS_NONE")
+                if r.num_comp != field.size:
+                    raise ValueError(
+                        f"{where}: restriction has num_comp={r.num_comp}, the "
+                        f"QFunction field size {field.size}"
+                    )
+                num_qpts = r.elem_size
+            else:
+                if b is None:
+                    raise ValueError(f"{where}: needs a Basis (BASIS_NONE is for EVAL_NONE)")
+                expected = b.eval_size(field.eval_mode)
+                if field.size != expected:
+                    raise ValueError(
+                        f"{where}: QFunction field size {field.size} does not match the basis "
+                        f"(num_comp={b.num_comp}, dim={b.dim} gives {expected})"
+                    )
+                if r.num_comp != b.num_comp:
+                    raise ValueError(
+                        f"{where}: restriction num_comp={r.num_comp} but basis "
+                        f"num_comp={b.num_comp}"
+                    )
+                if r.elem_size != b.num_nodes:
+                    raise ValueError(
+                        f"{where}: restriction elem_size={r.elem_size} but basis "
+                        f"has {b.num_nodes} nodes"
+                    )
+                num_qpts = b.num_qpts
+        if self.num_qpts is not None and num_qpts != self.num_qpts:
+            raise ValueError(
+                f"{where}: {num_qpts} quadrature points per element, the fields "
+                f"set before have {self.num_qpts}"
+            )
+        if r is not None and self.num_elem is not None and r.num_elem != self.num_elem:
+            raise ValueError(
+                f"{where}: restriction has num_elem={r.num_elem}, the fields set "
+                f"before have {self.num_elem}"
+            )
+        if vector is VECTOR_ACTIVE:
+            active = [
+                f
+                for f in self.fields.values()
+                if f.is_active and (f.name in self._output_names) == is_output
+            ]
+            if active and active[0].restriction.l_size != r.l_size:
+                raise ValueError(
+                    f"{where}: active {'output' if is_output else 'input'} fields "
+                    f"must share one L-vector size; {active[0].name!r} has "
+                    f"{active[0].restriction.l_size}, this one {r.l_size}"
+                )
+        self.num_qpts = num_qpts
+        if r is not None:
+            self.num_elem = r.num_elem
+        self.fields[name] = OperatorField(name, field.size, field.eval_mode, r, b, vector)
+        self.backend_data.clear()
+
+    @property
+    def _output_names(self):
+        return {f.name for f in self.qf.outputs}
+
+    def _ordered(self, specs):
+        return [self.fields[f.name] for f in specs]
+
+    def check_ready(self):
+        """Raise ValueError naming the fields still unbound (called before every apply)."""
+        missing = [f.name for f in self.qf.inputs + self.qf.outputs if f.name not in self.fields]
+        if missing:
+            raise ValueError(f"operator fields not set: {missing}; call set_field for each")
+        if self.num_elem is None:
+            raise ValueError("operator has no field with an ElemRestriction, so no element count")
+        if not any(f.is_active for f in self.output_fields):
+            raise ValueError("operator has no active output field (hf.VECTOR_ACTIVE)")
+
+    @property
+    def input_fields(self):
+        return self._ordered(self.qf.inputs)
+
+    @property
+    def output_fields(self):
+        return self._ordered(self.qf.outputs)
+
+    def active_restriction(self, output):
+        """The restriction of the first active input (output=False) or output field."""
+        fields = self.output_fields if output else self.input_fields
+        for f in fields:
+            if f.is_active:
+                return f.restriction
+        return None
+
+    @property
+    def shape(self):
+        self.check_ready()
+        r_in = self.active_restriction(False)
+        return (self.active_restriction(True).l_size, r_in.l_size if r_in else 0)
+
+    # --- actions -----------------------------------------------------------------------
+    def _add(self, u, v):
+        self.ceed.backend.operator_apply_add(self, u, v)
+
+    def linear_assemble_diagonal(self):
+        """Diagonal of the assembled operator, for Jacobi preconditioning.
+
+        Returns
+        -------
+        array, (out_size,), float64
+
+        Raises
+        ------
+        ValueError
+            The operator is not square (active input and output L-vectors differ).
+        """
+        self._check_square()
+        return self.ceed.backend.operator_assemble_diagonal(self)
+
+    def linear_assemble(self):
+        """The exact sparse matrix this operator applies.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix (CPU) or cupyx.scipy.sparse.csr_matrix (GPU),
+        shape ``(out_size, in_size)``.
+        """
+        self.check_ready()
+        if self.active_restriction(False) is None:
+            raise ValueError("operator has no active input field, so no matrix to assemble")
+        return self.ceed.backend.operator_assemble(self)
+
+    def _check_square(self):
+        out_size, in_size = self.shape
+        if out_size != in_size:
+            raise ValueError(f"operator is not square: shape {self.shape}")
+
+    def __repr__(self):
+        return f"Operator({self.qf.name}, fields={list(self.fields)})"
+
+
+class CompositeOperator(_OperatorBase):
+    """Sum of operators acting on the same L-vectors.
+
+    Parameters
+    ----------
+    ceed : hofem.Ceed
+    operators : list of Operator
+        All of the same shape and Ceed.
+    """
+
+    def __init__(self, ceed, operators=()):
+        self.ceed = ceed
+        self.operators = []
+        for op in operators:
+            self.add_sub(op)
+
+    def add_sub(self, op):
+        """Append a sub-operator (ValueError if its shape differs from the others)."""
+        if not isinstance(op, (Operator, CompositeOperator)):
+            raise TypeError(f"sub-operators must be Operators, got {type(op).__name__}")
+        if op.ceed is not self.ceed:
+            raise TypeError("sub-operator belongs to another Ceed")
+        if self.operators and op.shape != self.shape:
+            raise ValueError(f"sub-operator shape {op.shape} differs from {self.shape}")
+        self.operators.append(op)
+
+    @property
+    def shape(self):
+        if not self.operators:
+            raise ValueError("composite operator has no sub-operators; add some with add_sub")
+        return self.operators[0].shape
+
+    def _add(self, u, v):
+        for op in self.operators:
+            op._add(u, v)
+
+    def _sum(self, parts):
+        self.shape  # noqa: B018  (raises when there are no sub-operators)
+        return sum(parts[1:], parts[0])
+
+    def linear_assemble_diagonal(self):
+        """Sum of the sub-operators' diagonals, ``(out_size,)``."""
+        return self._sum([op.linear_assemble_diagonal() for op in self.operators])
+
+    def linear_assemble(self):
+        """Sum of the sub-operators' sparse matrices (CSR)."""
+        return self._sum([op.linear_assemble() for op in self.operators]).tocsr()

@@ -1,0 +1,196 @@
+"""Element restriction G: L-vector <-> E-vector (libCEED's ``CeedElemRestriction``)."""
+
+import numpy as np
+
+from .constants import NOTRANSPOSE, STRIDES_BACKEND, TRANSPOSE, TransposeMode
+
+__all__ = ["ElemRestriction"]
+
+
+def _positive_int(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def index_dtype(bound):
+    """int32 when every index below ``bound`` fits, else int64."""
+    return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
+
+
+class ElemRestriction:
+    """Map between an L-vector and the element-local E-vector.
+
+    Create through :meth:`hofem.Ceed.ElemRestriction` (offsets, optional
+    orientations) or :meth:`hofem.Ceed.StridedElemRestriction`.
+
+    Node ``i``, component ``j`` of element ``k`` lives at L-vector index
+    ``offsets[k, i] + j * comp_stride`` (offset-based) or
+    ``i * strides[0] + j * strides[1] + k * strides[2]`` (strided).  Oriented
+    restrictions flip the sign of the entries where ``orients[k, i]`` is True.
+
+    Attributes
+    ----------
+    num_elem, elem_size, num_comp, l_size : int
+    e_size : int
+        ``num_elem * num_comp * elem_size``.
+    comp_stride : int or None
+        Offset-based restrictions only.
+    strides : tuple of 3 int or None
+        Strided restrictions only.
+    indices : ndarray, (num_elem, num_comp, elem_size), int32 or int64
+        L-vector index of every E-vector entry (host copy, for assembly).
+    signs : ndarray, (num_elem, 1, elem_size), float64, or None
+        -1 where oriented, else 1; None for unoriented restrictions.
+    """
+
+    def __init__(
+        self,
+        ceed,
+        num_elem,
+        elem_size,
+        num_comp,
+        l_size,
+        *,
+        comp_stride=None,
+        offsets=None,
+        orients=None,
+        strides=None,
+    ):
+        self.ceed = ceed
+        self.num_elem = _positive_int(num_elem, "num_elem")
+        self.elem_size = _positive_int(elem_size, "elem_size")
+        self.num_comp = _positive_int(num_comp, "num_comp")
+        self.l_size = _positive_int(l_size, "l_size")
+        self.comp_stride = None
+        self.strides = None
+        self.signs = None
+        if strides is None:
+            self.comp_stride = _positive_int(comp_stride, "comp_stride")
+            indices = self._offset_indices(offsets)
+            if orients is not None:
+                self.signs = self._signs(orients)
+        else:
+            indices = self._strided_indices(strides)
+        self.indices = indices  # (num_elem, num_comp, elem_size)
+        ceed.backend.restriction_setup(self)
+
+    @property
+    def e_size(self):
+        return self.num_elem * self.num_comp * self.elem_size
+
+    @property
+    def is_oriented(self):
+        return self.signs is not None
+
+    def _offset_indices(self, offsets):
+        shape = (self.num_elem, self.elem_size)
+        offsets = np.asarray(self.ceed.to_numpy(offsets) if offsets is not None else None)
+        if offsets.dtype.kind not in "iu":
+            raise ValueError(
+                f"offsets must be an integer array (int32 or int64), got dtype {offsets.dtype}"
+            )
+        if offsets.size != self.num_elem * self.elem_size:
+            raise ValueError(
+                f"offsets must have shape (num_elem, elem_size) = {shape}, got {offsets.shape}"
+            )
+        offsets = offsets.reshape(shape).astype(np.int64)
+        last = (self.num_comp - 1) * self.comp_stride
+        bad = (offsets < 0) | (offsets + last >= self.l_size)
+        if bad.any():
+            k, i = (int(a[0]) for a in np.nonzero(bad))
+            raise ValueError(
+                f"offsets[{k}, {i}] = {offsets[k, i]} is out of range: entries must satisfy "
+                f"0 <= offset and offset + (num_comp - 1) * comp_stride = offset + {last} "
+                f"< l_size = {self.l_size}"
+            )
+        comp = np.arange(self.num_comp, dtype=np.int64) * self.comp_stride
+        indices = offsets[:, None, :] + comp[None, :, None]  # (num_elem, num_comp, elem_size)
+        return indices.astype(index_dtype(self.l_size))
+
+    def _signs(self, orients):
+        shape = (self.num_elem, self.elem_size)
+        orients = np.asarray(self.ceed.to_numpy(orients))
+        if orients.dtype != np.bool_:
+            raise ValueError(f"orients must be a bool array, got dtype {orients.dtype}")
+        if orients.size != self.num_elem * self.elem_size:
+            raise ValueError(
+                f"orients must have shape (num_elem, elem_size) = {shape}, got {orients.shape}"
+            )
+        signs = np.where(orients.reshape(shape), -1.0, 1.0)
+        return signs[:, None, :]  # (num_elem, 1, elem_size)
+
+    def _strided_indices(self, strides):
+        if strides is STRIDES_BACKEND:
+            strides = (1, self.elem_size, self.elem_size * self.num_comp)
+        try:
+            strides = tuple(int(s) for s in strides)
+        except TypeError:
+            strides = ()
+        if len(strides) != 3:
+            raise ValueError(
+                "strides must be 3 integers (node, component, element) or hf.STRIDES_BACKEND"
+            )
+        node = np.arange(self.elem_size, dtype=np.int64)[None, None, :] * strides[0]
+        comp = np.arange(self.num_comp, dtype=np.int64)[None, :, None] * strides[1]
+        elem = np.arange(self.num_elem, dtype=np.int64)[:, None, None] * strides[2]
+        indices = node + comp + elem  # (num_elem, num_comp, elem_size)
+        if indices.min() < 0 or indices.max() >= self.l_size:
+            raise ValueError(
+                f"strides {strides} reach L-vector index {int(indices.max())} (min "
+                f"{int(indices.min())}), outside [0, l_size = {self.l_size})"
+            )
+        self.strides = strides
+        return indices.astype(index_dtype(self.l_size))
+
+    def apply(self, u, t_mode=NOTRANSPOSE):
+        """Apply the restriction (L -> E) or its transpose (E -> L, summing shared nodes).
+
+        Parameters
+        ----------
+        u : array of the backend, float64
+            NOTRANSPOSE: L-vector, shape ``(l_size,)``.  TRANSPOSE: E-vector,
+            shape ``(num_elem, num_comp, elem_size)`` or ``(e_size,)``.
+        t_mode : hf.NOTRANSPOSE or hf.TRANSPOSE
+
+        Returns
+        -------
+        array
+            ``(num_elem, num_comp, elem_size)`` or ``(l_size,)``.
+
+        Raises
+        ------
+        TypeError
+            ``u`` is not an array of this backend's array module or not float64.
+        ValueError
+            Wrong shape.
+        """
+        if not isinstance(t_mode, TransposeMode):
+            raise ValueError(f"t_mode must be hf.NOTRANSPOSE or hf.TRANSPOSE, got {t_mode!r}")
+        backend = self.ceed.backend
+        if t_mode is NOTRANSPOSE:
+            backend.check_vector(u, "u", (self.l_size,))
+            return backend.restriction_apply(self, u, t_mode)
+        backend.check_vector(u, "u", (self.num_elem, self.num_comp, self.elem_size), flat_ok=True)
+        e = u.reshape(self.num_elem, self.num_comp, self.elem_size)
+        return backend.restriction_apply(self, e, TRANSPOSE)
+
+    def multiplicity(self):
+        """Number of E-vector entries that map to each L-vector entry.
+
+        Returns
+        -------
+        array, (l_size,), float64
+        """
+        xp = self.ceed.xp
+        ones = xp.ones((self.num_elem, self.num_comp, self.elem_size))
+        return self.ceed.backend.restriction_apply(self, ones, TRANSPOSE, signed=False)
+
+    def __repr__(self):
+        kind = (
+            "strided" if self.strides is not None else "oriented" if self.signs is not None else ""
+        )
+        return (
+            f"ElemRestriction({kind + ', ' if kind else ''}num_elem={self.num_elem}, "
+            f"elem_size={self.elem_size}, num_comp={self.num_comp}, l_size={self.l_size})"
+        )

@@ -1,0 +1,100 @@
+"""CG: agreement with SciPy, preconditioning, LinearOperator interop, breakdown, validation."""
+
+import numpy as np
+import pytest
+import scipy.sparse
+import scipy.sparse.linalg
+from util import mass_operator, poisson_operator
+
+import hofem as hf
+
+
+def shifted_poisson(ceed):
+    """Poisson + mass on a warped 3D grid: SPD, non-trivial conditioning."""
+    poisson, _ = poisson_operator(ceed, n=3, p=2, dim=3, warp=0.1)
+    mass, _ = mass_operator(ceed, n=3, p=2, dim=3, warp=0.1)
+    return ceed.CompositeOperator([poisson, mass])
+
+
+def test_cg_matches_scipy(ceed):
+    op = shifted_poisson(ceed)
+    rng = np.random.default_rng(0)
+    b_host = rng.standard_normal(op.shape[0])
+    x, info = hf.cg(op, ceed.asarray(b_host), rtol=1e-10)
+    assert info == 0 and info.iterations > 5
+    A = ceed.to_numpy(op.linear_assemble().toarray())
+    x_ref = scipy.sparse.linalg.cg(scipy.sparse.csr_matrix(A), b_host, rtol=1e-10, maxiter=1000)[0]
+    np.testing.assert_allclose(ceed.to_numpy(x), x_ref, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(A @ ceed.to_numpy(x), b_host, atol=1e-9 * np.linalg.norm(b_host))
+    # the same iteration count SciPy needs, within a couple of steps (rounding)
+    count = []
+    scipy.sparse.linalg.cg(
+        scipy.sparse.csr_matrix(A), b_host, rtol=1e-10, callback=lambda xk: count.append(1)
+    )
+    assert abs(info.iterations - len(count)) <= 2
+
+
+def test_jacobi_reduces_iterations_and_linear_operator(ceed):
+    op = shifted_poisson(ceed)
+    b = ceed.asarray(np.ones(op.shape[0]))
+    _, plain = hf.cg(op, b, rtol=1e-9)
+    x, pre = hf.cg(op.as_linear_operator(), b, rtol=1e-9, M=hf.jacobi(op))
+    assert plain == 0 and pre == 0
+    assert pre.iterations < plain.iterations
+    residual = ceed.to_numpy(b - op(x))
+    assert np.linalg.norm(residual) <= 1e-9 * np.sqrt(op.shape[0]) * 1.01
+
+
+def test_x0_callback_maxiter_and_info(ref):
+    A = scipy.sparse.diags(np.arange(1.0, 51.0))
+    b = np.ones(50)
+    seen = []
+    x, info = hf.cg(A, b, x0=np.full(50, 0.5), callback=lambda xk: seen.append(xk.copy()))
+    assert info == 0 and len(seen) == info.iterations
+    np.testing.assert_allclose(x, 1 / np.arange(1.0, 51.0), rtol=1e-7)
+    x, info = hf.cg(A, b, maxiter=3)
+    assert info == 3 and info.iterations == 3 and "not converged in 3" in info.message
+    x, info = hf.cg(lambda v: 2 * v, b, check_every=4)
+    assert info == 0 and info.iterations == 4  # converged at 1, noticed at the check
+    assert hf.cg(A, np.zeros(50))[1].iterations == 0
+
+
+def test_breakdown_is_reported(ref):
+    A = np.diag([1.0, -1.0, 2.0])
+    _, info = hf.cg(A, np.array([1.0, 1.0, 0.0]))
+    assert info < 0 and "breakdown" in info.message
+    _x, info = hf.cg(lambda v: v * np.nan, np.ones(3))
+    assert info < 0
+
+
+def test_validation(ref):
+    with pytest.raises(TypeError, match="b must be a NumPy or CuPy array"):
+        hf.cg(np.eye(2), [1.0, 2.0])
+    with pytest.raises(TypeError, match="A must be an Operator"):
+        hf.cg(3, np.ones(2))
+    with pytest.raises(ValueError, match=r"x0 must have shape \(2,\)"):
+        hf.cg(np.eye(2), np.ones(2), x0=np.ones(3))
+    with pytest.raises(ValueError, match="rtol and atol must be >= 0"):
+        hf.cg(np.eye(2), np.ones(2), rtol=-1)
+    with pytest.raises(ValueError, match="maxiter and check_every must be >= 1"):
+        hf.cg(np.eye(2), np.ones(2), maxiter=0)
+    with pytest.raises(ValueError, match="it must be square of size 2"):
+        hf.cg(np.ones((3, 2)), np.ones(2), x0=np.zeros(2))
+    op, _ = poisson_operator(ref, n=1, p=1, dim=1)
+    with pytest.raises(ValueError, match=r"diagonal entry \d+ is zero"):
+        hf.jacobi(ref.CompositeOperator([op, _zero_operator(ref, op)]))
+
+
+def _zero_operator(ceed, like):
+    """-1 * like: makes the composite diagonal exactly zero."""
+    qf = ceed.QFunction(
+        _negate, [("du", 1, hf.EVAL_GRAD), ("qdata", 1, hf.EVAL_NONE)], [("dv", 1, hf.EVAL_GRAD)]
+    )
+    neg = ceed.Operator(qf)
+    for name, field in like.fields.items():
+        neg.set_field(name, field.restriction, field.basis or hf.BASIS_NONE, field.vector)
+    return neg
+
+
+def _negate(ctx, du, qdata, dv):
+    dv[0] = -qdata[0] * du[0]
