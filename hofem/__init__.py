@@ -9,11 +9,13 @@ from .basis import Basis
 from .ceed import Ceed
 from .constants import *  # noqa: F403
 from .constants import __all__ as _constants
+from .forms import diffusion, mass, restrict_dofs
 from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import ElemRestriction
 from .solvers import cg, jacobi
+from .space import H1Space
 
 __version__ = "0.1.0"
 
@@ -22,14 +24,18 @@ __all__ = [
     "BackendUnavailable",
     "Basis",
     "Ceed",
+    "H1Space",
     "CompositeOperator",
     "ElemRestriction",
     "Operator",
     "QFunction",
     "available",
     "cg",
+    "diffusion",
     "gauss_quadrature",
     "jacobi",
     "lobatto_quadrature",
+    "mass",
+    "restrict_dofs",
     "simplex_quadrature",
 ]

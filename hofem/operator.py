@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .basis import Basis
 from .constants import (
     BASIS_NONE,
@@ -13,7 +15,7 @@ from .constants import (
 )
 from .restriction import ElemRestriction
 
-__all__ = ["CompositeOperator", "Operator", "OperatorField"]
+__all__ = ["CompositeOperator", "Operator", "OperatorField", "SubOperator"]
 
 
 @dataclass
@@ -361,3 +363,55 @@ class CompositeOperator(_OperatorBase):
     def linear_assemble(self):
         """Sum of the sub-operators' sparse matrices (CSR)."""
         return self._sum([op.linear_assemble() for op in self.operators]).tocsr()
+
+
+class SubOperator(_OperatorBase):
+    """``A[free][:, free]`` of a square operator, applied matrix-free.
+
+    Create with :func:`hofem.restrict_dofs`.
+
+    Parameters
+    ----------
+    op : Operator or CompositeOperator
+    free_dofs : int array (n_free,)
+        Sorted unique indices into ``op``'s L-vector.
+
+    Raises
+    ------
+    ValueError
+        Non-square ``op``; indices out of range, unsorted or repeated.
+    """
+
+    def __init__(self, op, free_dofs):
+        out_size, in_size = op.shape
+        if out_size != in_size:
+            raise ValueError(f"restrict_dofs needs a square operator, got shape {op.shape}")
+        free = np.asarray(op.ceed.to_numpy(free_dofs))
+        if free.ndim != 1 or free.dtype.kind not in "iu":
+            raise ValueError("free_dofs must be a 1-D integer array")
+        if free.size and (free[0] < 0 or free[-1] >= in_size or np.any(np.diff(free) <= 0)):
+            raise ValueError(f"free_dofs must be sorted, unique and in [0, {in_size})")
+        self.ceed = op.ceed
+        self.op = op
+        self.free = free
+        self._free = op.ceed.asarray(free)
+        self._u = op.ceed.xp.zeros(in_size)  # (in_size,) scratch: constrained entries stay 0
+        self._v = op.ceed.xp.zeros(in_size)
+
+    @property
+    def shape(self):
+        return (self.free.size, self.free.size)
+
+    def _add(self, u, v):
+        self._u[self._free] = u
+        self.op.apply(self._u, self._v)
+        v += self._v[self._free]
+
+    def linear_assemble_diagonal(self):
+        """Diagonal on the free DOFs, ``(n_free,)``."""
+        return self.op.linear_assemble_diagonal()[self._free]
+
+    def linear_assemble(self):
+        """CSR matrix ``A[free][:, free]``."""
+        A = self.op.linear_assemble()
+        return A[self._free][:, self._free].tocsr()

@@ -1,0 +1,115 @@
+"""Ready-made operators on an :class:`~hofem.H1Space`: ``mass``, ``diffusion``; Dirichlet DOFs.
+
+Each form runs the gallery's setup QFunction (``Mass{d}DBuild`` or
+``Poisson{d}DBuild``) once to store quadrature data, then returns the apply
+operator (``MassApply``/``Poisson{d}DApply``, or the ``Vector3`` versions for
+3-component spaces) reading it.
+"""
+
+import numpy as np
+
+from .constants import (
+    BASIS_NONE,
+    ELEMRESTRICTION_NONE,
+    GAUSS,
+    STRIDES_BACKEND,
+    VECTOR_ACTIVE,
+    VECTOR_NONE,
+)
+from .operator import SubOperator
+
+__all__ = ["diffusion", "mass", "restrict_dofs"]
+
+_QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
+
+
+def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
+    """Stored quadrature data (strided restriction, L-vector) of the form ``kind``."""
+    ceed, dim = space.ceed, space.dim
+    size = _QDATA_SIZE[kind][dim]
+    Q = basis.num_qpts
+    r_q = ceed.StridedElemRestriction(
+        space.num_elem, Q, size, space.num_elem * Q * size, STRIDES_BACKEND
+    )
+    geo = space.basis(dim, q_extra, quad_mode)
+    build = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DBuild"))
+    build.set_field("dx", space.make_restriction(dim), geo, VECTOR_ACTIVE)
+    build.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
+    build.set_field("qdata", r_q, BASIS_NONE, VECTOR_ACTIVE)
+    qdata = build(space.coordinates)  # (num_elem * size * Q,) as (num_elem, size, Q)
+    if coefficient is not None:
+        if callable(coefficient):
+            x, _, _ = space.quadrature(q_extra) if quad_mode is GAUSS else (None, None, None)
+            if x is None:
+                raise ValueError("a callable coefficient needs Gauss quadrature")
+            c = np.asarray(coefficient(x.reshape(-1, dim)), dtype=np.float64)
+            if c.shape != (x.shape[0] * Q,):
+                raise ValueError(
+                    f"coefficient(x) must return shape ({x.shape[0] * Q},), got {c.shape}"
+                )
+            c = ceed.asarray(c.reshape(space.num_elem, 1, Q))
+        else:
+            c = float(coefficient)
+        qdata = (qdata.reshape(space.num_elem, size, Q) * c).ravel()
+    return r_q, qdata
+
+
+def _form(space, kind, apply_name, fields, coefficient, q_extra, quad_mode):
+    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
+    r_q, qdata = _qdata(space, kind, basis, q_extra, quad_mode, coefficient)
+    op = space.ceed.Operator(space.ceed.QFunctionByName(apply_name))
+    op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
+    op.set_field("qdata", r_q, BASIS_NONE, qdata)
+    op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
+    return op
+
+
+def _vector_prefix(space):
+    if space.num_comp == 1:
+        return ""
+    if space.num_comp == 3:
+        return "Vector3"
+    raise ValueError(f"gallery forms exist for num_comp 1 or 3, the space has {space.num_comp}")
+
+
+def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS):
+    """Mass operator ``(c u, v)`` on ``space`` (scalar or 3-component).
+
+    Parameters
+    ----------
+    space : H1Space
+    coefficient : float or callable, optional
+        ``c``; a callable takes points ``(n, dim)`` and returns ``(n,)``.
+    q_extra, quad_mode
+        Quadrature, as for :meth:`H1Space.basis` (default: ``q = p + 2`` Gauss).
+
+    Returns
+    -------
+    Operator
+        Square, ``space.num_dofs``.
+    """
+    name = "Vector3MassApply" if _vector_prefix(space) else "MassApply"
+    return _form(space, "Mass", name, ("u", "v"), coefficient, q_extra, quad_mode)
+
+
+def diffusion(space, coefficient=None, q_extra=1, quad_mode=GAUSS):
+    """Diffusion (stiffness) operator ``(c grad u, grad v)``; arguments as for :func:`mass`."""
+    name = f"{_vector_prefix(space)}Poisson{space.dim}DApply"
+    return _form(space, "Poisson", name, ("du", "dv"), coefficient, q_extra, quad_mode)
+
+
+def restrict_dofs(op, free_dofs):
+    """The operator on the free DOFs only (homogeneous Dirichlet conditions elsewhere).
+
+    ``restrict_dofs(A, free)`` applies ``A[free][:, free]`` matrix-free: the
+    input is scattered into a zero L-vector, ``A`` applied, the free entries
+    kept. It works with :func:`hofem.cg`, ``as_linear_operator``,
+    ``linear_assemble`` and ``linear_assemble_diagonal``.
+
+    Parameters
+    ----------
+    op : Operator or CompositeOperator, square
+    free_dofs : int array (n_free,)
+        Sorted, unique L-vector indices (e.g. ``space.free_dofs()``).
+    """
+    return SubOperator(op, free_dofs)

@@ -1,0 +1,284 @@
+"""``H1Space``: continuous Lagrange elements of order p on a mesh (restriction, basis, nodes)."""
+
+import numpy as np
+
+from .constants import (
+    EVAL_GRAD,
+    EVAL_INTERP,
+    GAUSS,
+    HEX,
+    LINE,
+    NOTRANSPOSE,
+    QUAD,
+    TET,
+    TRANSPOSE,
+    TRIANGLE,
+)
+from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
+from .quadrature import lobatto_quadrature
+
+__all__ = ["H1Space"]
+
+_TOPOLOGY = {"line": LINE, "triangle": TRIANGLE, "quad": QUAD, "tetra": TET, "hexahedron": HEX}
+
+
+def _kron_rows(mats):
+    """Tensor product of 1D matrices (x first), rows and columns lexicographic, x fastest."""
+    out = np.ones((1, 1))
+    for m in mats:
+        out = np.kron(m, out)
+    return out
+
+
+class H1Space:
+    """Continuous Lagrange finite elements of order ``order`` on a conforming mesh.
+
+    Tensor cells (line, quad, hex) use Gauss-Lobatto tensor nodes; simplices
+    (triangle, tet) the warp-and-blend nodes of :func:`hofem.polynomials.simplex_nodes`.
+    Global numbering comes from :func:`hofem.meshes.h1_numbering`, which makes
+    nodes on shared edges and faces agree whatever the cells' orientations.
+
+    Parameters
+    ----------
+    ceed : hofem.Ceed
+    mesh : hofem.meshes.Mesh
+        One cell type, ``gdim == dim``.
+    order : int
+        Polynomial order p, 1..8 (higher works but is untested).
+    num_comp : int, default 1
+        Components of the field (3 for the vector bake-off problems).
+
+    Attributes
+    ----------
+    topology : hf.Topology
+    dim, order, num_comp : int
+    num_nodes : int
+        Global scalar nodes.
+    num_dofs : int
+        ``num_nodes * num_comp``: the L-vector size (component-major:
+        component ``c`` of node ``i`` at ``c * num_nodes + i``).
+    offsets : ndarray (num_elem, P) int
+    restriction : ElemRestriction
+        ``num_comp`` components.
+    coordinates : array (dim * num_nodes,)
+        Node coordinates L-vector (component-major), the mesh geometry
+        interpolated at order p (curved where the mesh is).
+    """
+
+    def __init__(self, ceed, mesh, order, num_comp=1):
+        from .meshes import h1_numbering
+
+        if mesh.cell_type not in _TOPOLOGY:
+            raise ValueError(f"unsupported cell type {mesh.cell_type!r}")
+        if mesh.gdim != mesh.dim:
+            raise ValueError(f"H1Space needs gdim == dim, got gdim={mesh.gdim}, dim={mesh.dim}")
+        if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
+            raise ValueError(f"order must be an integer >= 1, got {order!r}")
+        self.ceed = ceed
+        self.mesh = mesh
+        self.order = int(order)
+        self.num_comp = int(num_comp)
+        self.topology = _TOPOLOGY[mesh.cell_type]
+        self.dim = mesh.dim
+        self.numbering = h1_numbering(mesh, self.order)
+        self.offsets = self.numbering.offsets  # (num_elem, P)
+        self.num_elem, self.elem_size = self.offsets.shape
+        self.num_nodes = self.numbering.num_nodes
+        self.num_dofs = self.num_nodes * self.num_comp
+        self.restriction = self.make_restriction(self.num_comp)
+        self.coordinates = ceed.asarray(self._node_coordinates().T.ravel())  # (dim * num_nodes,)
+
+    # --- pieces ----------------------------------------------------------------------------
+    def make_restriction(self, num_comp):
+        """Restriction of a ``num_comp``-component field on this space's nodes."""
+        return self.ceed.ElemRestriction(
+            self.num_elem,
+            self.elem_size,
+            num_comp,
+            self.num_nodes,
+            num_comp * self.num_nodes,
+            self.offsets,
+        )
+
+    def basis(self, num_comp=None, q_extra=1, quad_mode=GAUSS):
+        """Basis of the space at quadrature points.
+
+        Tensor cells: ``Q_1d = order + 1 + q_extra`` points of ``quad_mode``
+        per direction (the bake-off's ``q = p + 2`` Gauss is ``q_extra = 1``;
+        BP5/6's collocated ``q = p + 1`` Gauss-Lobatto is ``q_extra = 0`` with
+        ``hf.GAUSS_LOBATTO``). Simplices: a rule exact to the same degree,
+        ``2 (order + 1 + q_extra) - 1``.
+
+        Parameters
+        ----------
+        num_comp : int, optional
+            Default: the space's.
+        """
+        num_comp = self.num_comp if num_comp is None else num_comp
+        P = self.order + 1
+        if self.topology.is_tensor:
+            return self.ceed.BasisTensorH1Lagrange(self.dim, num_comp, P, P + q_extra, quad_mode)
+        return self.ceed.BasisH1Lagrange(self.topology, num_comp, self.order, 2 * (P + q_extra) - 1)
+
+    def reference_nodes(self):
+        """Reference coordinates of the element nodes, ``(P, dim)`` in restriction order."""
+        if self.topology.is_tensor:
+            x1d = lobatto_quadrature(self.order + 1)[0]
+            grids = np.meshgrid(*[x1d] * self.dim, indexing="ij")  # [z][y][x]
+            return np.stack([grids[self.dim - 1 - d].ravel() for d in range(self.dim)], axis=-1)
+        return simplex_nodes(self.dim, self.order)
+
+    def _geometry_interp(self):
+        """(P, num_geom_nodes): mesh geometry's Lagrange basis at this space's nodes."""
+        from .meshes.reference import geometry_nodes
+
+        k = self.mesh.geometry_order
+        if self.topology.is_tensor:
+            gll_k = lobatto_quadrature(k + 1)[0]
+            gll_p = lobatto_quadrature(self.order + 1)[0]
+            return _kron_rows([lagrange_interp_matrix(gll_k, gll_p)] * self.dim)
+        nodes_k = geometry_nodes(self.mesh.cell_type, k)  # (G, dim) equispaced
+        vandermonde = simplex_vandermonde(self.dim, k, nodes_k)  # (G, G)
+        return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
+
+    def _node_coordinates(self):
+        """(num_nodes, dim) physical node coordinates."""
+        cell_x = self.mesh.cell_coordinates()  # (num_elem, G, dim)
+        elem_x = np.einsum("pg,egd->epd", self._geometry_interp(), cell_x)  # (num_elem, P, dim)
+        x = np.empty((self.num_nodes, self.dim))
+        x[self.offsets.ravel()] = elem_x.reshape(-1, self.dim)
+        return x
+
+    def node_coordinates(self):
+        """Host array ``(num_nodes, dim)`` of the global node coordinates."""
+        return self.ceed.to_numpy(self.coordinates).reshape(self.dim, -1).T
+
+    # --- boundary --------------------------------------------------------------------------
+    def boundary_dofs(self, tags=None):
+        """L-vector indices of the DOFs on tagged boundary facets (all components).
+
+        Parameters
+        ----------
+        tags : int, str, iterable of them, or None
+            Facet tags or tag names; None: the whole boundary.
+
+        Returns
+        -------
+        ndarray (n,), int64, sorted
+        """
+        nodes = self.numbering.boundary_nodes(tags)
+        return (nodes[None, :] + self.num_nodes * np.arange(self.num_comp)[:, None]).ravel()
+
+    def free_dofs(self, tags=None):
+        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``."""
+        return np.setdiff1d(np.arange(self.num_dofs), self.boundary_dofs(tags))
+
+    # --- functions -------------------------------------------------------------------------
+    def _evaluate(self, f, x):
+        """f at points x (n, dim) as (num_comp, n)."""
+        values = np.asarray(f(x), dtype=np.float64)
+        n = x.shape[0]
+        if values.shape == (n,) and self.num_comp == 1:
+            return values[None]
+        if values.shape == (n, self.num_comp):
+            return values.T
+        raise ValueError(
+            f"function must return shape ({n},) or ({n}, {self.num_comp}) for points of shape "
+            f"{x.shape}, got {values.shape}"
+        )
+
+    def interpolate(self, f):
+        """Nodal interpolant of ``f`` as an L-vector of the backend.
+
+        Parameters
+        ----------
+        f : callable
+            ``f(x)`` with ``x`` of shape ``(n, dim)``; returns ``(n,)`` or
+            ``(n, num_comp)``.
+        """
+        return self.ceed.asarray(self._evaluate(f, self.node_coordinates()).ravel())
+
+    def quadrature(self, q_extra=1):
+        """Physical points and weights of the element quadrature (host arrays).
+
+        Returns
+        -------
+        x : ndarray (num_elem, Q, dim)
+        w_det_j : ndarray (num_elem, Q)
+            Quadrature weight times the Jacobian determinant.
+        jacobian : ndarray (num_elem, Q, dim, dim)
+            ``jacobian[e, q, c, d] = d x_c / d xi_d``.
+        """
+        geo = self.basis(self.dim, q_extra)
+        r_x = self.make_restriction(self.dim)
+        e = r_x.apply(self.coordinates)  # (num_elem, dim, P)
+        x = self.ceed.to_numpy(geo.apply(self.num_elem, NOTRANSPOSE, EVAL_INTERP, e))
+        dx = self.ceed.to_numpy(geo.apply(self.num_elem, NOTRANSPOSE, EVAL_GRAD, e))
+        jacobian = dx.transpose(0, 3, 2, 1)  # (num_elem, Q, comp c, dim d)
+        weights = geo.q_weight_1d if geo.is_tensor else geo.q_weight
+        if geo.is_tensor:
+            weights = _kron_rows([weights[:, None]] * self.dim).ravel()
+        w_det_j = weights[None] * np.linalg.det(jacobian)
+        return x.transpose(0, 2, 1), w_det_j, jacobian
+
+    def load_vector(self, f, q_extra=1):
+        """L-vector ``b_i = integral f phi_i`` by quadrature (f evaluated at the points).
+
+        Parameters
+        ----------
+        f : callable
+            As for :meth:`interpolate`.
+        """
+        x, w_det_j, _ = self.quadrature(q_extra)
+        num_elem, Q, _ = x.shape
+        values = self._evaluate(f, x.reshape(-1, self.dim)).reshape(self.num_comp, num_elem, Q)
+        qvec = values.transpose(1, 0, 2) * w_det_j[:, None, :]  # (num_elem, num_comp, Q)
+        b = self.basis(q_extra=q_extra)
+        e = b.apply(num_elem, TRANSPOSE, EVAL_INTERP, self.ceed.asarray(qvec))
+        return self.restriction.apply(e, TRANSPOSE)
+
+    def errors(self, u, exact, grad_exact=None, q_extra=2):
+        """L2 (and H1-seminorm) errors of the L-vector ``u`` against exact functions.
+
+        Parameters
+        ----------
+        u : array (num_dofs,) of the backend
+        exact : callable
+            As for :meth:`interpolate`.
+        grad_exact : callable, optional
+            ``grad_exact(x)`` of shape ``(n, dim)`` (scalar fields) or
+            ``(n, num_comp, dim)``; when given, the H1-seminorm error is returned too.
+        q_extra : int, default 2
+            Extra quadrature points over the operator's rule, so the error is
+            not hidden by a rule that is exact on the discrete solution.
+
+        Returns
+        -------
+        l2 : float
+        h1 : float
+            Only when ``grad_exact`` is given.
+        """
+        self.ceed.backend.check_vector(u, "u", (self.num_dofs,))
+        x, w_det_j, jacobian = self.quadrature(q_extra)
+        num_elem, Q, dim = x.shape
+        b = self.basis(q_extra=q_extra)
+        e = self.restriction.apply(u)
+        uh = self.ceed.to_numpy(b.apply(num_elem, NOTRANSPOSE, EVAL_INTERP, e))  # (E, C, Q)
+        ue = self._evaluate(exact, x.reshape(-1, dim)).reshape(self.num_comp, num_elem, Q)
+        l2 = float(np.sqrt(np.sum(w_det_j[:, None] * (uh - ue.transpose(1, 0, 2)) ** 2)))
+        if grad_exact is None:
+            return l2
+        duh = self.ceed.to_numpy(b.apply(num_elem, NOTRANSPOSE, EVAL_GRAD, e))  # (E, dim, C, Q)
+        # physical gradient: du/dx_c = sum_d (J^{-1})[d, c] du/dxi_d
+        inv_j = np.linalg.inv(jacobian)  # (E, Q, d, c)
+        grad = np.einsum("eqdc,edkq->ekqc", inv_j, duh)  # (E, C, Q, dim)
+        g = np.asarray(grad_exact(x.reshape(-1, dim)), dtype=np.float64)
+        g = g.reshape(num_elem, Q, self.num_comp, dim).transpose(0, 2, 1, 3)
+        h1 = float(np.sqrt(np.sum(w_det_j[:, None, :, None] * (grad - g) ** 2)))
+        return l2, h1
+
+    def __repr__(self):
+        return (
+            f"H1Space({self.mesh.cell_type}, order={self.order}, num_comp={self.num_comp}, "
+            f"num_elem={self.num_elem}, num_dofs={self.num_dofs})"
+        )

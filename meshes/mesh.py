@@ -1,0 +1,301 @@
+"""The ``Mesh`` container: vertices, one cell type, tagged boundary facets."""
+
+import numpy as np
+
+from . import reference as ref
+
+
+def unique_rows(a):
+    """Number the distinct rows of an integer array in lexicographic order.
+
+    Parameters
+    ----------
+    a : ndarray of int64, shape ``(n, m)``
+
+    Returns
+    -------
+    inverse : ndarray of int64, shape ``(n,)``
+        Id of each row's class; equal rows get equal ids, ids ascend with the
+        rows' lexicographic order (column 0 most significant).
+    count : int
+        Number of distinct rows.
+    """
+    n = a.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.int64), 0
+    order = np.lexsort(a.T[::-1])  # (n,)
+    s = a[order]  # (n, m)
+    new = np.ones(n, dtype=bool)  # (n,)
+    new[1:] = np.any(s[1:] != s[:-1], axis=1)
+    ids = np.cumsum(new) - 1  # (n,)
+    inverse = np.empty(n, dtype=np.int64)  # (n,)
+    inverse[order] = ids
+    return inverse, int(ids[-1]) + 1
+
+
+def boundary_facets(cell_type, cells):
+    """Facets belonging to exactly one cell.
+
+    Parameters
+    ----------
+    cell_type : str
+    cells : ndarray of int64, shape ``(num_cells, num_corners)``
+
+    Returns
+    -------
+    ndarray of int64, shape ``(num_boundary_facets, corners_per_facet)``
+        Vertex ids in the hofem corner ordering of the facet type, ordered by
+        cell then local facet (:data:`reference.FACETS`); orientation is not
+        normalized.
+    """
+    local = ref.FACETS[cell_type]  # (facets_per_cell, corners_per_facet)
+    all_facets = cells[:, local].reshape(-1, local.shape[1])  # (num_cells * facets_per_cell, cpf)
+    ids, count = unique_rows(np.sort(all_facets, axis=1))  # (num_cells * facets_per_cell,)
+    return all_facets[np.bincount(ids, minlength=count)[ids] == 1]
+
+
+def _where(source):
+    return f" in {source}" if source else ""
+
+
+class Mesh:
+    """An unstructured conforming mesh of one cell type.
+
+    Parameters
+    ----------
+    points : array_like of float, shape ``(num_points, gdim)``
+        Vertex coordinates, ``gdim >= dim``.
+    cell_type : str
+        One of "line", "triangle", "quad", "tetra", "hexahedron" (meshio names).
+    cells : array_like of int, shape ``(num_cells, num_corners)``
+        Vertex ids of each cell in hofem corner ordering (see
+        :mod:`hofem.meshes.reference`).
+    facets : array_like of int, shape ``(num_facets, corners_per_facet)``, optional
+        Tagged boundary facets (vertex ids, any ordering); each must be a facet
+        of some cell. Default: the facets belonging to exactly one cell.
+    facet_tags : array_like of int, shape ``(num_facets,)``, optional
+        Default: all 1.
+    tag_names : dict[str, int], optional
+        Names of facet tags. Default ``{"boundary": 1}`` when the facets are
+        computed, else ``{}``.
+    geometry : array_like of float, shape ``(num_cells, num_geom_nodes, gdim)``, optional
+        Coordinates of each cell's order-``k`` geometric Lagrange nodes, ``k >= 2``,
+        in hofem lattice ordering (GLL positions for tensor cells, equispaced
+        for simplices); ``k`` is inferred from ``num_geom_nodes``.
+    source : str, optional
+        Where the mesh came from (a file name), quoted in error messages.
+
+    The arrays are taken as immutable after construction (facet-to-cell
+    matches are cached).
+
+    Attributes
+    ----------
+    dim : int
+        Topological dimension.
+    geometry_order : int
+        1 without ``geometry``, else ``k``.
+
+    Raises
+    ------
+    ValueError
+        Unknown cell type, wrong shapes, vertex ids out of range, facets that
+        are not cell facets, geometry of no order, or an inverted or degenerate
+        cell (Jacobian determinant <= 0 at a geometric node; checked when
+        ``gdim == dim``): the message names the first bad cell and ``source``.
+    TypeError
+        Non-integer ``cells``/``facets``/``facet_tags`` or non-real coordinates.
+    """
+
+    def __init__(
+        self,
+        points,
+        cell_type,
+        cells,
+        facets=None,
+        facet_tags=None,
+        tag_names=None,
+        geometry=None,
+        *,
+        source=None,
+    ):
+        self.source = source
+        where = _where(source)
+        if cell_type not in ref.CELL_TYPES:
+            supported = ", ".join(ref.CELL_TYPES)
+            raise ValueError(f"unsupported cell type {cell_type!r}{where}; supported: {supported}")
+        self.cell_type = cell_type
+        self.dim = ref.CELL_DIM[cell_type]
+        self.points = _real_array(points, "points", 2)  # (num_points, gdim)
+        if self.points.shape[1] < self.dim:
+            raise ValueError(
+                f"points{where} have {self.points.shape[1]} coordinates, "
+                f"fewer than the dimension {self.dim} of {cell_type} cells"
+            )
+        self.cells = _index_array(cells, "cells", 2)  # (num_cells, num_corners)
+        _check_ids(self.cells, ref.NUM_CORNERS[cell_type], len(self.points), "cells", where)
+
+        if facets is None:
+            self.facets = self.boundary_facets()  # (num_facets, corners_per_facet)
+            tag_names = {"boundary": 1} if tag_names is None else tag_names
+        else:
+            self.facets = _index_array(facets, "facets", 2)  # (num_facets, corners_per_facet)
+            corners_per_facet = ref.FACETS[cell_type].shape[1]
+            _check_ids(self.facets, corners_per_facet, len(self.points), "facets", where)
+        if facet_tags is None:
+            facet_tags = np.ones(len(self.facets), dtype=np.int32)
+        self.facet_tags = _index_array(facet_tags, "facet_tags", 1).astype(np.int32)
+        if self.facet_tags.shape != (len(self.facets),):
+            raise ValueError(
+                f"facet_tags{where} has shape {self.facet_tags.shape}, "
+                f"expected ({len(self.facets)},)"
+            )
+        self.tag_names = dict(tag_names or {})
+        self._facet_cells = self._match_facets()  # (num_facets, 2)
+
+        self.geometry = None
+        self.geometry_order = 1
+        if geometry is not None:
+            self._set_geometry(geometry)
+        self._check_orientation()
+
+    @property
+    def gdim(self):
+        """Geometric dimension (number of point coordinates)."""
+        return self.points.shape[1]
+
+    @property
+    def num_cells(self):
+        """Number of cells."""
+        return self.cells.shape[0]
+
+    @property
+    def num_points(self):
+        """Number of vertices."""
+        return self.points.shape[0]
+
+    def __repr__(self):
+        return (
+            f"Mesh({self.cell_type}, num_cells={self.num_cells}, num_points={self.num_points}, "
+            f"gdim={self.gdim}, geometry_order={self.geometry_order}, "
+            f"num_facets={len(self.facets)})"
+        )
+
+    def cell_coordinates(self):
+        """Coordinates of each cell's geometric nodes.
+
+        Returns
+        -------
+        ndarray of float64, shape ``(num_cells, num_geom_nodes, gdim)``
+            ``geometry`` if present, else the corners ``points[cells]``
+            (the order-1 lattice, which is the corner ordering).
+        """
+        return self.points[self.cells] if self.geometry is None else self.geometry
+
+    def cell_facets(self):
+        """Vertex ids of every local facet of every cell.
+
+        Returns
+        -------
+        ndarray of int64, shape ``(num_cells, facets_per_cell, corners_per_facet)``
+            In the order of :data:`reference.FACETS`.
+        """
+        return self.cells[:, ref.FACETS[self.cell_type]]
+
+    def boundary_facets(self):
+        """Facets belonging to exactly one cell; see :func:`boundary_facets`."""
+        return boundary_facets(self.cell_type, self.cells)
+
+    def facet_cells(self):
+        """The cell and local facet index of each tagged facet.
+
+        Returns
+        -------
+        ndarray of int64, shape ``(num_facets, 2)``
+            ``[cell, local facet]``, local facets numbered as in
+            :data:`reference.FACETS`.
+        """
+        return self._facet_cells
+
+    def _match_facets(self):
+        local = self.cell_facets()  # (num_cells, facets_per_cell, corners_per_facet)
+        facets_per_cell, corners_per_facet = local.shape[1:]
+        rows = np.sort(np.vstack([self.facets, local.reshape(-1, corners_per_facet)]), axis=1)
+        ids, count = unique_rows(rows)
+        first = np.full(count, -1, dtype=np.int64)  # (count,): a local facet of each class
+        first[ids[len(self.facets) :]] = np.arange(local.shape[0] * facets_per_cell)
+        match = first[ids[: len(self.facets)]]  # (num_facets,)
+        if np.any(match < 0):
+            bad = int(np.argmax(match < 0))
+            raise ValueError(
+                f"facet {bad} {self.facets[bad].tolist()}{_where(self.source)} "
+                f"is not a facet of any {self.cell_type} cell"
+            )
+        return np.column_stack(np.divmod(match, facets_per_cell))
+
+    def _set_geometry(self, geometry):
+        where = _where(self.source)
+        geometry = _real_array(geometry, "geometry", 3)  # (num_cells, num_geom_nodes, gdim)
+        order = next(
+            (
+                k
+                for k in range(2, 65)
+                if ref.num_lattice_nodes(self.cell_type, k) == geometry.shape[1]
+            ),
+            None,
+        )
+        if geometry.shape[0] != self.num_cells or geometry.shape[2] != self.gdim or order is None:
+            raise ValueError(
+                f"geometry{where} has shape {geometry.shape}; expected (num_cells={self.num_cells},"
+                f" num_geom_nodes, gdim={self.gdim}) with num_geom_nodes that of a "
+                f"{self.cell_type} lattice of order >= 2"
+            )
+        self.geometry = geometry
+        self.geometry_order = order
+
+    def _check_orientation(self):
+        if self.gdim != self.dim or self.num_cells == 0:
+            return
+        k = self.geometry_order
+        nodes = ref.geometry_nodes(self.cell_type, k)  # (num_geom_nodes, dim)
+        dphi = ref.lagrange_derivatives(self.cell_type, k, nodes)  # (dim, nodes, nodes)
+        x = self.cell_coordinates()  # (num_cells, num_geom_nodes, gdim)
+        jac = np.einsum("dqn,cni->cqid", dphi, x)  # (num_cells, num_geom_nodes, gdim, dim)
+        det = np.linalg.det(jac)  # (num_cells, num_geom_nodes)
+        scale = np.ptp(x, axis=1).max(axis=1) ** self.dim  # (num_cells,)
+        bad = np.any(det <= 1e-12 * scale[:, None], axis=1)  # (num_cells,)
+        if np.any(bad):
+            c = int(np.argmax(bad))
+            raise ValueError(
+                f"inverted or degenerate {self.cell_type} cell {c}{_where(self.source)}: "
+                f"Jacobian determinant {det[c].min():.3g} <= 0 (vertices {self.cells[c].tolist()})"
+            )
+
+
+def _real_array(a, name, ndim):
+    a = np.asarray(a)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name} must be real numbers, got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array, got shape {a.shape}")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _index_array(a, name, ndim):
+    a = np.asarray(a)
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array, got shape {a.shape}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _check_ids(ids, width, num_points, name, where):
+    if ids.shape[1] != width:
+        raise ValueError(f"{name}{where} has shape {ids.shape}, expected (n, {width})")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_points):
+        bad = int(np.argmax(np.any((ids < 0) | (ids >= num_points), axis=1)))
+        raise ValueError(
+            f"{name}[{bad}] = {ids[bad].tolist()}{where} has vertex ids outside [0, {num_points})"
+        )
