@@ -1,5 +1,6 @@
 """Krylov solvers on any array module (NumPy or CuPy), for operators or matrices."""
 
+import functools
 import math
 
 import numpy as np
@@ -55,6 +56,25 @@ def _array_module(b):
     if cupy is not None and isinstance(b, cupy.ndarray):
         return cupy
     raise TypeError(f"b must be a NumPy or CuPy array, got {type(b).__name__}")
+
+
+@functools.cache
+def _fused_updates(xp):
+    """CuPy kernels fusing CG's vector updates, or None for NumPy (plain expressions).
+
+    Returns ``(update_xr, update_p)``: ``x += alpha p; r -= alpha Ap`` in one pass,
+    and ``p = z + beta p`` in one pass (``alpha``, ``beta`` 0-d device arrays).
+    """
+    if xp is np:
+        return None
+    update_xr = xp.ElementwiseKernel(
+        "T alpha, T p, T Ap",
+        "T x, T r",
+        "x += alpha * p; r -= alpha * Ap",
+        "hofem_cg_update_xr",
+    )
+    update_p = xp.ElementwiseKernel("T z, T beta", "T p", "p = z + beta * p", "hofem_cg_update_p")
+    return update_xr, update_p
 
 
 def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=None, check_every=1):
@@ -132,14 +152,18 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     p = z.copy()
     rz = xp.vdot(r, z)
     breakdown = xp.zeros((), dtype=bool)  # device flag: p.Ap <= 0 or NaN/Inf seen
+    fused = _fused_updates(xp)
     iteration = 0
     while iteration < maxiter:
         Ap = matvec(p)
         pAp = xp.vdot(p, Ap)
         breakdown |= ~xp.isfinite(pAp) | ((pAp <= 0) & (rz != 0))
         alpha = rz / xp.where(pAp > 0, pAp, 1.0)  # 0 once converged exactly (rz = 0)
-        x += alpha * p
-        r -= alpha * Ap
+        if fused:
+            fused[0](alpha, p, Ap, x, r)
+        else:
+            x += alpha * p
+            r -= alpha * Ap
         iteration += 1
         if callback is not None:
             callback(x)
@@ -158,7 +182,11 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
                 return x, CGInfo(0, iteration, r_norm, "converged")
         z = precond(r) if precond else r
         rz_new = xp.vdot(r, z)
-        p = z + (rz_new / xp.where(rz != 0, rz, 1.0)) * p
+        beta = rz_new / xp.where(rz != 0, rz, 1.0)
+        if fused:
+            fused[1](z, beta, p)
+        else:
+            p = z + beta * p
         rz = rz_new
     return x, CGInfo(
         iteration,

@@ -30,15 +30,23 @@ def test_docs_code_blocks_run_in_order(page, expected, capsys):
 
 def test_main_command_solves_bp3():
     """The README's main job: BP3 (p = 4) converges with a small L2 error."""
-    out = subprocess.run([sys.executable, "-m", "hofem.bakeoff", "--elements", "3"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "hofem.bakeoff", "--elements", "3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["bp"] == "bp3" and result["converged"] and result["l2_error"] < 1e-4
 
 
 def test_hex_volume_example_prints_volume():
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "hex_volume.py")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "hex_volume.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "volume = 2.606250000000"
 
 

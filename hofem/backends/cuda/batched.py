@@ -1,0 +1,261 @@
+"""``/gpu/cuda/batched``: one fused kernel per restriction and tensor-basis action.
+
+Restriction gather/scatter and the sum-factorized tensor basis actions run as
+the ``.cu`` kernels beside this file (specialized by ``-D`` defines, compiled on
+first use, see :mod:`hofem.backends.cuda.kernels`).  The basis kernels read and
+write Q-vectors in place, so an operator apply is G, B, the QFunction (CuPy
+code traced into one fused kernel, or CuPy array code where the body cannot
+be traced), B^T, G^T with no layout copies.  Non-tensor bases,
+oriented restrictions and assembly are inherited from ``/gpu/cuda/ref``.
+"""
+
+import numpy as np
+
+from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPOSE
+from .ref import CudaRefBackend, cupy, require_device
+
+__all__ = ["CudaBatchedBackend"]
+
+_INT32_MAX = np.iinfo(np.int32).max
+# largest 1D size the tensor kernels are specialized for (registers grow with it)
+_MAX_T_1D = 16
+_SCATTER_THREADS = 256
+_MAX_BLOCKS = 1 << 20
+# "auto" scatter: the transpose map won at 27 nodes per element, atomics at 125 and 729
+_MAP_MAX_ELEM_SIZE = 27
+
+
+def _blocks(n, threads=_SCATTER_THREADS):
+    return (max(1, min(_MAX_BLOCKS, -(-n // threads))),)
+
+
+class CudaBatchedBackend(CudaRefBackend):
+    """Batched device kernels for restrictions and tensor bases; the rest from cuda/ref.
+
+    Attributes
+    ----------
+    scatter : {"auto", "map", "atomic"}
+        Transpose restriction: a precomputed transpose map (CSR from the touched
+        L-vector entries to the E-vector entries, no atomics) or atomicAdd per
+        entry.  ``"auto"`` takes the map for elements of at most
+        ``_MAP_MAX_ELEM_SIZE`` nodes, atomics above (measured on an H100:
+        docs/performance.md).
+    """
+
+    resource = "/gpu/cuda/batched"
+    scatter = "auto"
+
+    @classmethod
+    def check_available(cls):
+        """Raise ImportError (naming ``pip install hofem[gpu]``) without CuPy or a device."""
+        require_device()
+
+    # --- restriction -------------------------------------------------------------------------
+    def restriction_setup(self, r):
+        """Device indices in the kernels' index type; identity layouts are flagged."""
+        super().restriction_setup(r)
+        wide = max(r.e_size, r.l_size + 1) > _INT32_MAX
+        index_dtype = np.int64 if wide else np.int32
+        data = r.backend_data
+        data["index_dtype"] = index_dtype
+        data["indices"] = data["indices"].astype(index_dtype, copy=False)  # (e_size,)
+        data["identity"] = (
+            r.strides == (1, r.elem_size, r.elem_size * r.num_comp) and r.l_size == r.e_size
+        )
+
+    def _transpose_map(self, r):
+        """Transpose map of the touched L-vector entries, built once on the host.
+
+        Returns
+        -------
+        t_nodes : (n,) the distinct L-vector indices the restriction reads
+        t_offsets : (n + 1,) CSR row starts into ``t_entries``
+        t_entries : (e_size,) E-vector entries, grouped by L-vector index
+        """
+        data = r.backend_data
+        if "t_nodes" not in data:
+            index_dtype = data["index_dtype"]
+            indices = r.indices.ravel()  # (e_size,) host
+            entries = np.argsort(indices, kind="stable")  # (e_size,)
+            nodes, counts = np.unique(indices[entries], return_counts=True)  # (n,), (n,)
+            offsets = np.zeros(nodes.size + 1, dtype=index_dtype)  # (n + 1,)
+            np.cumsum(counts, out=offsets[1:])
+            data["t_nodes"] = cupy.asarray(nodes.astype(index_dtype))
+            data["t_offsets"] = cupy.asarray(offsets)
+            data["t_entries"] = cupy.asarray(entries.astype(index_dtype))
+        return data["t_nodes"], data["t_offsets"], data["t_entries"]
+
+    def _gather(self, r, u):
+        data = r.backend_data
+        if data["identity"]:
+            return u.reshape(r.num_elem, r.num_comp, r.elem_size)
+        e = cupy.empty((r.num_elem, r.num_comp, r.elem_size))
+        index_dtype = data["index_dtype"]
+        kernel = self._restriction_kernels(index_dtype).get_function("gather")
+        kernel(
+            _blocks(r.e_size), (_SCATTER_THREADS,), (index_dtype(r.e_size), data["indices"], u, e)
+        )
+        return e
+
+    def _scatter_add(self, r, e, v):
+        """v (l_size,) += G^T e, e (num_elem, num_comp, elem_size) C-contiguous."""
+        data = r.backend_data
+        if data["identity"]:
+            v += e.reshape(-1)
+            return
+        index_dtype = data["index_dtype"]
+        module = self._restriction_kernels(index_dtype)
+        use_map = self.scatter == "map" or (
+            self.scatter == "auto" and r.elem_size <= _MAP_MAX_ELEM_SIZE
+        )
+        if not use_map:
+            module.get_function("scatter_atomic")(
+                _blocks(r.e_size),
+                (_SCATTER_THREADS,),
+                (index_dtype(r.e_size), data["indices"], e, v),
+            )
+            return
+        t_nodes, t_offsets, t_entries = self._transpose_map(r)
+        module.get_function("scatter_map")(
+            _blocks(t_nodes.size),
+            (_SCATTER_THREADS,),
+            (index_dtype(t_nodes.size), t_nodes, t_offsets, t_entries, e, v),
+        )
+
+    @staticmethod
+    def _restriction_kernels(index_dtype):
+        from . import kernels
+
+        return kernels.restriction_module(index_dtype)
+
+    def restriction_apply(self, r, u, t_mode, signed=True):
+        """L (l_size,) -> E (num_elem, num_comp, elem_size) or the transpose, by kernels.
+
+        Oriented restrictions (with ``signed``) use the inherited CuPy code.
+        """
+        if signed and r.signs is not None:
+            return super().restriction_apply(r, u, t_mode, signed)
+        if t_mode is NOTRANSPOSE:
+            e = self._gather(r, u)
+            return e.copy() if r.backend_data["identity"] else e
+        v = cupy.zeros(r.l_size)
+        self._scatter_add(r, cupy.ascontiguousarray(u), v)
+        return v
+
+    # --- basis -------------------------------------------------------------------------------
+    def basis_setup(self, b):
+        """Device matrices; tensor bases also keep the transposes (P_1d, Q_1d) contiguous."""
+        super().basis_setup(b)
+        if b.is_tensor:
+            data = b.backend_data
+            data["interp_1d_t"] = cupy.ascontiguousarray(data["interp_1d"].T)
+            data["grad_1d_t"] = cupy.ascontiguousarray(data["grad_1d"].T)
+            data["kernels"] = max(b.P_1d, b.Q_1d) <= _MAX_T_1D
+
+    def _tensor_kernel(self, b, t_mode, eval_mode, src, dst, num_elem, q_strides):
+        """Launch one tensor basis kernel; the Q side is addressed with ``q_strides``."""
+        from . import kernels
+
+        module = kernels.basis_module(b.dim, b.num_comp, b.P_1d, b.Q_1d)
+        elems, block = kernels.basis_block(b.dim, b.P_1d, b.Q_1d)
+        data = b.backend_data
+        transpose = t_mode is not NOTRANSPOSE
+        B = data["interp_1d_t" if transpose else "interp_1d"]
+        G = data["grad_1d_t" if transpose else "grad_1d"]
+        name = ("grad" if eval_mode is EVAL_GRAD else "interp") + ("_t" if transpose else "")
+        mats = (B, G) if eval_mode is EVAL_GRAD else (B,)
+        grid = (-(-num_elem // elems),)
+        strides = tuple(np.int64(s) for s in q_strides)
+        module.get_function(name)(grid, block, (np.int32(num_elem), *mats, src, dst, *strides))
+
+    def basis_apply(self, b, t_mode, eval_mode, u):
+        """Tensor interp/grad (and transposes) by the batched kernels; others inherited."""
+        if not (b.is_tensor and b.backend_data["kernels"]):
+            return super().basis_apply(b, t_mode, eval_mode, u)
+        num_elem = u.shape[0]
+        Q, P, C = b.num_qpts, b.num_nodes, b.num_comp
+        rows = b.dim * C if eval_mode is EVAL_GRAD else C
+        u = cupy.ascontiguousarray(u)
+        if t_mode is NOTRANSPOSE:
+            v = cupy.empty((num_elem, rows * Q))  # (E, [dim,] C, Q) flattened per element
+            self._tensor_kernel(b, t_mode, eval_mode, u, v, num_elem, (rows * Q, Q))
+            shape = (num_elem, b.dim, C, Q) if eval_mode is EVAL_GRAD else (num_elem, C, Q)
+            return v.reshape(shape)
+        v = cupy.empty((num_elem, C, P))
+        self._tensor_kernel(b, t_mode, eval_mode, u, v, num_elem, (rows * Q, Q))
+        return v
+
+    # --- operator ----------------------------------------------------------------------------
+    def _uses_kernels(self, field):
+        b = field.basis
+        return (
+            field.eval_mode in (EVAL_INTERP, EVAL_GRAD)
+            and b.is_tensor
+            and b.backend_data["kernels"]
+            and not field.restriction.is_oriented
+        )
+
+    def input_qvec(self, op, field, u):
+        """Q-vector (size, E*Q) of an input field, written by the basis kernel directly."""
+        E, Q = op.num_elem, op.num_qpts
+        lvec = u if field.is_active else field.vector
+        if field.eval_mode is EVAL_NONE and not field.restriction.is_oriented:
+            return self._to_qvec(self._gather(field.restriction, lvec), E, Q)
+        if not self._uses_kernels(field):
+            return super().input_qvec(op, field, u)
+        e = self._gather(field.restriction, lvec)  # (E, C, P)
+        q = cupy.empty((field.size, E * Q))
+        self._tensor_kernel(field.basis, NOTRANSPOSE, field.eval_mode, e, q, E, (Q, E * Q))
+        return q
+
+    def _fused_qfunction(self, op):
+        """The traced QFunction kernel of ``op`` (None when its body is untraceable), cached."""
+        from .qfunction_fuse import Untraceable, fused_kernel
+
+        ctx = op.qf.context
+        key = None if ctx is None else ctx.tobytes()
+        cached = op.backend_data.get("qfunction")
+        if cached is None or cached[0] != key:
+            try:
+                run = fused_kernel(op.qf, op.num_qpts)
+            except Untraceable:
+                run = None
+            cached = op.backend_data["qfunction"] = (key, run)
+        return cached[1]
+
+    def operator_apply_add(self, op, u, v):
+        """v += A u: kernels for G and B, the QFunction traced into one fused kernel.
+
+        EVAL_NONE inputs (stored qdata) are read by that kernel in their E-vector
+        layout, with no copy.  Untraceable bodies run vectorized (inherited).
+        """
+        run = self._fused_qfunction(op)
+        if run is None:
+            super().operator_apply_add(op, u, v)
+            return
+        E, Q = op.num_elem, op.num_qpts
+        inputs = []  # (array, row stride, element stride)
+        for field in op.input_fields:
+            if field.eval_mode is EVAL_NONE and not field.restriction.is_oriented:
+                lvec = u if field.is_active else field.vector
+                e = self._gather(field.restriction, lvec)  # (E, size, Q)
+                inputs.append((e, Q, field.size * Q))
+            else:
+                inputs.append((self.input_qvec(op, field, u), E * Q, Q))  # (size, E*Q)
+        outputs = [cupy.zeros((f.size, E * Q)) for f in op.output_fields]  # (size, E*Q)
+        run(E * Q, inputs, [(q, E * Q, Q) for q in outputs])
+        for field, q in zip(op.output_fields, outputs, strict=True):
+            if field.is_active:
+                self.output_add(op, field, q, v)
+
+    def output_add(self, op, field, q, v):
+        """v += G^T B^T q, the basis kernel reading the Q-vector (size, E*Q) directly."""
+        if not self._uses_kernels(field):
+            super().output_add(op, field, q, v)
+            return
+        E, Q = op.num_elem, op.num_qpts
+        r = field.restriction
+        e = cupy.empty((E, r.num_comp, r.elem_size))
+        q = cupy.ascontiguousarray(q)
+        self._tensor_kernel(field.basis, TRANSPOSE, field.eval_mode, q, e, E, (Q, E * Q))
+        self._scatter_add(r, e, v)

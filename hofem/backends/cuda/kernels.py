@@ -1,0 +1,69 @@
+"""Run-time compiled CUDA kernels: ``.cu`` sources next to this file, NVRTC via CuPy.
+
+A kernel module is specialized by ``-D`` defines and compiled on first use, then
+cached per specialization (in memory here, on disk by CuPy's kernel cache).
+Nothing compiles at import.
+"""
+
+import functools
+import pathlib
+
+import cupy
+
+__all__ = ["basis_block", "basis_module", "restriction_module", "source"]
+
+_HERE = pathlib.Path(__file__).parent
+
+# threads per block the tensor basis kernels aim for, and the cap on their scratch
+_TARGET_THREADS = 256
+_MAX_SCRATCH_BYTES = 32 * 1024
+
+
+@functools.cache
+def source(name):
+    """The text of the ``.cu`` file ``name`` beside this module."""
+    return (_HERE / name).read_text()
+
+
+@functools.cache
+def _module(name, defines):
+    options = ("--std=c++17", *(f"-D{key}={value}" for key, value in defines))
+    return cupy.RawModule(code=source(name), options=options)
+
+
+def basis_block(dim, P_1d, Q_1d):
+    """Thread configuration of the tensor basis kernels.
+
+    Returns
+    -------
+    elems_per_block : int
+        Elements sharing one block: enough for ~256 threads, scratch <= 32 KiB.
+    block : tuple of 3 int
+        ``(T, T, elems)`` in 3D, ``(T, elems, 1)`` in 1D and 2D, ``T = max(P_1d, Q_1d)``.
+    """
+    T = max(P_1d, Q_1d)
+    threads = T ** max(dim - 1, 1)
+    elems = max(1, _TARGET_THREADS // threads)
+    elems = max(1, min(elems, _MAX_SCRATCH_BYTES // (8 * T**dim)))
+    block = (T, T, elems) if dim == 3 else (T, elems, 1)
+    return elems, block
+
+
+def basis_module(dim, num_comp, P_1d, Q_1d):
+    """Compiled ``basis_tensor.cu`` of one specialization: interp, interp_t, grad, grad_t."""
+    elems, _ = basis_block(dim, P_1d, Q_1d)
+    defines = (
+        ("DIM", dim),
+        ("NUM_COMP", num_comp),
+        ("P_1D", P_1d),
+        ("Q_1D", Q_1d),
+        ("T_1D", max(P_1d, Q_1d)),
+        ("ELEMS_PER_BLOCK", elems),
+    )
+    return _module("basis_tensor.cu", defines)
+
+
+def restriction_module(index_dtype):
+    """Compiled ``restriction.cu`` for int32/int64 indices: gather, scatter_atomic, scatter_map."""
+    index_t = "int" if cupy.dtype(index_dtype) == cupy.int32 else "long long"
+    return _module("restriction.cu", (("INDEX_T", index_t),))

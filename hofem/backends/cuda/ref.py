@@ -1,0 +1,68 @@
+"""``/gpu/cuda/ref``: the reference backend's array code run on CuPy (+ cuBLAS).
+
+Every method of :class:`hofem.backends.ref.RefBackend` is written against the
+array module ``xp``; here ``xp`` is CuPy, so the same readable steps run on the
+device.  Only what touches host-only types is overridden: host/device moves,
+the sparse matrix and ``LinearOperator`` types.
+"""
+
+import numpy as np
+
+from ..ref import RefBackend
+
+try:
+    import cupy
+except ImportError:  # the backend reports it through check_available
+    cupy = None
+
+__all__ = ["CudaRefBackend", "require_device"]
+
+_INSTALL_HINT = "install CuPy with `pip install hofem[gpu]` (CUDA 12) or `hofem[gpu13]` (CUDA 13)"
+
+
+def require_device():
+    """Raise ImportError unless CuPy imports and sees at least one CUDA device."""
+    if cupy is None:
+        raise ImportError(f"CuPy is not installed; {_INSTALL_HINT}")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError without a driver
+        raise ImportError(f"no CUDA device is visible to CuPy ({exc}); {_INSTALL_HINT}") from exc
+    if count < 1:
+        raise ImportError(f"no CUDA device is visible to CuPy; {_INSTALL_HINT}")
+
+
+class CudaRefBackend(RefBackend):
+    """The NumPy reference code on CuPy arrays: the readable GPU baseline and GPU oracle."""
+
+    resource = "/gpu/cuda/ref"
+    xp = cupy
+
+    @classmethod
+    def check_available(cls):
+        """Raise ImportError (naming ``pip install hofem[gpu]``) without CuPy or a device."""
+        require_device()
+
+    def asarray(self, x, dtype=None):
+        """``x`` as a CuPy array: device arrays stay on the device, host ones are copied.
+
+        ``None`` (no vector, e.g. the input of an EVAL_WEIGHT basis action) passes through.
+        """
+        if x is None:
+            return None
+        if isinstance(x, cupy.ndarray):
+            return cupy.asarray(x, dtype=dtype)
+        return cupy.asarray(np.asarray(x), dtype=dtype)
+
+    def sparse_csr(self, matrix):
+        """The host CSR matrix as a ``cupyx.scipy.sparse.csr_matrix``."""
+        import cupyx.scipy.sparse
+
+        matrix.sum_duplicates()
+        return cupyx.scipy.sparse.csr_matrix(matrix)
+
+    def linear_operator(self, shape, op):
+        """``cupyx.scipy.sparse.linalg.LinearOperator`` applying ``op`` to CuPy vectors."""
+        import cupyx.scipy.sparse.linalg
+
+        return cupyx.scipy.sparse.linalg.LinearOperator(shape, matvec=op.__call__, dtype=np.float64)

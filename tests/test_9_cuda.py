@@ -1,0 +1,167 @@
+"""GPU backends: kernels at the specialization edges, int64 indices, CuPy interop, CG.
+
+Oracle: ``/cpu/self/ref``.  Skips cleanly without CuPy or a CUDA device.
+"""
+
+import numpy as np
+import pytest
+from util import mass_operator, poisson_operator
+
+import hofem as hf
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+if "/gpu/cuda/ref" not in hf.backends.available():
+    pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
+
+GPU = ["/gpu/cuda/ref", "/gpu/cuda/batched"]
+
+
+def rel_error(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+@pytest.fixture(scope="module")
+def batched():
+    return hf.Ceed("/gpu/cuda/batched")
+
+
+@pytest.fixture(scope="module", params=GPU)
+def gpu(request):
+    return hf.Ceed(request.param)
+
+
+def test_gpu_cuda_resolves_to_batched():
+    assert hf.Ceed("/gpu/cuda").resource == "/gpu/cuda/batched"
+    assert hf.Ceed("/gpu").resource == "/gpu/cuda/batched"
+
+
+# (dim, num_comp, P_1d, Q_1d): every range edge (P 2, 10; Q 1, 11; dim 1-3; comp 1-3)
+EDGES = [
+    (dim, comp, P, Q)
+    for dim in (1, 2, 3)
+    for comp, P, Q in ((1, 2, 1), (3, 2, 11), (2, 10, 1), (1, 10, 11), (3, 4, 6))
+]
+
+
+@pytest.mark.parametrize(("dim", "num_comp", "P", "Q"), EDGES)
+def test_tensor_kernels_match_ref(batched, ref, dim, num_comp, P, Q):
+    from hofem.backends.cuda import kernels
+
+    elems, _ = kernels.basis_block(dim, P, Q)
+    num_elem = 2 * elems + 1  # not a multiple of the elements per block
+    rng = np.random.default_rng(dim * 1000 + P * 10 + Q)
+    b_gpu = batched.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
+    b_ref = ref.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
+    nodes = (num_elem, num_comp, P**dim)
+    for mode, qpts in (
+        (hf.EVAL_INTERP, (num_elem, num_comp, Q**dim)),
+        (hf.EVAL_GRAD, (num_elem, dim, num_comp, Q**dim)),
+    ):
+        for t_mode, shape in ((hf.NOTRANSPOSE, nodes), (hf.TRANSPOSE, qpts)):
+            u = rng.standard_normal(shape)
+            got = b_gpu.apply(num_elem, t_mode, mode, batched.asarray(u))
+            want = b_ref.apply(num_elem, t_mode, mode, u)
+            assert got.shape == want.shape
+            assert rel_error(batched.to_numpy(got), want) < 1e-12, (mode, t_mode)
+
+
+@pytest.mark.parametrize("scatter", ["map", "atomic"])
+def test_restriction_kernels_match_ref(batched, ref, scatter):
+    rng = np.random.default_rng(7)
+    num_elem, elem_size, num_comp, comp_stride, n = 37, 5, 3, 41, 41
+    offsets = rng.integers(0, n, size=(num_elem, elem_size))
+    args = (num_elem, elem_size, num_comp, comp_stride, num_comp * n, offsets)
+    r_gpu, r_ref = batched.ElemRestriction(*args), ref.ElemRestriction(*args)
+    u = rng.standard_normal(num_comp * n)
+    e = rng.standard_normal((num_elem, num_comp, elem_size))
+    batched.backend.scatter = scatter
+    try:
+        got_e = r_gpu.apply(batched.asarray(u))
+        got_u = r_gpu.apply(batched.asarray(e), hf.TRANSPOSE)
+    finally:
+        batched.backend.scatter = type(batched.backend).scatter
+    np.testing.assert_array_equal(batched.to_numpy(got_e), r_ref.apply(u))
+    assert rel_error(batched.to_numpy(got_u), r_ref.apply(e, hf.TRANSPOSE)) < 1e-14
+
+
+@pytest.mark.parametrize("scatter", ["map", "atomic"])
+def test_int64_index_path(batched, scatter):
+    """l_size > 2^31: int64 indices, a few elements at both ends of the L-vector."""
+    l_size = 2**31 + 17
+    offsets = np.array([[0, 3, l_size - 1], [5, l_size - 2, 3], [l_size - 9, 1, 2]])
+    r = batched.ElemRestriction(3, 3, 1, 1, l_size, offsets)
+    assert r.backend_data["index_dtype"] == np.int64
+    rng = np.random.default_rng(3)
+    touched = np.unique(offsets)
+    values = rng.standard_normal(touched.size)
+    u = cupy.zeros(l_size)
+    u[cupy.asarray(touched)] = cupy.asarray(values)
+    e = r.apply(u)
+    lookup = dict(zip(touched.tolist(), values.tolist(), strict=True))
+    np.testing.assert_array_equal(
+        batched.to_numpy(e).reshape(3, 3), np.vectorize(lookup.get)(offsets)
+    )
+    del u
+    batched.backend.scatter = scatter
+    try:
+        v = r.apply(e, hf.TRANSPOSE)
+    finally:
+        batched.backend.scatter = type(batched.backend).scatter
+    expected = np.bincount(
+        np.searchsorted(touched, offsets.ravel()), weights=batched.to_numpy(e).ravel()
+    )
+    np.testing.assert_allclose(batched.to_numpy(v[cupy.asarray(touched)]), expected, rtol=1e-15)
+    assert float(cupy.abs(v).sum()) == pytest.approx(float(np.abs(expected).sum()))
+
+
+@pytest.mark.parametrize("build", [mass_operator, poisson_operator])
+def test_operator_matches_ref_odd_elements(gpu, ref, build):
+    op_gpu, _ = build(gpu, n=3, p=4, dim=3, warp=0.1)  # 27 elements
+    op_ref, _ = build(ref, n=3, p=4, dim=3, warp=0.1)
+    u = np.random.default_rng(1).standard_normal(op_ref.shape[1])
+    assert rel_error(gpu.to_numpy(op_gpu(gpu.asarray(u))), op_ref(u)) < 1e-12
+    diag = gpu.to_numpy(op_gpu.linear_assemble_diagonal())
+    assert rel_error(diag, op_ref.linear_assemble_diagonal()) < 1e-12
+
+
+def test_host_arrays_rejected(gpu):
+    op, s = mass_operator(gpu, n=2, p=2, dim=2)
+    host = np.zeros(op.shape[1])
+    with pytest.raises(TypeError, match=r"ceed\.asarray"):
+        op(host)
+    with pytest.raises(TypeError, match=r"ceed\.asarray"):
+        s["r_u"].apply(host)
+    with pytest.raises(TypeError, match=r"ceed\.asarray"):
+        s["basis"].apply(4, hf.NOTRANSPOSE, hf.EVAL_INTERP, np.zeros((4, 1, 9)))
+
+
+def test_linear_operator_is_cupyx_and_solves(gpu):
+    import cupyx.scipy.sparse.linalg
+
+    op, _ = mass_operator(gpu, n=3, p=2, dim=3, warp=0.1)
+    A = op.as_linear_operator()
+    assert isinstance(A, cupyx.scipy.sparse.linalg.LinearOperator)
+    b = gpu.asarray(np.random.default_rng(2).standard_normal(op.shape[0]))
+    x, info = cupyx.scipy.sparse.linalg.cg(A, b, rtol=1e-12, maxiter=500)
+    assert info == 0
+    assert float(cupy.linalg.norm(op(x) - b)) < 1e-9 * float(cupy.linalg.norm(b))
+    assert isinstance(op.linear_assemble(), cupyx.scipy.sparse.csr_matrix)
+
+
+def test_gpu_cg_matches_cpu_cg(gpu, ref):
+    rng = np.random.default_rng(4)
+    ops = {}
+    for ceed in (gpu, ref):
+        poisson, _ = poisson_operator(ceed, n=3, p=3, dim=3, warp=0.1)
+        mass, _ = mass_operator(ceed, n=3, p=3, dim=3, warp=0.1)
+        ops[ceed] = ceed.CompositeOperator([poisson, mass])
+    b = rng.standard_normal(ops[ref].shape[0])
+    x_ref, info_ref = hf.cg(ops[ref], b, rtol=1e-10, M=hf.jacobi(ops[ref]))
+    x_gpu, info_gpu = hf.cg(
+        ops[gpu], gpu.asarray(b), rtol=1e-10, M=hf.jacobi(ops[gpu]), check_every=5
+    )
+    assert info_ref == 0 and info_gpu == 0
+    assert abs(info_gpu.iterations - info_ref.iterations) <= 5
+    assert rel_error(gpu.to_numpy(x_gpu), x_ref) < 1e-8
