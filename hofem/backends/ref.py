@@ -243,31 +243,35 @@ class RefBackend:
             Q = op.num_qpts
             yield start, stop, D[start * Q : stop * Q].reshape(stop - start, Q, *D.shape[1:])
 
+    def _element_sum(self, op, subscripts, out_shape, per_elem):
+        """Per-element ``einsum(subscripts, B_out, D_e, B_in)`` over bounded element chunks.
+
+        Returns the (num_elem, *out_shape) result and the active restrictions.
+        """
+        xp = self.xp
+        B_in, r_in = self._active_basis(op, False)  # (S_in, Q, C_in P_in)
+        B_out, r_out = self._active_basis(op, True)  # (S_out, Q, C_out P_out)
+        B_in, B_out = xp.asarray(B_in), xp.asarray(B_out)
+        D = self._qfunction_matrix(op)  # (E Q, S_out, S_in)
+        result = xp.zeros((op.num_elem, *out_shape(B_out.shape[2], B_in.shape[2])))
+        per_elem = op.num_qpts * (D[0].size + per_elem(B_out.shape[0], B_in.shape[2]))
+        for start, stop, D_e in self._element_chunks(op, D, per_elem):
+            result[start:stop] = xp.einsum(subscripts, B_out, D_e, B_in, optimize=True)
+        return result, r_in, r_out
+
     def operator_assemble_diagonal(self, op):
         """Diagonal as an L-vector: sum over elements of diag(B_out^T D B_in)."""
-        xp = self.xp
-        B_in, _ = self._active_basis(op, False)
-        B_out, r_out = self._active_basis(op, True)
-        B_in, B_out = xp.asarray(B_in), xp.asarray(B_out)
-        D = self._qfunction_matrix(op)
-        diag = xp.zeros((op.num_elem, B_out.shape[2]))
-        for start, stop, D_e in self._element_chunks(op, D, D[0].size * op.num_qpts):
-            diag[start:stop] = xp.einsum("aqi,eqab,bqi->ei", B_out, D_e, B_in, optimize=True)
+        diag, _, r_out = self._element_sum(
+            op, "aqi,eqab,bqi->ei", lambda n_out, n_in: (n_out,), lambda s_out, n_in: 0
+        )
         e = diag.reshape(op.num_elem, r_out.num_comp, r_out.elem_size)
         return self.restriction_apply(r_out, e, TRANSPOSE, signed=False)
 
     def element_matrices(self, op):
-        """Element matrices (num_elem, C_out*P_out, C_in*P_in), unsigned, host."""
-        xp = self.xp
-        B_in, r_in = self._active_basis(op, False)
-        B_out, r_out = self._active_basis(op, True)
-        B_in, B_out = xp.asarray(B_in), xp.asarray(B_out)
-        D = self._qfunction_matrix(op)
-        A = xp.zeros((op.num_elem, B_out.shape[2], B_in.shape[2]))
-        per_elem = op.num_qpts * (D[0].size + B_out.shape[0] * B_in.shape[2])
-        for start, stop, D_e in self._element_chunks(op, D, per_elem):
-            A[start:stop] = xp.einsum("aqi,eqab,bqk->eik", B_out, D_e, B_in, optimize=True)
-        return A, r_in, r_out
+        """Element matrices (num_elem, C_out*P_out, C_in*P_in), unsigned."""
+        return self._element_sum(
+            op, "aqi,eqab,bqk->eik", lambda n_out, n_in: (n_out, n_in), lambda s, n: s * n
+        )
 
     def operator_assemble(self, op):
         """CSR matrix of the operator from element matrices and restriction indices."""
