@@ -23,9 +23,11 @@ def test_editable_layout_maps_folders():
 
 
 def test_import_does_not_pull_optional_extras():
-    code = ("import sys, hofem; bad = [m for m in ('numba', 'cupy', 'meshio', 'mpi4py', "
-            "'matplotlib', 'hofem.qfunctions') if m in sys.modules]; print(bad); "
-            "sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, hofem; bad = [m for m in ('numba', 'cupy', 'meshio', 'mpi4py', "
+        "'matplotlib', 'hofem.qfunctions') if m in sys.modules]; print(bad); "
+        "sys.exit(1 if bad else 0)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -34,9 +36,19 @@ def test_import_does_not_pull_optional_extras():
 def test_wheel_installs_every_subpackage(tmp_path):
     """``pip install .`` (a built wheel) imports hofem and the folder-mapped sub-packages."""
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-         "-w", str(tmp_path / "dist"), str(ROOT)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
     )
     if build.returncode != 0:
         pytest.fail(build.stderr)
@@ -44,12 +56,27 @@ def test_wheel_installs_every_subpackage(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "hofem/meshes/__init__.py" in names and "hofem/qfunctions/mass.py" in names
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(target), str(wheel)], check=True)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib, hofem; "
-            f"[importlib.import_module(m) for m in {SUBPACKAGES!r}]; print(hofem.__file__)")
-    result = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
-                            text=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import importlib, hofem; "
+        f"[importlib.import_module(m) for m in {SUBPACKAGES!r}]; print(hofem.__file__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(target)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith(str(target))
     assert hofem.__version__ in wheel.name

@@ -13,7 +13,8 @@ def rng():
 
 
 def apply_np(ceed, b, num_elem, t_mode, eval_mode, u):
-    return ceed.to_numpy(b.apply(num_elem, t_mode, eval_mode, ceed.asarray(u)))
+    u = None if u is None else ceed.asarray(u)
+    return ceed.to_numpy(b.apply(num_elem, t_mode, eval_mode, u))
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3])

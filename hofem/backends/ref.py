@@ -27,6 +27,9 @@ class RefBackend:
     def check_available(cls):
         """Raise ImportError when this backend cannot run here (always runs)."""
 
+    def synchronize(self):
+        """Wait for queued device work (nothing to wait for on the CPU)."""
+
     # --- arrays --------------------------------------------------------------------------
     def asarray(self, x, dtype=None):
         """Copy or view ``x`` (host or device) as an array of this backend."""

@@ -44,15 +44,14 @@ class CudaRefBackend(RefBackend):
         require_device()
 
     def asarray(self, x, dtype=None):
-        """``x`` as a CuPy array: device arrays stay on the device, host ones are copied.
-
-        ``None`` (no vector, e.g. the input of an EVAL_WEIGHT basis action) passes through.
-        """
-        if x is None:
-            return None
+        """``x`` as a CuPy array: device arrays stay on the device, host ones are copied."""
         if isinstance(x, cupy.ndarray):
             return cupy.asarray(x, dtype=dtype)
         return cupy.asarray(np.asarray(x), dtype=dtype)
+
+    def synchronize(self):
+        """Wait for the current device's queued work (before reading host clocks)."""
+        cupy.cuda.Device().synchronize()
 
     def sparse_csr(self, matrix):
         """The host CSR matrix as a ``cupyx.scipy.sparse.csr_matrix``."""

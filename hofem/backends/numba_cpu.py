@@ -1,0 +1,137 @@
+"""``/cpu/self/numba``: Numba JIT backend, the whole operator fused per element block.
+
+Overrides the reference backend's restriction gather/transpose, basis actions
+and operator apply; assembly (diagonal, CSR) is inherited from
+:class:`~hofem.backends.ref.RefBackend` and so runs through the kernels here
+where it gathers or applies bases.  See :mod:`.numba_operator` for the fused
+kernel and its race-free parallel scatter, :mod:`.numba_codegen` for the
+specialized sum-factorization code and its on-disk cache.
+"""
+
+import warnings
+
+import numpy as np
+
+from ..constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE
+from .ref import RefBackend
+
+try:
+    import numba
+except ImportError:  # reported by check_available
+    numba = None
+else:
+    from numba.core.errors import NumbaError
+
+    from . import numba_kernels, numba_operator
+
+__all__ = ["NumbaBackend"]
+
+
+class NumbaBackend(RefBackend):
+    """Numba-compiled CPU backend; delegates what it does not override to the reference."""
+
+    resource = "/cpu/self/numba"
+
+    @classmethod
+    def check_available(cls):
+        """Raise ImportError naming the extra when Numba is not installed."""
+        if numba is None:
+            raise ImportError("Numba is not installed; install it with `pip install hofem[numba]`")
+
+    # --- restriction -------------------------------------------------------------------------
+    def restriction_setup(self, r):
+        """Keep the host indices and signs; the transpose map is built on first use."""
+        r.backend_data = {"csr": None, "signs_flat": None}
+
+    def restriction_apply(self, r, u, t_mode, signed=True):
+        """Gather L (l_size,) -> E (num_elem, num_comp, elem_size), or sum back (owner-computes)."""
+        signs = r.signs if signed else None
+        shape = (r.num_elem, r.num_comp, r.elem_size)
+        if t_mode is NOTRANSPOSE:
+            out = np.empty(shape)
+            numba_kernels.gather(np.ascontiguousarray(u), r.indices, signs, out)
+            return out
+        data = r.backend_data
+        if data["csr"] is None:
+            data["csr"] = numba_kernels.transpose_map(r.indices, r.l_size)
+            if r.signs is not None:
+                data["signs_flat"] = np.broadcast_to(r.signs, shape).ravel()  # (e_size,)
+        row_ptr, entries = data["csr"]
+        out = np.empty(r.l_size)
+        e = np.ascontiguousarray(u, dtype=np.float64).reshape(-1)  # (e_size,)
+        numba_kernels.scatter_csr(e, row_ptr, entries, data["signs_flat"] if signed else None, out)
+        return out
+
+    # --- basis -------------------------------------------------------------------------------
+    def basis_setup(self, b):
+        """Contiguous matrices; a contraction program per (t_mode, eval_mode) on first use."""
+        if b.is_tensor:
+            mats = (b.interp_1d, b.grad_1d)  # (Q_1d, P_1d) each
+        else:
+            mats = (b.interp, b.grad)  # (Q, P), (dim, Q, P)
+        b.backend_data = {"mats": tuple(np.ascontiguousarray(m) for m in mats), "kernels": {}}
+
+    def basis_apply(self, b, t_mode, eval_mode, u):
+        """Interp/grad and transposes: sum-factorization (or GEMM) programs, one cached kernel."""
+        data = b.backend_data
+        key = (t_mode, eval_mode)
+        if key not in data["kernels"]:
+            data["kernels"][key] = numba_operator.basis_program(b, t_mode is TRANSPOSE, eval_mode)
+        num_elem = u.shape[0]
+        rows_q = (b.dim if eval_mode is EVAL_GRAD else 1) * b.num_comp
+        if t_mode is NOTRANSPOSE:
+            shape = (num_elem, rows_q // b.num_comp, b.num_comp, b.num_qpts)
+            if eval_mode is not EVAL_GRAD:
+                shape = (num_elem, b.num_comp, b.num_qpts)
+        else:
+            shape = (num_elem, b.num_comp, b.num_nodes)
+        out = np.empty(shape)
+        u2 = np.ascontiguousarray(u).reshape(num_elem, -1)  # (num_elem, rows * points)
+        B, G = data["mats"]
+        G = G if G.ndim == 3 else G[None]  # (dim or 1, Q, P)
+        numba_kernels.basis_program(u2, out.reshape(num_elem, -1), B, G, *data["kernels"][key])
+        return out
+
+    # --- operator ----------------------------------------------------------------------------
+    def _plan(self, op):
+        """Kernel, static arguments and colouring of ``op``, cached in ``op.backend_data``."""
+        plan = op.backend_data.get("numba")
+        if plan is None or plan["has_context"] != (op.qf.context is not None):
+            kernel, names, blk = numba_operator.operator_kernel(op)
+            outputs = [f.restriction for f in op.output_fields]
+            schedule = numba_operator.colour_chunks(op.num_elem, blk, outputs)
+            static = {
+                n: numba_operator.field_arrays(op, n, None)
+                for n in names
+                if not (n[0] in "lx" and n[1:].isdigit())
+            }
+            plan = {"kernel": kernel, "names": names, "schedule": schedule, "static": static}
+            plan["has_context"] = op.qf.context is not None
+            op.backend_data["numba"] = plan
+        return plan
+
+    def operator_apply_add(self, op, u, v):
+        """``v += A u`` through the fused kernel (reference path if the QFunction won't compile)."""
+        plan = self._plan(op)
+        if plan.get("fallback"):
+            super().operator_apply_add(op, u, v)
+            return
+        static = plan["static"]
+        args = [
+            static[n] if n in static else numba_operator.field_arrays(op, n, u)
+            for n in plan["names"]
+        ]
+        try:
+            ctx = op.qf.context
+            ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
+            plan["kernel"](ctx, *plan["schedule"], *args, v)
+        except NumbaError as exc:
+            plan["fallback"] = True
+            warnings.warn(
+                f"/cpu/self/numba cannot compile QFunction {op.qf.name!r} "
+                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0]}); "
+                "this operator uses the NumPy reference path",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            super().operator_apply_add(op, u, v)

@@ -1,0 +1,105 @@
+"""Numba-specific behaviour: fallback, contexts, block tails, compile caching, threads."""
+
+import decimal
+import warnings
+
+import numpy as np
+import pytest
+from util import mass_operator
+
+import hofem as hf
+
+numba = pytest.importorskip("numba")
+if "/cpu/self/numba" not in hf.available():
+    pytest.skip("backend /cpu/self/numba unavailable", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def nb():
+    return hf.Ceed("/cpu/self/numba")
+
+
+def scaled_mass(ctx, u, qdata, v):
+    v[0] = ctx["alpha"] * qdata[0] * u[0]
+
+
+def uncompilable_mass(ctx, u, qdata, v):
+    two = float(decimal.Decimal(2))  # Numba cannot type the decimal module
+    v[0] = two * qdata[0] * u[0]
+
+
+def _with_qfunction(ceed, func, context, n=2):
+    base, s = mass_operator(ceed, n=n, p=2, dim=2, warp=0.1)
+    qf = ceed.QFunction(
+        func,
+        [("u", 1, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)],
+        [("v", 1, hf.EVAL_INTERP)],
+        context=context,
+    )
+    op = ceed.Operator(qf)
+    op.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
+    op.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
+    op.set_field("v", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
+    return op, base
+
+
+def test_context_qfunction_matches_ref(nb, ref):
+    u = np.random.default_rng(0).standard_normal(25)
+    out = {}
+    for ceed in (nb, ref):
+        op, _ = _with_qfunction(ceed, scaled_mass, {"alpha": 2.5})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out[ceed.resource] = op(ceed.asarray(u))
+        op.qf.set_context({"alpha": -1.0})  # a new context is read at the next apply
+        out[ceed.resource, "new"] = op(ceed.asarray(u))
+    np.testing.assert_allclose(out["/cpu/self/numba"], out["/cpu/self/ref"], rtol=1e-13)
+    np.testing.assert_allclose(out["/cpu/self/numba", "new"], -out["/cpu/self/numba"] / 2.5)
+
+
+def test_uncompilable_qfunction_falls_back_with_one_warning(nb, ref):
+    u = np.random.default_rng(1).standard_normal(25)
+    op, base = _with_qfunction(nb, uncompilable_mass, None)
+    with pytest.warns(RuntimeWarning, match="uncompilable_mass"):
+        first = op(nb.asarray(u))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = op(nb.asarray(u))
+    np.testing.assert_allclose(first, 2 * base(nb.asarray(u)), rtol=1e-13)
+    np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_odd_element_counts_match_ref(nb, ref, n):
+    """9 and 25 elements: partial SIMD blocks and chunks."""
+    u = np.random.default_rng(n).standard_normal((2 * n + 1) ** 2)
+    got = mass_operator(nb, n=n, p=2, dim=2, warp=0.1)[0](nb.asarray(u))
+    want = mass_operator(ref, n=n, p=2, dim=2, warp=0.1)[0](ref.asarray(u))
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+
+
+def test_same_shapes_do_not_recompile(nb):
+    first, _ = mass_operator(nb, n=2, p=2, dim=2)
+    u = nb.asarray(np.ones(first.shape[1]))
+    first(u)
+    kernel = first.backend_data["numba"]["kernel"]
+    second, _ = mass_operator(nb, n=3, p=2, dim=2)  # other mesh, same shapes
+    second(nb.asarray(np.ones(second.shape[1])))
+    assert second.backend_data["numba"]["kernel"] is kernel
+    assert len(kernel.signatures) == 1
+
+
+def test_threads_give_identical_results(nb):
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 threads")
+    op, _ = mass_operator(nb, n=5, p=2, dim=2, warp=0.1)
+    u = nb.asarray(np.random.default_rng(2).standard_normal(op.shape[1]))
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = op(u)
+        numba.set_num_threads(2)
+        two = op(u)
+    finally:
+        numba.set_num_threads(saved)
+    np.testing.assert_array_equal(one, two)
