@@ -12,7 +12,7 @@ timed applies after a warm-up) and CG DOFs x iterations/s (20 iterations,
 
 The problem is a 3D hex box of continuous Q_p elements (p + 1 Gauss-Lobatto
 nodes, q = p + 2 Gauss points per direction), built directly from the
-algebra layer on a structured grid.
+algebra layer on a structured grid (:mod:`hofem.bakeoff.structured`).
 """
 
 import argparse
@@ -24,43 +24,9 @@ import numpy as np
 
 import hofem as hf
 
+from .structured import box_operator
+
 CG_ITERATIONS = 20
-
-
-def box(ceed, n, p, bp):
-    """Operator of BP1 (mass) or BP3 (Poisson) on an n^3 box of order p, and its size."""
-    side = n * p + 1
-    local = np.arange(p + 1)
-    ids = np.zeros([n] * 3 + [p + 1] * 3, dtype=np.int64)  # (n_z, n_y, n_x, p+1 [z, y, x])
-    for d in range(3):  # d = 0 is x: last element axis, last node axis
-        e_shape, n_shape = [1] * 6, [1] * 6
-        e_shape[2 - d], n_shape[5 - d] = n, p + 1
-        ids = ids + (np.arange(n).reshape(e_shape) * p + local.reshape(n_shape)) * side**d
-    offsets = ids.reshape(n**3, (p + 1) ** 3)  # (num_elem, P)
-    num_nodes, num_elem, P = side**3, n**3, (p + 1) ** 3
-    x1d = np.concatenate([e + (hf.lobatto_quadrature(p + 1)[0][:-1] + 1) / 2 for e in range(n)])
-    x1d = np.append(x1d, n) / n  # (side,)
-    grids = np.meshgrid(x1d, x1d, x1d, indexing="ij")[::-1]  # x first
-    coords = np.concatenate([g.ravel() for g in grids])  # (3 * num_nodes,)
-    q = p + 2
-    Q = q**3
-    size = 1 if bp == 1 else 6
-    r_x = ceed.ElemRestriction(num_elem, P, 3, num_nodes, 3 * num_nodes, offsets)
-    r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
-    r_q = ceed.StridedElemRestriction(num_elem, Q, size, num_elem * Q * size, hf.STRIDES_BACKEND)
-    geo = ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, hf.GAUSS)
-    basis = ceed.BasisTensorH1Lagrange(3, 1, p + 1, q, hf.GAUSS)
-    build = ceed.Operator(ceed.QFunctionByName("Mass3DBuild" if bp == 1 else "Poisson3DBuild"))
-    build.set_field("dx", r_x, geo, hf.VECTOR_ACTIVE)
-    build.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
-    build.set_field("qdata", r_q, hf.BASIS_NONE, hf.VECTOR_ACTIVE)
-    qdata = build(ceed.asarray(coords))
-    op = ceed.Operator(ceed.QFunctionByName("MassApply" if bp == 1 else "Poisson3DApply"))
-    names = ("u", "v") if bp == 1 else ("du", "dv")
-    op.set_field(names[0], r_u, basis, hf.VECTOR_ACTIVE)
-    op.set_field("qdata", r_q, hf.BASIS_NONE, qdata)
-    op.set_field(names[1], r_u, basis, hf.VECTOR_ACTIVE)
-    return op, num_nodes, num_elem
 
 
 def threads():
@@ -75,7 +41,8 @@ def threads():
 def run_case(ceed, bp, p, dofs, repeat):
     """Time one case; return the result line and the compile line (dicts)."""
     n = max(1, round((dofs ** (1 / 3) - 1) / p))
-    op, num_nodes, num_elem = box(ceed, n, p, bp)
+    op, parts = box_operator(ceed, "mass" if bp == 1 else "diffusion", n, p)
+    num_nodes, num_elem = parts["num_nodes"], parts["offsets"].shape[0]
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
     v = ceed.xp.zeros(num_nodes)
     start = time.perf_counter()

@@ -19,57 +19,9 @@ import numpy as np
 
 import hofem as hf
 
+from .structured import box_offsets, box_operator
+
 CASES = ("copy", "basis", "restriction", "operator", "cg")
-
-
-def box_offsets(n, p):
-    """Offsets (n**3, (p+1)**3) of an n^3 hex grid of order p (x fastest), and its node count."""
-    side = n * p + 1
-    local = np.arange(p + 1)
-    elem = np.arange(n)
-    ex = (elem[:, None] * p + local[None, :]).astype(np.int64)  # (n, p+1) 1D node ids
-    ids = (
-        ex[None, None, :, None, None, :]
-        + ex[None, :, None, None, :, None] * side
-        + ex[:, None, None, :, None, None] * side**2
-    )  # (ez, ey, ex, iz, iy, ix)
-    return ids.reshape(n**3, (p + 1) ** 3), side**3
-
-
-def box_coords(n, p):
-    """Node coordinates (3 * num_nodes,), component-major, of [0,1]^3 on the Lobatto grid."""
-    nodes = (hf.lobatto_quadrature(p + 1)[0][:-1] + 1) / 2
-    x1d = np.concatenate([e + nodes for e in range(n)] + [[n]]) / n
-    grids = np.meshgrid(x1d, x1d, x1d, indexing="ij")[::-1]  # x first
-    return np.concatenate([g.ravel() for g in grids])
-
-
-def bp_operator(ceed, bp, n, p):
-    """BP1 (mass) or BP3 (Poisson) on an n^3 box: (operator, num_dofs)."""
-    q = p + 2
-    offsets, num_nodes = box_offsets(n, p)
-    num_elem, P = offsets.shape
-    Q = q**3
-    qdata_size = 1 if bp == "bp1" else 6
-    build_name = "Mass3DBuild" if bp == "bp1" else "Poisson3DBuild"
-    r_x = ceed.ElemRestriction(num_elem, P, 3, num_nodes, 3 * num_nodes, offsets)
-    r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
-    r_q = ceed.StridedElemRestriction(
-        num_elem, Q, qdata_size, num_elem * Q * qdata_size, hf.STRIDES_BACKEND
-    )
-    geo = ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, hf.GAUSS)
-    basis = ceed.BasisTensorH1Lagrange(3, 1, p + 1, q, hf.GAUSS)
-    build = ceed.Operator(ceed.QFunctionByName(build_name))
-    build.set_field("dx", r_x, geo, hf.VECTOR_ACTIVE)
-    build.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
-    build.set_field("qdata", r_q, hf.BASIS_NONE, hf.VECTOR_ACTIVE)
-    qdata = build(ceed.asarray(box_coords(n, p)))
-    name, u, v = ("MassApply", "u", "v") if bp == "bp1" else ("Poisson3DApply", "du", "dv")
-    op = ceed.Operator(ceed.QFunctionByName(name))
-    op.set_field(u, r_u, basis, hf.VECTOR_ACTIVE)
-    op.set_field("qdata", r_q, hf.BASIS_NONE, qdata)
-    op.set_field(v, r_u, basis, hf.VECTOR_ACTIVE)
-    return op, num_nodes
 
 
 def time_events(fn, repeat, warmup=3):
@@ -176,7 +128,8 @@ def bench_operator(ceed, bp, p, dofs, repeat, cg_iters):
     import cupy
 
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
-    op, num_dofs = bp_operator(ceed, bp, n, p)
+    op, parts = box_operator(ceed, "mass" if bp == "bp1" else "diffusion", n, p)
+    num_dofs = parts["num_nodes"]
     u = cupy.random.default_rng(1).standard_normal(num_dofs)
     v = cupy.empty_like(u)
     seconds = time_events(lambda: op.apply(u, v), repeat)
