@@ -39,9 +39,7 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
     qdata = build(space.coordinates)  # (num_elem * size * Q,) as (num_elem, size, Q)
     if coefficient is not None:
         if callable(coefficient):
-            x, _, _ = space.quadrature(q_extra) if quad_mode is GAUSS else (None, None, None)
-            if x is None:
-                raise ValueError("a callable coefficient needs Gauss quadrature")
+            x = space.quadrature(q_extra, quad_mode)[0]  # (num_elem, Q, dim)
             c = np.asarray(coefficient(x.reshape(-1, dim)), dtype=np.float64)
             if c.shape != (x.shape[0] * Q,):
                 raise ValueError(

@@ -198,8 +198,10 @@ class H1Space:
         """
         return self.ceed.asarray(self._evaluate(f, self.node_coordinates()).ravel())
 
-    def quadrature(self, q_extra=1):
+    def quadrature(self, q_extra=1, quad_mode=GAUSS):
         """Physical points and weights of the element quadrature (host arrays).
+
+        ``q_extra`` and ``quad_mode`` choose the rule as in :meth:`basis`.
 
         Returns
         -------
@@ -209,16 +211,13 @@ class H1Space:
         jacobian : ndarray (num_elem, Q, dim, dim)
             ``jacobian[e, q, c, d] = d x_c / d xi_d``.
         """
-        geo = self.basis(self.dim, q_extra)
+        geo = self.basis(self.dim, q_extra, quad_mode)
         r_x = self.make_restriction(self.dim)
         e = r_x.apply(self.coordinates)  # (num_elem, dim, P)
         x = self.ceed.to_numpy(geo.apply(self.num_elem, NOTRANSPOSE, EVAL_INTERP, e))
         dx = self.ceed.to_numpy(geo.apply(self.num_elem, NOTRANSPOSE, EVAL_GRAD, e))
         jacobian = dx.transpose(0, 3, 2, 1)  # (num_elem, Q, comp c, dim d)
-        weights = geo.q_weight_1d if geo.is_tensor else geo.q_weight
-        if geo.is_tensor:
-            weights = _kron_rows([weights[:, None]] * self.dim).ravel()
-        w_det_j = weights[None] * np.linalg.det(jacobian)
+        w_det_j = geo.q_weight[None] * np.linalg.det(jacobian)
         return x.transpose(0, 2, 1), w_det_j, jacobian
 
     def load_vector(self, f, q_extra=1):

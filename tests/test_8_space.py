@@ -163,3 +163,24 @@ def test_imported_mesh_bp3(ref):
     errors = [solve(setup("bp3", ref, p, mesh), rtol=1e-12)["l2_error"] for p in (1, 2, 3)]
     assert errors[2] < 0.1 * errors[1] < 0.01 * errors[0]
     assert errors[2] < 5e-3
+
+
+@pytest.mark.parametrize("quad_mode", [hf.GAUSS, hf.GAUSS_LOBATTO])
+def test_form_coefficients(ref, quad_mode):
+    """Constant and spatially varying coefficients scale the stored quadrature data."""
+    space = hf.H1Space(ref, box(2, 3, distort=0.1), 2)
+    one = np.ones(space.num_dofs)
+    x = space.interpolate(lambda p: p[:, 0])
+    kwargs = {"q_extra": 1 if quad_mode is hf.GAUSS else 0, "quad_mode": quad_mode}
+    mass = hf.mass(space, **kwargs)
+    scaled = hf.mass(space, coefficient=2.5, **kwargs)(x)
+    np.testing.assert_allclose(scaled, 2.5 * mass(x), rtol=1e-13, atol=1e-16)
+    # int (1 + x) over the unit box (boundary fixed by the distortion) = 1.5; the collocated
+    # Gauss-Lobatto rule (q = p + 1) does not integrate the distorted geometry exactly
+    varying = hf.mass(space, coefficient=lambda p: 1 + p[:, 0], **kwargs)
+    assert one @ varying(one) == pytest.approx(1.5, rel=1e-6 if kwargs["q_extra"] == 0 else 1e-12)
+    # int (1 + y) |grad x|^2 = int (1 + y) = 1.5
+    stiff = hf.diffusion(space, coefficient=lambda p: 1 + p[:, 1], **kwargs)
+    assert x @ stiff(x) == pytest.approx(1.5, rel=1e-6 if kwargs["q_extra"] == 0 else 1e-12)
+    with pytest.raises(ValueError, match=r"coefficient\(x\) must return shape"):
+        hf.mass(space, coefficient=lambda p: p)
