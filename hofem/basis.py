@@ -42,8 +42,8 @@ def _matrix(a, name, shape):
     return a
 
 
-def _kron_dense(mats_per_dim):
-    """Dense matrix of the tensor product; mats_per_dim[d] acts on x_d (x fastest)."""
+def kron_dense(mats_per_dim):
+    """Dense tensor-product matrix; ``mats_per_dim[d]`` acts on x_d (rows, columns x fastest)."""
     out = np.ones((1, 1))
     for m in mats_per_dim:  # x first: kron(later, earlier) keeps x fastest
         out = np.kron(m, out)
@@ -105,16 +105,13 @@ class Basis:
     def _dense_data(self):
         if self._dense is None:
             B, G = self.interp_1d, self.grad_1d
-            interp = _kron_dense([B] * self.dim)
+            interp = kron_dense([B] * self.dim)
             grad = np.stack(
-                [
-                    _kron_dense([G if e == d else B for e in range(self.dim)])
-                    for d in range(self.dim)
-                ]
+                [kron_dense([G if e == d else B for e in range(self.dim)]) for d in range(self.dim)]
             )
             grids = np.meshgrid(*[self.q_ref_1d] * self.dim, indexing="ij")  # [z][y][x]
             q_ref = np.stack([grids[self.dim - 1 - d].ravel() for d in range(self.dim)], axis=-1)
-            q_weight = _kron_dense([self.q_weight_1d[:, None]] * self.dim).ravel()
+            q_weight = kron_dense([self.q_weight_1d[:, None]] * self.dim).ravel()
             self._dense = (interp, grad, q_ref, q_weight)
         return self._dense
 

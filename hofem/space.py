@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .basis import kron_dense
 from .constants import (
     EVAL_GRAD,
     EVAL_INTERP,
@@ -20,14 +21,6 @@ from .quadrature import lobatto_quadrature
 __all__ = ["H1Space"]
 
 _TOPOLOGY = {"line": LINE, "triangle": TRIANGLE, "quad": QUAD, "tetra": TET, "hexahedron": HEX}
-
-
-def _kron_rows(mats):
-    """Tensor product of 1D matrices (x first), rows and columns lexicographic, x fastest."""
-    out = np.ones((1, 1))
-    for m in mats:
-        out = np.kron(m, out)
-    return out
 
 
 class H1Space:
@@ -136,7 +129,7 @@ class H1Space:
         if self.topology.is_tensor:
             gll_k = lobatto_quadrature(k + 1)[0]
             gll_p = lobatto_quadrature(self.order + 1)[0]
-            return _kron_rows([lagrange_interp_matrix(gll_k, gll_p)] * self.dim)
+            return kron_dense([lagrange_interp_matrix(gll_k, gll_p)] * self.dim)
         nodes_k = geometry_nodes(self.mesh.cell_type, k)  # (G, dim) equispaced
         vandermonde = simplex_vandermonde(self.dim, k, nodes_k)  # (G, G)
         return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
