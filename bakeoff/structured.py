@@ -70,8 +70,9 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
     op : Operator
         Square, ``num_nodes``; no boundary conditions.
     parts : dict
-        ``r_u``, ``r_q`` (restrictions), ``basis``, ``qdata`` (stored quadrature
-        data L-vector), ``offsets``, ``num_nodes`` — for tests that look inside.
+        ``build`` (the qdata setup operator), ``r_u``, ``r_q`` (restrictions),
+        ``basis``, ``qdata`` (stored quadrature data L-vector), ``offsets``,
+        ``num_nodes`` — for tests that look inside.
     """
     build_name, apply_name, (name_in, name_out) = _FORMS[form]
     q = p + 2 if q is None else q
@@ -96,6 +97,7 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
     op.set_field("qdata", r_q, hf.BASIS_NONE, qdata)
     op.set_field(name_out, r_u, basis, hf.VECTOR_ACTIVE)
     parts = {
+        "build": build,
         "r_u": r_u,
         "r_q": r_q,
         "basis": basis,

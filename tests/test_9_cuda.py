@@ -5,7 +5,7 @@ Oracle: ``/cpu/self/ref``.  Skips cleanly without CuPy or a CUDA device.
 
 import numpy as np
 import pytest
-from util import mass_operator, poisson_operator
+from util import box_operator, mass_operator, poisson_operator
 
 import hofem as hf
 
@@ -14,7 +14,7 @@ cupy = pytest.importorskip("cupy")
 if "/gpu/cuda/ref" not in hf.backends.available():
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
-GPU = ["/gpu/cuda/ref", "/gpu/cuda/batched"]
+GPU = ["/gpu/cuda/ref", "/gpu/cuda/batched", "/gpu/cuda/gen"]
 
 
 def rel_error(a, b):
@@ -32,9 +32,9 @@ def gpu(request):
     return hf.Ceed(request.param)
 
 
-def test_gpu_cuda_resolves_to_batched():
-    assert hf.Ceed("/gpu/cuda").resource == "/gpu/cuda/batched"
-    assert hf.Ceed("/gpu").resource == "/gpu/cuda/batched"
+def test_gpu_cuda_resolves_to_gen():
+    assert hf.Ceed("/gpu/cuda").resource == "/gpu/cuda/gen"
+    assert hf.Ceed("/gpu").resource == "/gpu/cuda/gen"
 
 
 # (dim, num_comp, P_1d, Q_1d): every range edge (P 2, 10; Q 1, 11; dim 1-3; comp 1-3)
@@ -165,3 +165,97 @@ def test_gpu_cg_matches_cpu_cg(gpu, ref):
     assert info_ref == 0 and info_gpu == 0
     assert abs(info_gpu.iterations - info_ref.iterations) <= 5
     assert rel_error(gpu.to_numpy(x_gpu), x_ref) < 1e-8
+
+
+@pytest.fixture(scope="module")
+def gen():
+    return hf.Ceed("/gpu/cuda/gen")
+
+
+def _fused(op):
+    """Apply once and report whether /gpu/cuda/gen ran it as one fused kernel."""
+    op(op.ceed.xp.zeros(op.shape[1]))
+    return op.backend_data["gen"][1] is not None
+
+
+@pytest.mark.parametrize(("dim", "p"), [(1, 1), (1, 8), (2, 2), (2, 9), (3, 1), (3, 4), (3, 9)])
+@pytest.mark.parametrize("form", ["mass", "diffusion"])
+def test_gen_fuses_and_matches_ref(gen, ref, dim, p, form):
+    """One fused kernel per operator, odd element counts, P_1d 2..10, Q_1d 3..11."""
+    n = 3 if dim == 3 else 5
+    op_gen, parts = box_operator(gen, form, n, p, dim, warp=0.1)
+    op_ref, _ = box_operator(ref, form, n, p, dim, warp=0.1)
+    assert _fused(op_gen)
+    assert _fused(parts["build"])
+    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-12
+
+
+def test_gen_vector_and_setup_operators(gen, ref):
+    """Three-component fields fuse too."""
+    from hofem import meshes
+
+    ops = {}
+    for ceed in (gen, ref):
+        space = hf.H1Space(ceed, meshes.box(2, distort=0.1), 3, num_comp=3)
+        ops[ceed] = [hf.mass(space), hf.diffusion(space)]
+    u = np.random.default_rng(5).standard_normal(ops[ref][0].shape[1])
+    for op_gen, op_ref in zip(ops[gen], ops[ref], strict=True):
+        assert _fused(op_gen)
+        assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-12
+
+
+def test_gen_two_active_outputs_and_context(gen, ref):
+    """A user QFunction with a context and two active outputs (mass + diffusion)."""
+
+    def body(ctx, u, du, qd, v, dv):
+        v[0] = ctx["alpha"] * qd[0] * u[0]
+        for d in range(3):
+            dv[d] = ctx["beta"] * qd[0] * du[d]
+
+    results = []
+    for ceed in (gen, ref):
+        _, parts = mass_operator(ceed, n=3, p=3, dim=3, warp=0.1)
+        qf = ceed.QFunction(
+            body,
+            inputs=[("u", 1, hf.EVAL_INTERP), ("du", 3, hf.EVAL_GRAD), ("qd", 1, hf.EVAL_NONE)],
+            outputs=[("v", 1, hf.EVAL_INTERP), ("dv", 3, hf.EVAL_GRAD)],
+            context={"alpha": 2.0, "beta": 0.5},
+        )
+        op = ceed.Operator(qf)
+        r, b = parts["r_u"], parts["basis"]
+        for name in ("u", "du"):
+            op.set_field(name, r, b, hf.VECTOR_ACTIVE)
+        op.set_field("qd", parts["r_q"], hf.BASIS_NONE, parts["qdata"])
+        for name in ("v", "dv"):
+            op.set_field(name, r, b, hf.VECTOR_ACTIVE)
+        u = np.random.default_rng(6).standard_normal(op.shape[1])
+        if ceed is gen:
+            assert _fused(op)
+        results.append(ceed.to_numpy(op(ceed.asarray(u))))
+    assert rel_error(*results) < 1e-12
+
+
+def test_gen_falls_back_when_untraceable(gen, ref):
+    """A body that branches on values runs through the batched stages, same result."""
+
+    def body(ctx, u, qd, v):
+        v[0] = qd[0] * u[0] if float(qd[0][0]) > 0 else u[0]
+
+    results = []
+    for ceed in (gen, ref):
+        _, parts = mass_operator(ceed, n=2, p=2, dim=3)
+        qf = ceed.QFunction(
+            body,
+            inputs=[("u", 1, hf.EVAL_INTERP), ("qd", 1, hf.EVAL_NONE)],
+            outputs=[("v", 1, hf.EVAL_INTERP)],
+        )
+        op = ceed.Operator(qf)
+        op.set_field("u", parts["r_u"], parts["basis"], hf.VECTOR_ACTIVE)
+        op.set_field("qd", parts["r_q"], hf.BASIS_NONE, parts["qdata"])
+        op.set_field("v", parts["r_u"], parts["basis"], hf.VECTOR_ACTIVE)
+        if ceed is gen:
+            assert not _fused(op)
+        u = np.random.default_rng(8).standard_normal(op.shape[1])
+        results.append(ceed.to_numpy(op(ceed.asarray(u))))
+    assert rel_error(*results) < 1e-12

@@ -6,6 +6,10 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hofem.bakeoff.structured import box_operator
+
+import hofem as hf
+from hofem import meshes
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
@@ -50,7 +54,8 @@ def _compile(job, out_dir):
     path, defines = job
     flags = [f"-D{key}={value}" for key, value in defines.items()]
     out = out_dir / f"{path.stem}-{abs(hash(tuple(flags)))}.ptx"
-    cmd = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", *flags, str(path), "-o", str(out)]
+    cmd = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{path.parent}", *flags, str(path)]
+    cmd += ["-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     return job, proc
 
@@ -61,6 +66,47 @@ def test_every_cu_file_compiles(tmp_path):
     failures = [
         f"{path.name} {defines}:\n{proc.stderr}"
         for (path, defines), proc in results
+        if proc.returncode != 0
+    ]
+    assert not failures, "\n".join(failures)
+
+
+def _fused_operators():
+    """Representative operators for the generated fused kernels of /gpu/cuda/gen."""
+    ceed = hf.Ceed("/cpu/self/ref")
+    ops = []
+    for dim, p in ((1, 1), (2, 4), (3, 2), (3, 8)):
+        for form in ("mass", "diffusion"):
+            op, parts = box_operator(ceed, form, 2, p, dim)
+            ops += [op, parts["build"]]
+    space = hf.H1Space(ceed, meshes.box(2), 2, num_comp=3)
+    ops += [hf.mass(space), hf.diffusion(space)]
+    return ops
+
+
+def test_generated_operator_kernels_compile(tmp_path):
+    from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
+
+    jobs = []
+    for k, op in enumerate(_fused_operators()):
+        shape = fusable_shape(op, 16)
+        assert shape is not None, f"operator {k} ({op.qf.name}) does not fuse"
+        path = tmp_path / f"op{k}.cu"
+        path.write_text(kernel_source(op, shape))
+        jobs.append(path)
+    include = ROOT / "backends" / "cuda"
+
+    def compile_one(path):
+        cmd = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{include}", str(path)]
+        return path, subprocess.run(
+            [*cmd, "-o", str(path.with_suffix(".ptx"))], capture_output=True, text=True
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(compile_one, jobs))
+    failures = [
+        f"{path.name}:\n{proc.stderr}\n{path.read_text()}"
+        for path, proc in results
         if proc.returncode != 0
     ]
     assert not failures, "\n".join(failures)

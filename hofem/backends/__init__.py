@@ -45,6 +45,7 @@ register("/cpu/self/ref", "hofem.backends.ref", "RefBackend", 0)
 register("/cpu/self/numba", "hofem.backends.numba_cpu", "NumbaBackend", 10)
 register("/gpu/cuda/ref", "hofem.backends.cuda.ref", "CudaRefBackend", 0)
 register("/gpu/cuda/batched", "hofem.backends.cuda.batched", "CudaBatchedBackend", 10)
+register("/gpu/cuda/gen", "hofem.backends.cuda.gen", "CudaGenBackend", 20)
 
 
 def _load(resource):

@@ -14,7 +14,7 @@ import numpy as np
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPOSE
 from .ref import CudaRefBackend, cupy, require_device
 
-__all__ = ["CudaBatchedBackend"]
+__all__ = ["CudaBatchedBackend", "device_layout"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 # largest 1D size the tensor kernels are specialized for (registers grow with it)
@@ -23,6 +23,21 @@ _SCATTER_THREADS = 256
 _MAX_BLOCKS = 1 << 20
 # "auto" scatter: the transpose map won at 27 nodes per element, atomics at 125 and 729
 _MAP_MAX_ELEM_SIZE = 27
+
+
+def device_layout(r):
+    """How the kernels address restriction ``r``.
+
+    Returns
+    -------
+    identity : bool
+        The E-vector is the L-vector (strided, backend order): no indices needed.
+    index_dtype : numpy dtype class
+        int32 when every E-vector and L-vector index fits, else int64.
+    """
+    identity = r.strides == (1, r.elem_size, r.elem_size * r.num_comp) and r.l_size == r.e_size
+    wide = max(r.e_size, r.l_size + 1) > _INT32_MAX
+    return identity, np.int64 if wide else np.int32
 
 
 def _blocks(n, threads=_SCATTER_THREADS):
@@ -54,14 +69,9 @@ class CudaBatchedBackend(CudaRefBackend):
     def restriction_setup(self, r):
         """Device indices in the kernels' index type; identity layouts are flagged."""
         super().restriction_setup(r)
-        wide = max(r.e_size, r.l_size + 1) > _INT32_MAX
-        index_dtype = np.int64 if wide else np.int32
         data = r.backend_data
-        data["index_dtype"] = index_dtype
-        data["indices"] = data["indices"].astype(index_dtype, copy=False)  # (e_size,)
-        data["identity"] = (
-            r.strides == (1, r.elem_size, r.elem_size * r.num_comp) and r.l_size == r.e_size
-        )
+        data["identity"], data["index_dtype"] = device_layout(r)
+        data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)  # (e_size,)
 
     def _transpose_map(self, r):
         """Transpose map of the touched L-vector entries, built once on the host.

@@ -8,7 +8,7 @@ Nothing compiles at import.
 import functools
 import pathlib
 
-import cupy
+from .ref import cupy
 
 __all__ = ["basis_block", "basis_module", "restriction_module", "source"]
 
@@ -27,7 +27,7 @@ def source(name):
 
 @functools.cache
 def _module(name, defines):
-    options = ("--std=c++17", *(f"-D{key}={value}" for key, value in defines))
+    options = ("--std=c++17", f"-I{_HERE}", *(f"-D{key}={value}" for key, value in defines))
     return cupy.RawModule(code=source(name), options=options)
 
 

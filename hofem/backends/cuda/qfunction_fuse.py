@@ -20,7 +20,7 @@ import numpy as np
 
 from .ref import cupy
 
-__all__ = ["Untraceable", "fused_kernel"]
+__all__ = ["Untraceable", "fused_kernel", "trace_body"]
 
 _UFUNCS = {
     "add": "({} + {})",
@@ -83,36 +83,6 @@ class _Expr:
             raise Untraceable(f"ufunc {ufunc.__name__}.{method}")
         return self._apply(_UFUNCS[ufunc.__name__], *inputs)
 
-    def __add__(self, other):
-        return self._apply("({} + {})", self, other)
-
-    def __radd__(self, other):
-        return self._apply("({} + {})", other, self)
-
-    def __sub__(self, other):
-        return self._apply("({} - {})", self, other)
-
-    def __rsub__(self, other):
-        return self._apply("({} - {})", other, self)
-
-    def __mul__(self, other):
-        return self._apply("({} * {})", self, other)
-
-    def __rmul__(self, other):
-        return self._apply("({} * {})", other, self)
-
-    def __truediv__(self, other):
-        return self._apply("({} / {})", self, other)
-
-    def __rtruediv__(self, other):
-        return self._apply("({} / {})", other, self)
-
-    def __pow__(self, other):
-        return self._apply("pow({}, {})", self, other)
-
-    def __rpow__(self, other):
-        return self._apply("pow({}, {})", other, self)
-
     def __neg__(self):
         return self._apply("(-{})", self)
 
@@ -129,11 +99,29 @@ class _Expr:
         raise Untraceable("converting a point value to a Python float")
 
 
+def _binary(fmt, reflected):
+    if reflected:
+        return lambda self, other: self._apply(fmt, other, self)
+    return lambda self, other: self._apply(fmt, self, other)
+
+
+for _name, _ufunc in (
+    ("add", "add"),
+    ("sub", "subtract"),
+    ("mul", "multiply"),
+    ("truediv", "true_divide"),
+    ("pow", "power"),
+):
+    setattr(_Expr, f"__{_name}__", _binary(_UFUNCS[_ufunc], False))
+    setattr(_Expr, f"__r{_name}__", _binary(_UFUNCS[_ufunc], True))
+
+
 class _Field:
     """Symbolic ``(size, Q)`` field: ``f[i]`` reads row i, ``f[i] = e`` stores it."""
 
-    def __init__(self, trace, name, size, writable):
-        self.trace, self.name, self.size, self.writable = trace, name, size, writable
+    def __init__(self, trace, name, size, load=None):
+        self.trace, self.name, self.size, self.load = trace, name, size, load
+        self.writable = load is None
         self.rows = {}  # row -> _Expr last stored (outputs) or loaded (inputs)
 
     def _row(self, i):
@@ -148,7 +136,7 @@ class _Field:
         if row not in self.rows:
             if self.writable:  # outputs start at zero
                 return _Expr(self.trace, "0.0")
-            self.rows[row] = self.trace.local(f"{self.name}[{_address(self.name, row)}]")
+            self.rows[row] = self.trace.local(self.load(row))
         return self.rows[row]
 
     def __setitem__(self, i, value):
@@ -157,14 +145,34 @@ class _Field:
         self.rows[self._row(i)] = _Expr(self.trace, _code(value))
 
 
-def _address(name, row):
-    return f"{row} * {name}_rs + (j / NUM_QPTS) * {name}_es + j % NUM_QPTS"
+def trace_body(qf, load, store):
+    """Straight-line C++ statements computing ``qf``'s body at one point.
 
+    Parameters
+    ----------
+    qf : QFunction
+    load : callable
+        ``load(k, row)`` -> C++ expression (double) reading row ``row`` of input ``k``.
+    store : callable
+        ``store(k, row)`` -> C++ lvalue of row ``row`` of output ``k``.  Rows the
+        body never writes are not stored: the caller zeroes them.
 
-def _trace(qf):
+    Returns
+    -------
+    list of str
+        The statements, in program order.
+
+    Raises
+    ------
+    Untraceable
+        The body branches on values, calls an unknown function, or uses array-only
+        operations.
+    """
     trace = _Trace()
-    inputs = [_Field(trace, f"in{k}", f.size, False) for k, f in enumerate(qf.inputs)]
-    outputs = [_Field(trace, f"out{k}", f.size, True) for k, f in enumerate(qf.outputs)]
+    inputs = [
+        _Field(trace, f"in{k}", f.size, functools.partial(load, k)) for k, f in enumerate(qf.inputs)
+    ]
+    outputs = [_Field(trace, f"out{k}", f.size) for k, f in enumerate(qf.outputs)]
     try:
         qf.func(qf.context, *inputs, *outputs)
     except Untraceable:
@@ -172,11 +180,15 @@ def _trace(qf):
     except Exception as exc:  # anything array-only (reshape, slicing, ...) in the body
         raise Untraceable(f"{type(exc).__name__}: {exc}") from exc
     stores = [
-        f"out{k}[{_address(f'out{k}', row)}] = {expr.name};"
+        f"{store(k, row)} = {expr.name};"
         for k, field in enumerate(outputs)
         for row, expr in sorted(field.rows.items())
     ]
-    return trace.lines, stores
+    return trace.lines + stores
+
+
+def _address(name, row):
+    return f"{name}[{row} * {name}_rs + (j / NUM_QPTS) * {name}_es + j % NUM_QPTS]"
 
 
 @functools.cache
@@ -208,8 +220,10 @@ def fused_kernel(qf, num_qpts):
         ``run(npts, inputs, outputs)`` where ``inputs``/``outputs`` are lists of
         ``(array, row_stride, elem_stride)``; ``npts = num_elem * num_qpts``.
     """
-    lines, stores = _trace(qf)
-    kernel = _compile("\n    ".join(lines + stores), len(qf.inputs), len(qf.outputs), num_qpts)
+    body = trace_body(
+        qf, lambda k, row: _address(f"in{k}", row), lambda k, row: _address(f"out{k}", row)
+    )
+    kernel = _compile("\n    ".join(body), len(qf.inputs), len(qf.outputs), num_qpts)
 
     def run(npts, inputs, outputs):
         args = [np.int64(npts)]

@@ -1,0 +1,241 @@
+// Device routines of the sum-factorized tensor basis, shared by the batched basis
+// kernels (basis_tensor.cu) and the fused operator kernels (operator_gen.py).
+//
+// Each element is a set of small dense contractions with the constant 1D matrices,
+// done in registers and shared memory: the thread owning a (x[, y]) position keeps
+// the column along the slowest axis in registers, contracts that axis in registers,
+// then the remaining axes through a shared-memory buffer laid out [slow][y][x].
+// Threads per element: T_1D^(DIM-1) (T_1D for DIM = 1); ELEMS_PER_BLOCK elements
+// share a block (threadIdx.z in 3D, threadIdx.y in 1D and 2D).  Every routine that
+// contracts synchronizes the block, so all threads must call it.
+//
+// Compile-time defines (all required):
+//   DIM (1..3), P_1D, Q_1D, T_1D = max(P_1D, Q_1D), ELEMS_PER_BLOCK
+#pragma once
+
+#ifndef DIM
+#error "DIM must be defined"
+#endif
+
+#define POW_DIM(n) ((DIM) == 1 ? (n) : (DIM) == 2 ? (n) * (n) : (n) * (n) * (n))
+#define NUM_NODES POW_DIM(P_1D)
+#define NUM_QPTS POW_DIM(Q_1D)
+#define BUF_SIZE POW_DIM(T_1D)
+#define MAT_SIZE (P_1D * Q_1D)
+
+typedef long long index_t;
+
+// out[k] = sum_i M[k * IN + i] * in[i] for k < OUT: the slowest axis, in registers
+template <int IN, int OUT>
+__device__ __forceinline__ void contract_registers(const double *M, const double *in,
+                                                   double *out) {
+#pragma unroll
+  for (int k = 0; k < OUT; k++) {
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < IN; i++) sum += M[k * IN + i] * in[i];
+    out[k] = sum;
+  }
+}
+
+// One element's contraction with Mx, My, Mz (each OUT x IN, row-major, in shared
+// memory).  in: this thread's column (IN entries along the slowest axis; DIM = 1:
+// in[0] is entry tx).  out: OUT entries along the slowest axis at this thread's
+// output position (DIM = 1: out[0] is output tx).  buf: this element's
+// BUF_SIZE scratch.  Every thread of the block must call it (it synchronizes).
+template <int IN, int OUT>
+__device__ __forceinline__ void contract(const double *Mx, const double *My, const double *Mz,
+                                         const double *in, double *out, double *buf, int tx,
+                                         int ty) {
+#if DIM == 1
+  if (tx < IN) buf[tx] = in[0];
+  __syncthreads();
+  if (tx < OUT) {
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < IN; i++) sum += Mx[tx * IN + i] * buf[i];
+    out[0] = sum;
+  }
+  __syncthreads();
+#elif DIM == 2
+  double r_y[OUT];  // (OUT_y) at column x = tx
+  contract_registers<IN, OUT>(My, in, r_y);
+  if (tx < IN) {
+#pragma unroll
+    for (int k = 0; k < OUT; k++) buf[k * T_1D + tx] = r_y[k];
+  }
+  __syncthreads();
+  if (tx < OUT) {
+#pragma unroll
+    for (int k = 0; k < OUT; k++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int i = 0; i < IN; i++) sum += Mx[tx * IN + i] * buf[k * T_1D + i];
+      out[k] = sum;
+    }
+  }
+  __syncthreads();
+#else
+  double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
+  contract_registers<IN, OUT>(Mz, in, r_z);
+  if (tx < IN && ty < IN) {
+#pragma unroll
+    for (int k = 0; k < OUT; k++) buf[(k * T_1D + ty) * T_1D + tx] = r_z[k];
+  }
+  __syncthreads();
+  if (tx < IN && ty < OUT) {  // contract y: thread (tx, ty) makes output row y = ty
+#pragma unroll
+    for (int k = 0; k < OUT; k++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int i = 0; i < IN; i++) sum += My[ty * IN + i] * buf[(k * T_1D + i) * T_1D + tx];
+      r_z[k] = sum;
+    }
+  }
+  __syncthreads();
+  if (tx < IN && ty < OUT) {
+#pragma unroll
+    for (int k = 0; k < OUT; k++) buf[(k * T_1D + ty) * T_1D + tx] = r_z[k];
+  }
+  __syncthreads();
+  if (tx < OUT && ty < OUT) {  // contract x
+#pragma unroll
+    for (int k = 0; k < OUT; k++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int i = 0; i < IN; i++) sum += Mx[tx * IN + i] * buf[(k * T_1D + ty) * T_1D + i];
+      out[k] = sum;
+    }
+  }
+  __syncthreads();
+#endif
+}
+
+// Registers along the slowest axis: IN entries (DIM = 1: one).
+#define COLUMN(n) ((DIM) == 1 ? 1 : (n))
+
+// Linear index of this thread's point k along the slowest axis, in an element array with
+// SIDE_1D points per direction; valid when tx, ty < SIDE_1D.
+template <int SIDE_1D>
+__device__ __forceinline__ int column_index(int k, int tx, int ty) {
+#if DIM == 1
+  return tx;
+#elif DIM == 2
+  return k * SIDE_1D + tx;
+#else
+  return (k * SIDE_1D + ty) * SIDE_1D + tx;
+#endif
+}
+
+// Whether this thread holds a column of an element array with SIDE_1D points per direction.
+template <int SIDE_1D>
+__device__ __forceinline__ bool owns_column(int tx, int ty) {
+  return tx < SIDE_1D && (DIM < 3 || ty < SIDE_1D);
+}
+
+// Load this thread's column of an element array with SIDE_1D points per direction
+// (zeros where the thread holds no column or the element is inactive).
+template <int SIDE_1D>
+__device__ __forceinline__ void load_column(const double *__restrict__ src, bool active,
+                                            int tx, int ty, double *r) {
+  const bool owns = active && owns_column<SIDE_1D>(tx, ty);
+#pragma unroll
+  for (int k = 0; k < COLUMN(SIDE_1D); k++)
+    r[k] = owns ? src[column_index<SIDE_1D>(k, tx, ty)] : 0.0;
+}
+
+template <int SIDE_1D>
+__device__ __forceinline__ void store_column(double *__restrict__ dst, bool active, int tx, int ty,
+                                             const double *r) {
+  if (!active || !owns_column<SIDE_1D>(tx, ty)) return;
+#pragma unroll
+  for (int k = 0; k < COLUMN(SIDE_1D); k++) dst[column_index<SIDE_1D>(k, tx, ty)] = r[k];
+}
+
+// Shared matrices and this block's element/thread coordinates.
+#if DIM == 3
+#define THREAD_SETUP                          \
+  const int tx = threadIdx.x, ty = threadIdx.y; \
+  const int slot = threadIdx.z;               \
+  const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+#else
+#define THREAD_SETUP                          \
+  const int tx = threadIdx.x, ty = 0;         \
+  const int slot = threadIdx.y;               \
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+#endif
+#define NUM_THREADS (blockDim.x * blockDim.y * blockDim.z)
+
+// Copy the OUT x IN matrices (B, and G when given) to shared memory.
+__device__ __forceinline__ void load_matrices(const double *__restrict__ B,
+                                              const double *__restrict__ G, double *s_B,
+                                              double *s_G, int tid) {
+  for (int i = tid; i < MAT_SIZE; i += NUM_THREADS) {
+    s_B[i] = B[i];
+    if (G) s_G[i] = G[i];
+  }
+  __syncthreads();
+}
+
+// out[d * COLUMN(OUT) + k], d < DIM: the reference gradient of one column, G along x_d
+// and B along the other axes.  Mb, Mg: (OUT, IN) row-major in shared memory.
+template <int IN, int OUT>
+__device__ __forceinline__ void grad_column(const double *Mb, const double *Mg, const double *in,
+                                            double *out, double *buf, int tx, int ty) {
+#pragma unroll
+  for (int d = 0; d < DIM; d++)
+    contract<IN, OUT>(d == 0 ? Mg : Mb, d == 1 ? Mg : Mb, d == 2 ? Mg : Mb, in,
+                      out + d * COLUMN(OUT), buf, tx, ty);
+}
+
+// out = sum_d G_d^T in[d * COLUMN(IN) ...], the transpose of grad_column.
+// Mb, Mg: the transposed 1D matrices, (OUT, IN) row-major in shared memory.
+template <int IN, int OUT>
+__device__ __forceinline__ void grad_t_column(const double *Mb, const double *Mg,
+                                              const double *in, double *out, double *buf,
+                                              int tx, int ty) {
+#pragma unroll
+  for (int k = 0; k < COLUMN(OUT); k++) out[k] = 0.0;
+#pragma unroll
+  for (int d = 0; d < DIM; d++) {
+    double r_d[COLUMN(OUT)];
+    contract<IN, OUT>(d == 0 ? Mg : Mb, d == 1 ? Mg : Mb, d == 2 ? Mg : Mb, in + d * COLUMN(IN),
+                      r_d, buf, tx, ty);
+#pragma unroll
+    for (int k = 0; k < COLUMN(OUT); k++) out[k] += r_d[k];
+  }
+}
+
+// Entry j of an index array, or j itself when idx is null (identity layout).
+template <typename I>
+__device__ __forceinline__ index_t entry(const I *__restrict__ idx, index_t j) {
+  return idx ? (index_t)idx[j] : j;
+}
+
+// Gather this thread's column of one element's nodes from an L-vector: entry j of the
+// element array is l[idx[base + j]], or l[base + j] when idx is null (identity layout).
+template <int SIDE_1D, typename I>
+__device__ __forceinline__ void gather_column(const double *__restrict__ l,
+                                              const I *__restrict__ idx, index_t base,
+                                              bool active, int tx, int ty, double *r) {
+  const bool owns = active && owns_column<SIDE_1D>(tx, ty);
+#pragma unroll
+  for (int k = 0; k < COLUMN(SIDE_1D); k++) {
+    const index_t j = base + column_index<SIDE_1D>(k, tx, ty);
+    r[k] = owns ? l[entry(idx, j)] : 0.0;
+  }
+}
+
+// The transpose of gather_column: l[idx[base + j]] += r (atomically; shared nodes of
+// neighbouring elements are summed).
+template <int SIDE_1D, typename I>
+__device__ __forceinline__ void scatter_column(double *l, const I *__restrict__ idx,
+                                               index_t base, bool active, int tx, int ty,
+                                               const double *r) {
+  if (!active || !owns_column<SIDE_1D>(tx, ty)) return;
+#pragma unroll
+  for (int k = 0; k < COLUMN(SIDE_1D); k++) {
+    const index_t j = base + column_index<SIDE_1D>(k, tx, ty);
+    atomicAdd(l + entry(idx, j), r[k]);
+  }
+}

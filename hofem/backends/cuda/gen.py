@@ -1,0 +1,58 @@
+"""``/gpu/cuda/gen``: each operator generated as one fused CUDA kernel.
+
+G, B, the QFunction, B^T and G^T run in one kernel per operator
+(:mod:`hofem.backends.cuda.operator_fuse`): E-vectors and Q-vectors stay in
+registers and shared memory.  Operators that cannot fuse (non-tensor or mixed
+bases, oriented restrictions, QFunction bodies that cannot be traced) and
+everything else (restrictions, bases, assembly) are inherited from
+``/gpu/cuda/batched``.
+"""
+
+from ...constants import EVAL_GRAD, EVAL_INTERP
+from .batched import _MAX_T_1D, CudaBatchedBackend
+
+__all__ = ["CudaGenBackend"]
+
+
+class CudaGenBackend(CudaBatchedBackend):
+    """Whole-operator fusion on top of the batched kernels."""
+
+    resource = "/gpu/cuda/gen"
+
+    def _fused_operator(self, op):
+        """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
+        from .operator_fuse import fusable_shape, fused_operator
+        from .qfunction_fuse import Untraceable
+
+        ctx = op.qf.context
+        key = None if ctx is None else ctx.tobytes()
+        cached = op.backend_data.get("gen")
+        if cached is None or cached[0] != key:
+            run = None
+            shape = fusable_shape(op, _MAX_T_1D)
+            if shape is not None:
+                data = next(
+                    f.basis.backend_data
+                    for f in op.input_fields + op.output_fields
+                    if f.eval_mode in (EVAL_INTERP, EVAL_GRAD)
+                )
+                matrices = (
+                    data["interp_1d"],
+                    data["grad_1d"],
+                    data["interp_1d_t"],
+                    data["grad_1d_t"],
+                )
+                try:
+                    run = fused_operator(op, shape, matrices)
+                except Untraceable:
+                    run = None
+            cached = op.backend_data["gen"] = (key, run)
+        return cached[1]
+
+    def operator_apply_add(self, op, u, v):
+        """v += A u in one fused kernel, or by the batched stages when ``op`` cannot fuse."""
+        run = self._fused_operator(op)
+        if run is None:
+            super().operator_apply_add(op, u, v)
+            return
+        run(u, v)

@@ -1,0 +1,304 @@
+"""A whole operator (G, B, D, B^T, G^T) generated as one CUDA kernel.
+
+The kernel runs the tensor-basis device routines of ``basis_tensor.cuh`` with
+one thread configuration for every stage, so nothing goes through device
+memory between them: per element, each thread gathers its column of nodes
+through the restriction indices, contracts it to quadrature points in
+registers and shared memory, evaluates the QFunction body (traced by
+:func:`~hofem.backends.cuda.qfunction_fuse.trace_body` and inlined) at its
+points, contracts the outputs back, and adds them to the output L-vector with
+atomics.  Stored inputs (``EVAL_NONE``, e.g. qdata) are read at the points;
+quadrature weights come from a small table.
+
+The generated source defines the sizes (``DIM``, ``P_1D``, ``Q_1D``, ...)
+and includes ``basis_tensor.cuh``; it is compiled by NVRTC once per source
+(CuPy also caches it on disk).
+
+Register layout: an interp/grad field of ``num_comp`` C keeps, per thread,
+``C`` (interp) or ``C * DIM`` (grad) blocks of ``COLUMN(Q_1D)`` values;
+QFunction row ``d * C + c`` of a gradient is block ``c * DIM + d``, so the
+``DIM`` blocks of one component are adjacent for ``grad_t_column``.
+"""
+
+import functools
+import pathlib
+
+import numpy as np
+
+from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
+from . import kernels
+from .batched import device_layout
+from .qfunction_fuse import trace_body
+from .ref import cupy
+
+__all__ = ["fusable_shape", "fused_operator", "kernel_source"]
+
+_HERE = pathlib.Path(__file__).parent
+
+
+def fusable_shape(op, max_t_1d):
+    """The common (dim, P_1d, Q_1d) of ``op``'s tensor fields, or None if it cannot fuse.
+
+    An operator fuses when every interp/grad field has an unoriented restriction
+    and a tensor basis of one (dim, P_1d, Q_1d) with ``max(P_1d, Q_1d) <=
+    max_t_1d``, every weight field a tensor basis with that Q_1d, and every
+    ``EVAL_NONE`` field an unoriented restriction.
+    """
+    shape = None
+    for field in op.input_fields + op.output_fields:
+        if field.eval_mode is not EVAL_WEIGHT and field.restriction.is_oriented:
+            return None
+        if field.eval_mode is EVAL_NONE:
+            continue
+        b = field.basis
+        if not b.is_tensor:
+            return None
+        if field.eval_mode is EVAL_WEIGHT:
+            continue
+        this = (b.dim, b.P_1d, b.Q_1d)
+        if shape not in (None, this) or max(b.P_1d, b.Q_1d) > max_t_1d:
+            return None
+        shape = this
+    weights = [f.basis for f in op.input_fields if f.eval_mode is EVAL_WEIGHT]
+    if shape is None or any((b.dim, b.Q_1d) != (shape[0], shape[2]) for b in weights):
+        return None
+    return shape
+
+
+def _index_type(field):
+    """C++ type of the field's device indices, or None for the identity layout."""
+    identity, index_dtype = device_layout(field.restriction)
+    if identity:
+        return None
+    return "int" if index_dtype == np.int32 else "long long"
+
+
+def _register_blocks(field, dim):
+    """Register blocks (of COLUMN(Q_1D) values) of a field: one per QFunction row."""
+    if field.eval_mode is EVAL_GRAD:
+        return dim * field.basis.num_comp
+    return field.size
+
+
+class _Source:
+    """The generated kernel: parameters, body statements and launch arguments."""
+
+    def __init__(self, op, dim):
+        self.op = op
+        self.dim = dim
+        self.params = []  # C++ parameter declarations
+        self.lines = []  # body statements inside the element loop
+
+    def param(self, decl):
+        self.params.append(decl)
+
+    def field_params(self, name, field, writable):
+        """Declare a field's vector and indices; returns the C++ indices expression."""
+        # outputs may alias each other (several active outputs add to one v): no restrict
+        self.param(f"double *{name}" if writable else f"const double *__restrict__ {name}")
+        index_t = _index_type(field)
+        if index_t is None:
+            return "((const int *)nullptr)"
+        self.param(f"const {index_t} *__restrict__ {name}_idx")
+        return f"{name}_idx"
+
+    def input(self, k, field):
+        """Declare input ``k``; returns ``load(row)``, its value at point ``q``."""
+        name = f"in{k}"
+        mode = field.eval_mode
+        if mode is EVAL_WEIGHT:
+            self.param(f"const double *__restrict__ {name}")
+            return lambda row: f"(qok ? {name}[q] : 0.0)"
+        idx = self.field_params(name, field, writable=False)
+        if mode is EVAL_NONE:
+            size = field.size
+
+            def load(row):
+                j = f"(elem * {size} + {row}) * NUM_QPTS + q"
+                return f"(qok ? {name}[entry({idx}, {j})] : 0.0)"
+
+            return load
+        C = field.basis.num_comp
+        blocks = _register_blocks(field, self.dim)
+        self.lines.append(f"double r_{name}[{blocks} * COLUMN(Q_1D)];")
+        for c in range(C):
+            step = (
+                f"grad_column<P_1D, Q_1D>(s_B, s_G, r, r_{name} + {c * self.dim} * COLUMN(Q_1D), "
+                "buf, tx, ty);"
+                if mode is EVAL_GRAD
+                else f"contract<P_1D, Q_1D>(s_B, s_B, s_B, r, r_{name} + {c} * COLUMN(Q_1D), "
+                "buf, tx, ty);"
+            )
+            self.lines += [
+                "{",
+                "  double r[COLUMN(P_1D)];",
+                f"  gather_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
+                "tx, ty, r);",
+                f"  {step}",
+                "}",
+            ]
+        return lambda row: f"r_{name}[{self._block(field, row)} * COLUMN(Q_1D) + k]"
+
+    def _block(self, field, row):
+        if field.eval_mode is EVAL_GRAD:
+            C = field.basis.num_comp
+            d, c = divmod(row, C)
+            return c * self.dim + d
+        return row
+
+    def output(self, k, field):
+        """Declare output ``k`` (registers); returns ``store(row)`` and the epilogue."""
+        name = f"out{k}"
+        blocks = _register_blocks(field, self.dim)
+        self.lines.append(f"double r_{name}[{blocks} * COLUMN(Q_1D)] = {{}};")
+        store = lambda row: f"r_{name}[{self._block(field, row)} * COLUMN(Q_1D) + k]"  # noqa: E731
+        if not field.is_active:
+            return store, []
+        idx = self.field_params(name, field, writable=True)
+        epilogue = []
+        if field.eval_mode is EVAL_NONE:
+            for row in range(field.size):
+                epilogue.append(
+                    f"scatter_column<Q_1D>({name}, {idx}, (elem * {field.size} + {row}) * "
+                    f"NUM_QPTS, active, tx, ty, r_{name} + {row} * COLUMN(Q_1D));"
+                )
+            return store, epilogue
+        C = field.basis.num_comp
+        for c in range(C):
+            step = (
+                f"grad_t_column<Q_1D, P_1D>(s_Bt, s_Gt, r_{name} + {c * self.dim} * COLUMN(Q_1D), "
+                "r, buf, tx, ty);"
+                if field.eval_mode is EVAL_GRAD
+                else f"contract<Q_1D, P_1D>(s_Bt, s_Bt, s_Bt, r_{name} + {c} * COLUMN(Q_1D), r, "
+                "buf, tx, ty);"
+            )
+            epilogue += [
+                "{",
+                "  double r[COLUMN(P_1D)];",
+                f"  {step}",
+                f"  scatter_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
+                "tx, ty, r);",
+                "}",
+            ]
+        return store, epilogue
+
+
+def kernel_source(op, shape):
+    """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
+
+    Parameters
+    ----------
+    op : Operator
+        Built on any backend; its QFunction must be traceable.
+    shape : tuple
+        ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
+
+    Returns
+    -------
+    str
+        Source that includes ``basis_tensor.cuh`` (compile with ``-I`` this folder).
+    """
+    elems, _ = kernels.basis_block(*shape)
+    dim, P_1d, Q_1d = shape
+    src = _Source(op, dim)
+    loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
+    stores, epilogue = [], []
+    for k, field in enumerate(op.output_fields):
+        store, lines = src.output(k, field)
+        stores.append(store)
+        epilogue += lines
+    body = trace_body(op.qf, lambda k, row: loads[k](row), lambda k, row: stores[k](row))
+    defines = {"DIM": dim, "P_1D": P_1d, "Q_1D": Q_1d, "T_1D": max(P_1d, Q_1d)}
+    defines["ELEMS_PER_BLOCK"] = elems
+    head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    point = "\n      ".join(body)
+    stage = "\n    ".join(src.lines)
+    finish = "\n    ".join(epilogue)
+    params = ",\n    ".join(
+        [
+            "const int num_elem",
+            "const double *__restrict__ B",
+            "const double *__restrict__ G",
+            "const double *__restrict__ Bt",
+            "const double *__restrict__ Gt",
+            *src.params,
+        ]
+    )
+    return f"""{head}#include "basis_tensor.cuh"
+
+extern "C" __global__ void apply(
+    {params}) {{
+  __shared__ double s_B[MAT_SIZE], s_G[MAT_SIZE], s_Bt[MAT_SIZE], s_Gt[MAT_SIZE];
+  __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
+  THREAD_SETUP
+  load_matrices(B, G, s_B, s_G, tid);
+  load_matrices(Bt, Gt, s_Bt, s_Gt, tid);
+  double *buf = s_buf + slot * BUF_SIZE;
+  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
+       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {{
+    const bool active = elem < num_elem;
+    const bool qok = active && owns_column<Q_1D>(tx, ty);
+    {stage}
+#pragma unroll
+    for (int k = 0; k < COLUMN(Q_1D); k++) {{
+      const index_t q = column_index<Q_1D>(k, tx, ty);
+      {point}
+    }}
+    {finish}
+  }}
+}}
+"""
+
+
+@functools.cache
+def _compile(code):
+    return cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}")).get_function("apply")
+
+
+def fused_operator(op, shape, matrices):
+    """Generate, compile and bind ``op``'s fused kernel.
+
+    Parameters
+    ----------
+    op : Operator
+        Its QFunction must be traceable (else :class:`Untraceable` propagates).
+    shape : tuple
+        ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
+    matrices : tuple of 4 cupy arrays
+        ``B, G`` (Q_1d, P_1d) and ``Bt, Gt`` (P_1d, Q_1d), C-contiguous.
+
+    Returns
+    -------
+    callable
+        ``run(u, v)``: ``v (l_size,) += A u`` for the active L-vectors (either may
+        be None when the operator has no active input or output).
+    """
+    dim, P_1d, Q_1d = shape
+    elems, block = kernels.basis_block(dim, P_1d, Q_1d)
+    kernel = _compile(kernel_source(op, shape))
+    weights = {}
+    for field in op.input_fields:
+        if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in weights:
+            w = field.basis.q_weight_1d  # (Q_1d,)
+            tensor = functools.reduce(np.multiply.outer, [w] * dim).ravel()  # (Q_1d^dim,)
+            weights[id(field.basis)] = cupy.asarray(tensor)
+    E = op.num_elem
+    grid = (max(1, min(-(-E // elems), 1 << 20)),)
+
+    def indices(field):
+        data = field.restriction.backend_data
+        return () if data["identity"] else (data["indices"],)  # (e_size,) int32/int64
+
+    def run(u, v):
+        args = [np.int32(E), *matrices]
+        for field in op.input_fields:
+            if field.eval_mode is EVAL_WEIGHT:
+                args.append(weights[id(field.basis)])
+            else:
+                args += [u if field.is_active else field.vector, *indices(field)]
+        for field in op.output_fields:
+            if field.is_active:
+                args += [v, *indices(field)]
+        kernel(grid, block, tuple(args))
+
+    return run
