@@ -178,14 +178,19 @@ def _fused(op):
     return op.backend_data["gen"][1] is not None
 
 
+@pytest.mark.parametrize("collocated", [True, False])
 @pytest.mark.parametrize(("dim", "p"), [(1, 1), (1, 8), (2, 2), (2, 9), (3, 1), (3, 4), (3, 9)])
 @pytest.mark.parametrize("form", ["mass", "diffusion"])
-def test_gen_fuses_and_matches_ref(gen, ref, dim, p, form):
+def test_gen_fuses_and_matches_ref(gen, ref, dim, p, form, collocated):
     """One fused kernel per operator, odd element counts, P_1d 2..10, Q_1d 3..11."""
     n = 3 if dim == 3 else 5
-    op_gen, parts = box_operator(gen, form, n, p, dim, warp=0.1)
+    gen.backend.collocated = collocated
+    try:
+        op_gen, parts = box_operator(gen, form, n, p, dim, warp=0.1)
+        assert _fused(op_gen)
+    finally:
+        gen.backend.collocated = type(gen.backend).collocated
     op_ref, _ = box_operator(ref, form, n, p, dim, warp=0.1)
-    assert _fused(op_gen)
     assert _fused(parts["build"])
     u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-12

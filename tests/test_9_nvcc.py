@@ -91,9 +91,10 @@ def test_generated_operator_kernels_compile(tmp_path):
     for k, op in enumerate(_fused_operators()):
         shape = fusable_shape(op, 16)
         assert shape is not None, f"operator {k} ({op.qf.name}) does not fuse"
-        path = tmp_path / f"op{k}.cu"
-        path.write_text(kernel_source(op, shape))
-        jobs.append(path)
+        for collocated in (False, True):
+            path = tmp_path / f"op{k}-{int(collocated)}.cu"
+            path.write_text(kernel_source(op, shape, collocated))
+            jobs.append(path)
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

@@ -239,3 +239,76 @@ __device__ __forceinline__ void scatter_column(double *l, const I *__restrict__ 
     atomicAdd(l + entry(idx, j), r[k]);
   }
 }
+
+// Collocated gradient: out[d * COLUMN(Q_1D) + k] = derivative along x_d of a column of
+// values at the quadrature points, D (Q_1D, Q_1D) row-major in shared memory.  The
+// axes other than the slowest are read from buf (one pass), the slowest from registers.
+__device__ __forceinline__ void grad_collocated(const double *D, const double *in, double *out,
+                                                double *buf, int tx, int ty) {
+  const bool owns = owns_column<Q_1D>(tx, ty);
+  if (owns) {
+#pragma unroll
+    for (int k = 0; k < COLUMN(Q_1D); k++) buf[column_index<T_1D>(k, tx, ty)] = in[k];
+  }
+  __syncthreads();
+  if (owns) {
+#pragma unroll
+    for (int k = 0; k < COLUMN(Q_1D); k++) {
+      double dx = 0.0, dy = 0.0, dslow = 0.0;
+#pragma unroll
+      for (int i = 0; i < Q_1D; i++) {
+        dx += D[tx * Q_1D + i] * buf[column_index<T_1D>(k, i, ty)];
+#if DIM == 3
+        dy += D[ty * Q_1D + i] * buf[column_index<T_1D>(k, tx, i)];
+#endif
+#if DIM > 1
+        dslow += D[k * Q_1D + i] * in[i];
+#endif
+      }
+      out[k] = dx;
+#if DIM == 2
+      out[COLUMN(Q_1D) + k] = dslow;
+#elif DIM == 3
+      out[COLUMN(Q_1D) + k] = dy;
+      out[2 * COLUMN(Q_1D) + k] = dslow;
+#endif
+    }
+  }
+  __syncthreads();
+}
+
+// The transpose of grad_collocated: out[k] = sum_d (D_d^T in_d)[k], in: DIM columns.
+__device__ __forceinline__ void grad_t_collocated(const double *D, const double *in, double *out,
+                                                  double *buf, int tx, int ty) {
+  const bool owns = owns_column<Q_1D>(tx, ty);
+#pragma unroll
+  for (int k = 0; k < COLUMN(Q_1D); k++) {
+    double sum = 0.0;
+#if DIM > 1
+#pragma unroll
+    for (int i = 0; i < Q_1D; i++) sum += D[i * Q_1D + k] * in[(DIM - 1) * COLUMN(Q_1D) + i];
+#endif
+    out[k] = sum;
+  }
+#pragma unroll
+  for (int d = 0; d < (DIM == 1 ? 1 : DIM - 1); d++) {  // x (and y in 3D) through buf
+    if (owns) {
+#pragma unroll
+      for (int k = 0; k < COLUMN(Q_1D); k++)
+        buf[column_index<T_1D>(k, tx, ty)] = in[d * COLUMN(Q_1D) + k];
+    }
+    __syncthreads();
+    if (owns) {
+#pragma unroll
+      for (int k = 0; k < COLUMN(Q_1D); k++) {
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < Q_1D; i++)
+          sum += d == 0 ? D[i * Q_1D + tx] * buf[column_index<T_1D>(k, i, ty)]
+                        : D[i * Q_1D + ty] * buf[column_index<T_1D>(k, tx, i)];
+        out[k] += sum;
+      }
+    }
+    __syncthreads();
+  }
+}

@@ -8,16 +8,25 @@ everything else (restrictions, bases, assembly) are inherited from
 ``/gpu/cuda/batched``.
 """
 
-from ...constants import EVAL_GRAD, EVAL_INTERP
 from .batched import _MAX_T_1D, CudaBatchedBackend
 
 __all__ = ["CudaGenBackend"]
 
 
 class CudaGenBackend(CudaBatchedBackend):
-    """Whole-operator fusion on top of the batched kernels."""
+    """Whole-operator fusion on top of the batched kernels.
+
+    Attributes
+    ----------
+    collocated : bool
+        Gradients as interpolation to the points followed by the collocated
+        derivative matrix (fewer contractions and block synchronizations) when
+        ``Q_1d >= P_1d``; otherwise (or when False) one tensor contraction per
+        direction.  Read when an operator's kernel is first built.
+    """
 
     resource = "/gpu/cuda/gen"
+    collocated = True
 
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
@@ -31,19 +40,8 @@ class CudaGenBackend(CudaBatchedBackend):
             run = None
             shape = fusable_shape(op, _MAX_T_1D)
             if shape is not None:
-                data = next(
-                    f.basis.backend_data
-                    for f in op.input_fields + op.output_fields
-                    if f.eval_mode in (EVAL_INTERP, EVAL_GRAD)
-                )
-                matrices = (
-                    data["interp_1d"],
-                    data["grad_1d"],
-                    data["interp_1d_t"],
-                    data["grad_1d_t"],
-                )
                 try:
-                    run = fused_operator(op, shape, matrices)
+                    run = fused_operator(op, shape, self.collocated)
                 except Untraceable:
                     run = None
             cached = op.backend_data["gen"] = (key, run)

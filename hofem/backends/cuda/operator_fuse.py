@@ -25,15 +25,16 @@ import pathlib
 
 import numpy as np
 
-from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
+from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
 from . import kernels
 from .batched import device_layout
 from .qfunction_fuse import trace_body
 from .ref import cupy
 
-__all__ = ["fusable_shape", "fused_operator", "kernel_source"]
+__all__ = ["collocated_grad", "fusable_shape", "fused_operator", "kernel_source"]
 
 _HERE = pathlib.Path(__file__).parent
+_BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 
 
 def fusable_shape(op, max_t_1d):
@@ -83,9 +84,10 @@ def _register_blocks(field, dim):
 class _Source:
     """The generated kernel: parameters, body statements and launch arguments."""
 
-    def __init__(self, op, dim):
+    def __init__(self, op, dim, collocated):
         self.op = op
         self.dim = dim
+        self.collocated = collocated
         self.params = []  # C++ parameter declarations
         self.lines = []  # body statements inside the element loop
 
@@ -122,22 +124,41 @@ class _Source:
         blocks = _register_blocks(field, self.dim)
         self.lines.append(f"double r_{name}[{blocks} * COLUMN(Q_1D)];")
         for c in range(C):
-            step = (
-                f"grad_column<P_1D, Q_1D>(s_B, s_G, r, r_{name} + {c * self.dim} * COLUMN(Q_1D), "
-                "buf, tx, ty);"
-                if mode is EVAL_GRAD
-                else f"contract<P_1D, Q_1D>(s_B, s_B, s_B, r, r_{name} + {c} * COLUMN(Q_1D), "
-                "buf, tx, ty);"
-            )
             self.lines += [
                 "{",
-                "  double r[COLUMN(P_1D)];",
+                "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
                 f"  gather_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
                 "tx, ty, r);",
-                f"  {step}",
+                *(f"  {step}" for step in self._forward(mode, f"r_{name}", c)),
                 "}",
             ]
         return lambda row: f"r_{name}[{self._block(field, row)} * COLUMN(Q_1D) + k]"
+
+    def _forward(self, mode, regs, c):
+        """Statements taking component c's nodes ``r`` to its blocks of ``regs``."""
+        if mode is not EVAL_GRAD:
+            q = f"{regs} + {c} * COLUMN(Q_1D)"
+            return [f"contract<P_1D, Q_1D>(s_B, s_B, s_B, r, {q}, buf, tx, ty);"]
+        blocks = f"{regs} + {c * self.dim} * COLUMN(Q_1D)"
+        if not self.collocated:
+            return [f"grad_column<P_1D, Q_1D>(s_B, s_G, r, {blocks}, buf, tx, ty);"]
+        return [
+            "contract<P_1D, Q_1D>(s_B, s_B, s_B, r, r_q, buf, tx, ty);",
+            f"grad_collocated(s_D, r_q, {blocks}, buf, tx, ty);",
+        ]
+
+    def _backward(self, mode, regs, c):
+        """Statements taking component c's blocks of ``regs`` back to nodes ``r``."""
+        if mode is not EVAL_GRAD:
+            q = f"{regs} + {c} * COLUMN(Q_1D)"
+            return [f"contract<Q_1D, P_1D>(s_Bt, s_Bt, s_Bt, {q}, r, buf, tx, ty);"]
+        blocks = f"{regs} + {c * self.dim} * COLUMN(Q_1D)"
+        if not self.collocated:
+            return [f"grad_t_column<Q_1D, P_1D>(s_Bt, s_Gt, {blocks}, r, buf, tx, ty);"]
+        return [
+            f"grad_t_collocated(s_D, {blocks}, r_q, buf, tx, ty);",
+            "contract<Q_1D, P_1D>(s_Bt, s_Bt, s_Bt, r_q, r, buf, tx, ty);",
+        ]
 
     def _block(self, field, row):
         if field.eval_mode is EVAL_GRAD:
@@ -165,17 +186,10 @@ class _Source:
             return store, epilogue
         C = field.basis.num_comp
         for c in range(C):
-            step = (
-                f"grad_t_column<Q_1D, P_1D>(s_Bt, s_Gt, r_{name} + {c * self.dim} * COLUMN(Q_1D), "
-                "r, buf, tx, ty);"
-                if field.eval_mode is EVAL_GRAD
-                else f"contract<Q_1D, P_1D>(s_Bt, s_Bt, s_Bt, r_{name} + {c} * COLUMN(Q_1D), r, "
-                "buf, tx, ty);"
-            )
             epilogue += [
                 "{",
-                "  double r[COLUMN(P_1D)];",
-                f"  {step}",
+                "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
+                *(f"  {step}" for step in self._backward(field.eval_mode, f"r_{name}", c)),
                 f"  scatter_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
                 "tx, ty, r);",
                 "}",
@@ -183,7 +197,7 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(op, shape):
+def kernel_source(op, shape, collocated=False):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -192,6 +206,10 @@ def kernel_source(op, shape):
         Built on any backend; its QFunction must be traceable.
     shape : tuple
         ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
+    collocated : bool
+        Gradients as interpolation then the collocated derivative ``D`` (Q_1d,
+        Q_1d) at the points (:func:`collocated_grad`): the kernel takes ``D``
+        after ``Gt``.
 
     Returns
     -------
@@ -200,7 +218,7 @@ def kernel_source(op, shape):
     """
     elems, _ = kernels.basis_block(*shape)
     dim, P_1d, Q_1d = shape
-    src = _Source(op, dim)
+    src = _Source(op, dim, collocated)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
     for k, field in enumerate(op.output_fields):
@@ -221,8 +239,15 @@ def kernel_source(op, shape):
             "const double *__restrict__ G",
             "const double *__restrict__ Bt",
             "const double *__restrict__ Gt",
+            *(["const double *__restrict__ D"] if collocated else []),
             *src.params,
         ]
+    )
+    load_d = (
+        "__shared__ double s_D[Q_1D * Q_1D];\n"
+        "  for (int i = tid; i < Q_1D * Q_1D; i += NUM_THREADS) s_D[i] = D[i];\n  "
+        if collocated
+        else ""
     )
     return f"""{head}#include "basis_tensor.cuh"
 
@@ -231,7 +256,7 @@ extern "C" __global__ void apply(
   __shared__ double s_B[MAT_SIZE], s_G[MAT_SIZE], s_Bt[MAT_SIZE], s_Gt[MAT_SIZE];
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
-  load_matrices(B, G, s_B, s_G, tid);
+  {load_d}load_matrices(B, G, s_B, s_G, tid);
   load_matrices(Bt, Gt, s_Bt, s_Gt, tid);
   double *buf = s_buf + slot * BUF_SIZE;
   for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
@@ -255,17 +280,38 @@ def _compile(code):
     return cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}")).get_function("apply")
 
 
-def fused_operator(op, shape, matrices):
+def collocated_grad(B, G):
+    """The derivative at the points, ``D`` (Q_1d, Q_1d) with ``D @ B == G``, or None.
+
+    Parameters
+    ----------
+    B, G : ndarray, (Q_1d, P_1d)
+        1D interpolation and derivative matrices.
+
+    Returns
+    -------
+    ndarray (Q_1d, Q_1d) or None
+        ``G @ pinv(B)``; None when ``Q_1d < P_1d`` or ``B`` has rank below ``P_1d``
+        (then no such ``D`` exists in general).
+    """
+    Q_1d, P_1d = B.shape
+    if Q_1d < P_1d or np.linalg.matrix_rank(B) < P_1d:
+        return None
+    return G @ np.linalg.pinv(B)
+
+
+def fused_operator(op, shape, collocated=True):
     """Generate, compile and bind ``op``'s fused kernel.
 
     Parameters
     ----------
     op : Operator
-        Its QFunction must be traceable (else :class:`Untraceable` propagates).
+        On a batched CUDA backend; its QFunction must be traceable (else
+        :class:`Untraceable` propagates).
     shape : tuple
         ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
-    matrices : tuple of 4 cupy arrays
-        ``B, G`` (Q_1d, P_1d) and ``Bt, Gt`` (P_1d, Q_1d), C-contiguous.
+    collocated : bool
+        Take gradients through :func:`collocated_grad` where it exists.
 
     Returns
     -------
@@ -273,9 +319,15 @@ def fused_operator(op, shape, matrices):
         ``run(u, v)``: ``v (l_size,) += A u`` for the active L-vectors (either may
         be None when the operator has no active input or output).
     """
+    b = next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode in _BASIS_MODES)
+    data = b.backend_data
+    matrices = [data[key] for key in ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")]
+    D = collocated_grad(b.interp_1d, b.grad_1d) if collocated else None
+    if D is not None:
+        matrices.append(cupy.asarray(D))  # (Q_1d, Q_1d)
     dim, P_1d, Q_1d = shape
     elems, block = kernels.basis_block(dim, P_1d, Q_1d)
-    kernel = _compile(kernel_source(op, shape))
+    kernel = _compile(kernel_source(op, shape, collocated=D is not None))
     weights = {}
     for field in op.input_fields:
         if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in weights:
