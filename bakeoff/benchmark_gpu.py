@@ -3,17 +3,23 @@
 Prints one JSON line per case.  Timings are CUDA events around the timed call
 after warm-up, the median of ``--repeat`` repeats.  Problems are structured
 3D hex boxes of order p with Q = p + 2 Gauss points, built with the algebra
-layer only.
+layer only.  The ``tet`` case (not in the default set) applies BP1/BP3 on a
+tetrahedral box mesh (``hofem.meshes.box(..., simplex=True)``, ``H1Space``,
+``hf.mass``/``hf.diffusion``, the bake-off rule: simplex quadrature exact to
+degree 2p + 3) of about ``--dofs`` DOFs, fewer where the mesh would exceed
+``--tet-points`` quadrature points (memory: stored qdata and setup temporaries).
 
 Usage::
 
     python -m hofem.bakeoff.benchmark_gpu [--backend /gpu/cuda/batched] [--p 1 2 ... 8]
-        [--dofs 1.2e7] [--repeat 10] [--cases copy basis restriction operator cg]
+        [--dofs 1.2e7] [--repeat 10] [--cases copy basis restriction operator cg tet]
+        [--tet-points 1.2e8]
 """
 
 import argparse
 import json
 import math
+import time
 
 import numpy as np
 
@@ -22,6 +28,8 @@ import hofem as hf
 from .structured import box_offsets, box_operator
 
 CASES = ("copy", "basis", "restriction", "operator", "cg")
+EXTRA_CASES = ("tet",)  # run only when asked for
+TET_FORMS = {"bp1": hf.mass, "bp3": hf.diffusion}
 
 
 def time_events(fn, repeat, warmup=3):
@@ -151,6 +159,61 @@ def bench_operator(ceed, bp, p, dofs, repeat, cg_iters):
         )
 
 
+def tet_cells(p, dofs, max_points):
+    """Cells per direction of the tet box: about ``dofs`` DOFs, at most ``max_points`` points."""
+    from .tune_gemm import tet_shape
+
+    num_qpts = tet_shape(p)[1]
+    n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))  # (n p + 1)^3 DOFs
+    while n > 1 and 6 * n**3 * num_qpts > max_points:  # 6 tets per cell
+        n -= 1
+    return n
+
+
+def bench_tet(ceed, bps, p, dofs, max_points, repeat):
+    """BP1/BP3 operator apply on a tet box mesh (one mesh and space per order).
+
+    ``setup_s``: mesh and space (host); ``build_s``: the form's qdata setup.
+    """
+    import cupy
+
+    from hofem import meshes
+    from hofem.backends.cuda import gemm
+    from hofem.backends.cuda.batched import CudaBatchedBackend
+
+    start = time.perf_counter()
+    space = hf.H1Space(ceed, meshes.box(tet_cells(p, dofs, max_points), 3, simplex=True), p)
+    setup = time.perf_counter() - start
+    basis = space.basis()
+    P, Q, E = basis.num_nodes, basis.num_qpts, space.num_elem
+    u = cupy.random.default_rng(1).standard_normal(space.num_dofs)
+    v = cupy.empty_like(u)
+    base = dict(backend=ceed.resource, p=p, P=P, Q=Q, num_elem=E, dofs=space.num_dofs)
+    if isinstance(ceed.backend, CudaBatchedBackend):  # what the tuning table picks, E columns
+        base["gemm_batch_count"] = {
+            t.value: gemm.select(t, P, Q, E) for t in (hf.NOTRANSPOSE, hf.TRANSPOSE)
+        }
+    for bp in bps:
+        if bp not in TET_FORMS:
+            raise ValueError(f"the tet case runs {' and '.join(TET_FORMS)}, got --bp {bp}")
+        start = time.perf_counter()
+        op = TET_FORMS[bp](space)  # builds the stored qdata
+        ceed.backend.synchronize()
+        build = time.perf_counter() - start
+        seconds = time_events(lambda op=op: op.apply(u, v), repeat)
+        emit(
+            case="tet",
+            bp=bp,
+            **base,
+            setup_s=setup,
+            build_s=build,
+            seconds=seconds,
+            dofs_per_s=space.num_dofs / seconds,
+        )
+        del op
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="/gpu/cuda/batched")
@@ -159,7 +222,10 @@ def main(argv=None):
     parser.add_argument("--dofs", type=float, default=1.2e7, help="target DOFs per problem")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--cg-iters", type=int, default=20)
-    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES + EXTRA_CASES)
+    parser.add_argument(
+        "--tet-points", type=float, default=1.2e8, help="cap on quadrature points (tet case)"
+    )
     args = parser.parse_args(argv)
     import cupy
 
@@ -176,6 +242,9 @@ def main(argv=None):
             for bp in args.bp:
                 bench_operator(ceed, bp, p, args.dofs, args.repeat, iters)
                 cupy.get_default_memory_pool().free_all_blocks()
+        if "tet" in args.cases:
+            bench_tet(ceed, args.bp, p, args.dofs, args.tet_points, args.repeat)
+            cupy.get_default_memory_pool().free_all_blocks()
 
 
 if __name__ == "__main__":

@@ -5,13 +5,16 @@ the ``.cu`` kernels beside this file (specialized by ``-D`` defines, compiled on
 first use, see :mod:`hofem.backends.cuda.kernels`).  The basis kernels read and
 write Q-vectors in place, so an operator apply is G, B, the QFunction (CuPy
 code traced into one fused kernel, or CuPy array code where the body cannot
-be traced), B^T, G^T with no layout copies.  Non-tensor bases,
-oriented restrictions and assembly are inherited from ``/gpu/cuda/ref``.
+be traced), B^T, G^T with no layout copies.  Non-tensor bases run as cuBLAS
+GEMMs, plain or strided batched as the tuning table picks
+(:mod:`hofem.backends.cuda.gemm`), reading and writing Q-vectors in place too.
+Oriented restrictions and assembly are inherited from ``/gpu/cuda/ref``.
 """
 
 import numpy as np
 
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPOSE
+from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
 __all__ = ["CudaBatchedBackend", "device_layout"]
@@ -45,7 +48,7 @@ def _blocks(n, threads=_SCATTER_THREADS):
 
 
 class CudaBatchedBackend(CudaRefBackend):
-    """Batched device kernels for restrictions and tensor bases; the rest from cuda/ref.
+    """Kernels for restrictions and tensor bases, tuned GEMMs for non-tensor ones; rest: cuda/ref.
 
     Attributes
     ----------
@@ -156,11 +159,14 @@ class CudaBatchedBackend(CudaRefBackend):
     def basis_setup(self, b):
         """Device matrices; tensor bases also keep the transposes (P_1d, Q_1d) contiguous."""
         super().basis_setup(b)
+        data = b.backend_data
         if b.is_tensor:
-            data = b.backend_data
             data["interp_1d_t"] = cupy.ascontiguousarray(data["interp_1d"].T)
             data["grad_1d_t"] = cupy.ascontiguousarray(data["grad_1d"].T)
             data["kernels"] = max(b.P_1d, b.Q_1d) <= _MAX_T_1D
+        else:  # the GEMMs need C-contiguous matrices
+            data["interp"] = cupy.ascontiguousarray(data["interp"])  # (Q, P)
+            data["grad"] = cupy.ascontiguousarray(data["grad"])  # (dim, Q, P)
 
     def _tensor_kernel(self, b, t_mode, eval_mode, src, dst, num_elem, q_strides):
         """Launch one tensor basis kernel; the Q side is addressed with ``q_strides``."""
@@ -178,9 +184,24 @@ class CudaBatchedBackend(CudaRefBackend):
         strides = tuple(np.int64(s) for s in q_strides)
         module.get_function(name)(grid, block, (np.int32(num_elem), *mats, src, dst, *strides))
 
+    def _nontensor_basis(self, b, t_mode, eval_mode, u):
+        """Non-tensor interp/grad (and transposes) by GEMMs, in the basis layout."""
+        E, C, Q = u.shape[0], b.num_comp, b.num_qpts
+        data = b.backend_data
+        u = cupy.ascontiguousarray(u)
+        if t_mode is NOTRANSPOSE:
+            shape = (E, b.dim, C, Q) if eval_mode is EVAL_GRAD else (E, C, Q)
+            nodes, qpts = u, cupy.empty(shape)
+        else:
+            nodes, qpts = cupy.empty((E, C, b.num_nodes)), u  # (E, C, P), (E, [dim,] C, Q)
+        gemm.apply_basis(data["interp"], data["grad"], t_mode, eval_mode, nodes, qpts)
+        return qpts if t_mode is NOTRANSPOSE else nodes
+
     def basis_apply(self, b, t_mode, eval_mode, u):
-        """Tensor interp/grad (and transposes) by the batched kernels; others inherited."""
-        if not (b.is_tensor and b.backend_data["kernels"]):
+        """Interp/grad (and transposes): tensor kernels, non-tensor GEMMs; others inherited."""
+        if not b.is_tensor:
+            return self._nontensor_basis(b, t_mode, eval_mode, u)
+        if not b.backend_data["kernels"]:
             return super().basis_apply(b, t_mode, eval_mode, u)
         num_elem = u.shape[0]
         Q, P, C = b.num_qpts, b.num_nodes, b.num_comp
@@ -205,12 +226,28 @@ class CudaBatchedBackend(CudaRefBackend):
             and not field.restriction.is_oriented
         )
 
+    @staticmethod
+    def _uses_gemm(field):
+        return (
+            field.eval_mode in (EVAL_INTERP, EVAL_GRAD)
+            and not field.basis.is_tensor
+            and not field.restriction.is_oriented
+        )
+
     def input_qvec(self, op, field, u):
         """Q-vector (size, E*Q) of an input field, written by the basis kernel directly."""
         E, Q = op.num_elem, op.num_qpts
         lvec = u if field.is_active else field.vector
         if field.eval_mode is EVAL_NONE and not field.restriction.is_oriented:
             return self._to_qvec(self._gather(field.restriction, lvec), E, Q)
+        if self._uses_gemm(field):  # one GEMM per Q-vector row block, written in place
+            data = field.basis.backend_data
+            e = cupy.ascontiguousarray(self._gather(field.restriction, lvec))  # (E, C, P)
+            q = cupy.empty((field.size, E * Q))
+            gemm.apply_basis(
+                data["interp"], data["grad"], NOTRANSPOSE, field.eval_mode, e, q, qvec=True
+            )
+            return q
         if not self._uses_kernels(field):
             return super().input_qvec(op, field, u)
         e = self._gather(field.restriction, lvec)  # (E, C, P)
@@ -259,7 +296,16 @@ class CudaBatchedBackend(CudaRefBackend):
                 self.output_add(op, field, q, v)
 
     def output_add(self, op, field, q, v):
-        """v += G^T B^T q, the basis kernel reading the Q-vector (size, E*Q) directly."""
+        """v += G^T B^T q, the basis kernel (or GEMMs) reading the Q-vector (size, E*Q) directly."""
+        if self._uses_gemm(field):
+            r, data = field.restriction, field.basis.backend_data
+            e = cupy.empty((op.num_elem, r.num_comp, r.elem_size))
+            q = cupy.ascontiguousarray(q)  # (size, E*Q)
+            gemm.apply_basis(
+                data["interp"], data["grad"], TRANSPOSE, field.eval_mode, e, q, qvec=True
+            )
+            self._scatter_add(r, e, v)
+            return
         if not self._uses_kernels(field):
             super().output_add(op, field, q, v)
             return
