@@ -77,6 +77,65 @@ def _fused_updates(xp):
     return update_xr, update_p
 
 
+@functools.cache
+def _fused_scalars(xp):
+    """CuPy kernels for CG's scalar steps (one launch each instead of several), or None.
+
+    Returns ``(step, ratio)``: ``step(rz, pAp, breakdown)`` sets the breakdown flag
+    (``p.Ap <= 0`` with ``rz != 0``, or a NaN/Inf) and returns ``alpha = rz / pAp``
+    (``rz`` where ``pAp <= 0``); ``ratio(rz_new, rz)`` returns ``beta``.
+    """
+    if xp is np:
+        return None
+    step = xp.ElementwiseKernel(
+        "T rz, T pAp",
+        "bool breakdown, T alpha",
+        "breakdown = breakdown || !isfinite(pAp) || (pAp <= 0 && rz != 0);"
+        "alpha = rz / (pAp > 0 ? pAp : 1.0)",
+        "hofem_cg_step",
+    )
+    ratio = xp.ElementwiseKernel(
+        "T rz_new, T rz", "T beta", "beta = rz_new / (rz != 0 ? rz : 1.0)", "hofem_cg_ratio"
+    )
+
+    def alpha(rz, pAp, breakdown):
+        out = xp.empty(())  # 0-d alpha
+        step(rz, pAp, breakdown, out)
+        return out
+
+    return alpha, ratio
+
+
+def _fused_residual_update(xp):
+    """CuPy: ``x += alpha p; r -= alpha Ap`` and ``r . r`` in one pass, or None for NumPy.
+
+    Returns ``update(rz, pAp, p, Ap, x, r) -> rr`` (0-d device array), ``alpha =
+    rz / pAp`` formed on the device (``cg.cu``); the per-block partial sums are
+    added in a fixed order, so the result is reproducible.
+    """
+    if xp is np:
+        return None
+    from .backends.cuda import kernels
+
+    kernel = kernels.cg_module().get_function("update_xr_rr")
+    threads = 256
+    blocks = 4 * xp.cuda.Device().attributes["MultiProcessorCount"]
+    partial = xp.empty(blocks)  # (blocks,) per-block sums of r^2
+
+    def update(rz, pAp, p, Ap, x, r):
+        kernel((blocks,), (threads,), (np.int64(r.size), rz, pAp, p, Ap, x, r, partial))
+        return partial.sum()
+
+    return update
+
+
+def _backend_updates(A):
+    """The same two updates from ``A``'s backend (``backend.cg_updates()``), or None."""
+    backend = getattr(getattr(A, "ceed", None), "backend", None)
+    hook = getattr(backend, "cg_updates", None)
+    return hook() if hook is not None else None
+
+
 def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=None, check_every=1):
     """Conjugate gradients for symmetric positive definite ``A``, SciPy's conventions.
 
@@ -152,18 +211,29 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     p = z.copy()
     rz = xp.vdot(r, z)
     breakdown = xp.zeros((), dtype=bool)  # device flag: p.Ap <= 0 or NaN/Inf seen
-    fused = _fused_updates(xp)
+    fused = _fused_updates(xp) or _backend_updates(A)
+    scalars = _fused_scalars(xp)
+    # without a preconditioner z = r: the x/r update can produce r . r in the same pass
+    residual_update = _fused_residual_update(xp) if precond is None else None
     iteration = 0
     while iteration < maxiter:
         Ap = matvec(p)
         pAp = xp.vdot(p, Ap)
-        breakdown |= ~xp.isfinite(pAp) | ((pAp <= 0) & (rz != 0))
-        alpha = rz / xp.where(pAp > 0, pAp, 1.0)  # 0 once converged exactly (rz = 0)
-        if fused:
-            fused[0](alpha, p, Ap, x, r)
+        rz_new = None
+        if residual_update is not None:
+            scalars[0](rz, pAp, breakdown)
+            rz_new = residual_update(rz, pAp, p, Ap, x, r)
         else:
-            x += alpha * p
-            r -= alpha * Ap
+            if scalars:
+                alpha = scalars[0](rz, pAp, breakdown)
+            else:
+                breakdown |= ~xp.isfinite(pAp) | ((pAp <= 0) & (rz != 0))
+                alpha = rz / xp.where(pAp > 0, pAp, 1.0)  # 0 once converged exactly (rz = 0)
+            if fused:
+                fused[0](alpha, p, Ap, x, r)
+            else:
+                x += alpha * p
+                r -= alpha * Ap
         iteration += 1
         if callback is not None:
             callback(x)
@@ -181,8 +251,9 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
             if r_norm <= tol:
                 return x, CGInfo(0, iteration, r_norm, "converged")
         z = precond(r) if precond else r
-        rz_new = xp.vdot(r, z)
-        beta = rz_new / xp.where(rz != 0, rz, 1.0)
+        if rz_new is None:
+            rz_new = xp.vdot(r, z)
+        beta = scalars[1](rz_new, rz) if scalars else rz_new / xp.where(rz != 0, rz, 1.0)
         if fused:
             fused[1](z, beta, p)
         else:

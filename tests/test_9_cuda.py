@@ -264,3 +264,27 @@ def test_gen_falls_back_when_untraceable(gen, ref):
         u = np.random.default_rng(8).standard_normal(op.shape[1])
         results.append(ceed.to_numpy(op(ceed.asarray(u))))
     assert rel_error(*results) < 1e-12
+
+
+@pytest.mark.parametrize("check_every", [1, 7])
+def test_gpu_cg_unpreconditioned_matches_cpu(gpu, ref, check_every):
+    """The fused x/r update + r.r path (no preconditioner) follows the CPU recurrence."""
+    ops = {ceed: poisson_operator(ceed, n=3, p=3, dim=3, warp=0.1)[0] for ceed in (gpu, ref)}
+    shifted = {
+        ceed: ceed.CompositeOperator([op, mass_operator(ceed, n=3, p=3, dim=3)[0]])
+        for ceed, op in ops.items()
+    }
+    b = np.random.default_rng(9).standard_normal(ops[ref].shape[0])
+    x_ref, info_ref = hf.cg(shifted[ref], b, rtol=1e-10)
+    x_gpu, info_gpu = hf.cg(shifted[gpu], gpu.asarray(b), rtol=1e-10, check_every=check_every)
+    assert info_ref == 0 and info_gpu == 0
+    assert abs(info_gpu.iterations - info_ref.iterations) <= check_every
+    assert rel_error(gpu.to_numpy(x_gpu), x_ref) < 1e-8
+
+
+def test_gpu_cg_flags_breakdown(gpu):
+    """An indefinite operator (-A) is reported as a breakdown, not a wrong answer."""
+    op, _ = mass_operator(gpu, n=2, p=2, dim=3)
+    b = gpu.asarray(np.random.default_rng(10).standard_normal(op.shape[0]))
+    _, info = hf.cg(lambda v: -op(v), b, rtol=1e-10, check_every=3)
+    assert info < 0 and "breakdown" in info.message

@@ -38,6 +38,7 @@ DEFINES = {
         _tensor(3, 1, 5, 7, 5),
     ],
     "restriction.cu": [{"INDEX_T": "int"}, {"INDEX_T": "long long"}],
+    "cg.cu": [{}],
 }
 
 

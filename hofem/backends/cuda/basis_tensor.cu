@@ -30,16 +30,16 @@ __device__ __forceinline__ void forward(const int num_elem, const double *__rest
        elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
     const bool active = elem < num_elem;
     for (int c = 0; c < NUM_COMP; c++) {
-      double r_in[COLUMN(P_1D)], r_out[ROWS * COLUMN(Q_1D)];
+      double r_in[COLUMN(P_1D)];
       load_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_in);
-      if (GRAD)
-        grad_column<P_1D, Q_1D>(s_B, s_G, r_in, r_out, buf, tx, ty);
-      else
-        contract<P_1D, Q_1D>(s_B, s_B, s_B, r_in, r_out, buf, tx, ty);
 #pragma unroll
-      for (int d = 0; d < ROWS; d++)
+      for (int d = 0; d < ROWS; d++) {  // one direction at a time: fewer live registers
+        double r_out[COLUMN(Q_1D)];
+        contract<P_1D, Q_1D>(GRAD && d == 0 ? s_G : s_B, GRAD && d == 1 ? s_G : s_B,
+                             GRAD && d == 2 ? s_G : s_B, r_in, r_out, buf, tx, ty);
         store_column<Q_1D>(v + elem * q_elem_stride + (d * NUM_COMP + c) * q_comp_stride, active,
-                           tx, ty, r_out + d * COLUMN(Q_1D));
+                           tx, ty, r_out);
+      }
     }
   }
 }
@@ -63,15 +63,19 @@ __device__ __forceinline__ void backward(const int num_elem, const double *__res
        elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
     const bool active = elem < num_elem;
     for (int c = 0; c < NUM_COMP; c++) {
-      double r_in[ROWS * COLUMN(Q_1D)], r_out[COLUMN(P_1D)];
+      double r_out[COLUMN(P_1D)];
 #pragma unroll
-      for (int d = 0; d < ROWS; d++)
+      for (int k = 0; k < COLUMN(P_1D); k++) r_out[k] = 0.0;
+#pragma unroll
+      for (int d = 0; d < ROWS; d++) {  // one direction at a time: fewer live registers
+        double r_in[COLUMN(Q_1D)], r_d[COLUMN(P_1D)];
         load_column<Q_1D>(v + elem * q_elem_stride + (d * NUM_COMP + c) * q_comp_stride, active,
-                          tx, ty, r_in + d * COLUMN(Q_1D));
-      if (GRAD)
-        grad_t_column<Q_1D, P_1D>(s_B, s_G, r_in, r_out, buf, tx, ty);
-      else
-        contract<Q_1D, P_1D>(s_B, s_B, s_B, r_in, r_out, buf, tx, ty);
+                          tx, ty, r_in);
+        contract<Q_1D, P_1D>(GRAD && d == 0 ? s_G : s_B, GRAD && d == 1 ? s_G : s_B,
+                             GRAD && d == 2 ? s_G : s_B, r_in, r_d, buf, tx, ty);
+#pragma unroll
+        for (int k = 0; k < COLUMN(P_1D); k++) r_out[k] += r_d[k];
+      }
       store_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_out);
     }
   }

@@ -10,7 +10,7 @@ import pathlib
 
 from .ref import cupy
 
-__all__ = ["basis_block", "basis_module", "restriction_module", "source"]
+__all__ = ["basis_block", "basis_module", "cg_module", "restriction_module", "source"]
 
 _HERE = pathlib.Path(__file__).parent
 
@@ -61,6 +61,11 @@ def basis_module(dim, num_comp, P_1d, Q_1d):
         ("ELEMS_PER_BLOCK", elems),
     )
     return _module("basis_tensor.cu", defines)
+
+
+def cg_module():
+    """Compiled ``cg.cu``: ``update_xr_rr``, CG's x/r update fused with ``r . r``."""
+    return _module("cg.cu", ())
 
 
 def restriction_module(index_dtype):
