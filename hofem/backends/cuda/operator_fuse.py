@@ -129,35 +129,33 @@ class _Source:
                 "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
                 f"  gather_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
                 "tx, ty, r);",
-                *(f"  {step}" for step in self._forward(mode, f"r_{name}", c)),
+                *(f"  {step}" for step in self._steps(mode, f"r_{name}", c, transpose=False)),
                 "}",
             ]
         return lambda row: f"r_{name}[{self._block(field, row)} * COLUMN(Q_1D) + k]"
 
-    def _forward(self, mode, regs, c):
-        """Statements taking component c's nodes ``r`` to its blocks of ``regs``."""
-        if mode is not EVAL_GRAD:
-            q = f"{regs} + {c} * COLUMN(Q_1D)"
-            return [f"contract<P_1D, Q_1D>(s_B, s_B, s_B, r, {q}, buf, tx, ty);"]
-        blocks = f"{regs} + {c * self.dim} * COLUMN(Q_1D)"
-        if not self.collocated:
-            return [f"grad_column<P_1D, Q_1D>(s_B, s_G, r, {blocks}, buf, tx, ty);"]
-        return [
-            "contract<P_1D, Q_1D>(s_B, s_B, s_B, r, r_q, buf, tx, ty);",
-            f"grad_collocated(s_D, r_q, {blocks}, buf, tx, ty);",
-        ]
+    def _steps(self, mode, regs, c, transpose):
+        """Statements taking component c's nodes ``r`` to its blocks of ``regs`` (or back)."""
+        IN, OUT = ("Q_1D", "P_1D") if transpose else ("P_1D", "Q_1D")
+        B, G, t = ("s_Bt", "s_Gt", "_t") if transpose else ("s_B", "s_G", "")
 
-    def _backward(self, mode, regs, c):
-        """Statements taking component c's blocks of ``regs`` back to nodes ``r``."""
+        def oriented(nodes, points):  # (source, destination) of this direction
+            return (points, nodes) if transpose else (nodes, points)
+
         if mode is not EVAL_GRAD:
-            q = f"{regs} + {c} * COLUMN(Q_1D)"
-            return [f"contract<Q_1D, P_1D>(s_Bt, s_Bt, s_Bt, {q}, r, buf, tx, ty);"]
-        blocks = f"{regs} + {c * self.dim} * COLUMN(Q_1D)"
+            src, dst = oriented("r", f"{regs} + {c} * COLUMN(Q_1D)")
+            return [f"contract<{IN}, {OUT}>({B}, {B}, {B}, {src}, {dst}, buf, tx, ty);"]
+        src, dst = oriented("r", f"{regs} + {c * self.dim} * COLUMN(Q_1D)")
         if not self.collocated:
-            return [f"grad_t_column<Q_1D, P_1D>(s_Bt, s_Gt, {blocks}, r, buf, tx, ty);"]
+            return [f"grad{t}_column<{IN}, {OUT}>({B}, {G}, {src}, {dst}, buf, tx, ty);"]
+        if transpose:  # interpolation and the collocated derivative, through r_q
+            return [
+                f"grad_t_collocated(s_D, {src}, r_q, buf, tx, ty);",
+                f"contract<{IN}, {OUT}>({B}, {B}, {B}, r_q, r, buf, tx, ty);",
+            ]
         return [
-            f"grad_t_collocated(s_D, {blocks}, r_q, buf, tx, ty);",
-            "contract<Q_1D, P_1D>(s_Bt, s_Bt, s_Bt, r_q, r, buf, tx, ty);",
+            f"contract<{IN}, {OUT}>({B}, {B}, {B}, r, r_q, buf, tx, ty);",
+            f"grad_collocated(s_D, r_q, {dst}, buf, tx, ty);",
         ]
 
     def _block(self, field, row):
@@ -189,7 +187,10 @@ class _Source:
             epilogue += [
                 "{",
                 "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
-                *(f"  {step}" for step in self._backward(field.eval_mode, f"r_{name}", c)),
+                *(
+                    f"  {step}"
+                    for step in self._steps(field.eval_mode, f"r_{name}", c, transpose=True)
+                ),
                 f"  scatter_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
                 "tx, ty, r);",
                 "}",
