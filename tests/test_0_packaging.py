@@ -55,6 +55,10 @@ def test_wheel_installs_every_subpackage(tmp_path):
     wheel = next((tmp_path / "dist").glob("hofem-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "hofem/meshes/__init__.py" in names and "hofem/qfunctions/mass.py" in names
+    cuda = ROOT / "hofem" / "backends" / "cuda"
+    data = [f.name for pattern in ("*.cu", "*.cuh", "*.json") for f in cuda.glob(pattern)]
+    missing = [name for name in data if f"hofem/backends/cuda/{name}" not in names]
+    assert not missing, f"kernel sources or tables missing from the wheel: {missing}"
     target = tmp_path / "site"
     subprocess.run(
         [
