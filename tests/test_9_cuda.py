@@ -45,14 +45,21 @@ EDGES = [
 ]
 
 
+@pytest.mark.parametrize("collocated", [True, False])
 @pytest.mark.parametrize(("dim", "num_comp", "P", "Q"), EDGES)
-def test_tensor_kernels_match_ref(batched, ref, dim, num_comp, P, Q):
+def test_tensor_kernels_match_ref(batched, ref, dim, num_comp, P, Q, collocated):
+    """Collocated gradients apply where Q >= P; the other grad kernels everywhere."""
     from hofem.backends.cuda import kernels
 
     elems, _ = kernels.basis_block(dim, P, Q)
     num_elem = 2 * elems + 1  # not a multiple of the elements per block
     rng = np.random.default_rng(dim * 1000 + P * 10 + Q)
-    b_gpu = batched.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
+    batched.backend.collocated = collocated
+    try:
+        b_gpu = batched.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
+    finally:
+        batched.backend.collocated = type(batched.backend).collocated
+    assert (b_gpu.backend_data["collocated"] is not None) == (collocated and Q >= P)
     b_ref = ref.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
     nodes = (num_elem, num_comp, P**dim)
     for mode, qpts in (

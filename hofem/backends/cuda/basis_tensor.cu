@@ -81,6 +81,64 @@ __device__ __forceinline__ void backward(const int num_elem, const double *__res
   }
 }
 
+// The gradient as interpolation to the points, then the collocated derivative D along
+// each axis (D B = G; used when Q_1D >= P_1D).  B: (Q_1D, P_1D), D: (Q_1D, Q_1D).
+__device__ __forceinline__ void load_collocated(const double *__restrict__ D, double *s_D,
+                                                int tid) {
+  for (int i = tid; i < Q_1D * Q_1D; i += NUM_THREADS) s_D[i] = D[i];
+}
+
+extern "C" __global__ void grad_colloc(const int num_elem, const double *__restrict__ B,
+                                       const double *__restrict__ D,
+                                       const double *__restrict__ u, double *__restrict__ v,
+                                       const index_t q_elem_stride,
+                                       const index_t q_comp_stride) {
+  __shared__ double s_B[MAT_SIZE], s_D[Q_1D * Q_1D];
+  __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
+  THREAD_SETUP
+  load_collocated(D, s_D, tid);
+  load_matrices(B, nullptr, s_B, nullptr, tid);
+  double *buf = s_buf + slot * BUF_SIZE;
+  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
+       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
+    const bool active = elem < num_elem;
+    for (int c = 0; c < NUM_COMP; c++) {
+      double r_in[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];
+      load_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_in);
+      contract<P_1D, Q_1D>(s_B, s_B, s_B, r_in, r_q, buf, tx, ty);
+      const GlobalColumns<double> out{v + elem * q_elem_stride + c * q_comp_stride,
+                                      NUM_COMP * q_comp_stride, active, tx, ty};
+      grad_collocated(s_D, r_q, out, buf, tx, ty);
+    }
+  }
+}
+
+// The transpose of grad_colloc.  Bt: (P_1D, Q_1D), D: (Q_1D, Q_1D) (not transposed).
+extern "C" __global__ void grad_colloc_t(const int num_elem, const double *__restrict__ Bt,
+                                         const double *__restrict__ D,
+                                         const double *__restrict__ v, double *__restrict__ u,
+                                         const index_t q_elem_stride,
+                                         const index_t q_comp_stride) {
+  __shared__ double s_B[MAT_SIZE], s_D[Q_1D * Q_1D];
+  __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
+  THREAD_SETUP
+  load_collocated(D, s_D, tid);
+  load_matrices(Bt, nullptr, s_B, nullptr, tid);
+  double *buf = s_buf + slot * BUF_SIZE;
+  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
+       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
+    const bool active = elem < num_elem;
+    for (int c = 0; c < NUM_COMP; c++) {
+      double r_q[COLUMN(Q_1D)], r_out[COLUMN(P_1D)];
+      const GlobalColumns<const double> in{v + elem * q_elem_stride + c * q_comp_stride,
+                                           NUM_COMP * q_comp_stride, active, tx, ty};
+      grad_t_collocated(s_D, in, r_q, buf, tx, ty);
+      contract<Q_1D, P_1D>(s_B, s_B, s_B, r_q, r_out, buf, tx, ty);
+      store_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_out);
+    }
+  }
+}
+
 extern "C" __global__ void interp(const int num_elem, const double *__restrict__ B,
                                   const double *__restrict__ u, double *__restrict__ v,
                                   const index_t q_elem_stride, const index_t q_comp_stride) {

@@ -240,11 +240,42 @@ __device__ __forceinline__ void scatter_column(double *l, const I *__restrict__ 
   }
 }
 
-// Collocated gradient: out[d * COLUMN(Q_1D) + k] = derivative along x_d of a column of
-// values at the quadrature points, D (Q_1D, Q_1D) row-major in shared memory.  The
+// Where the collocated gradient routines put and get the DIM columns of derivatives:
+// registers (blocks of COLUMN(Q_1D) values, as the fused operator kernels keep them)
+// or an array in global memory, row d at dst + d * row_stride (the basis kernels).
+struct RegisterColumns {
+  double *r;
+  __device__ __forceinline__ void put(int d, int k, double value) const {
+    r[d * COLUMN(Q_1D) + k] = value;
+  }
+  __device__ __forceinline__ void get(int d, double *col) const {
+#pragma unroll
+    for (int k = 0; k < COLUMN(Q_1D); k++) col[k] = r[d * COLUMN(Q_1D) + k];
+  }
+};
+
+template <typename T>  // double, or const double for reading only
+struct GlobalColumns {
+  T *ptr;  // row 0 of this element
+  index_t row_stride;
+  bool active;
+  int tx, ty;
+  __device__ __forceinline__ void put(int d, int k, double value) const {
+    if (active && owns_column<Q_1D>(tx, ty))
+      ptr[d * row_stride + column_index<Q_1D>(k, tx, ty)] = value;
+  }
+  __device__ __forceinline__ void get(int d, double *col) const {
+    load_column<Q_1D>(ptr + d * row_stride, active, tx, ty, col);
+  }
+};
+
+// Collocated gradient: out.put(d, k, .) = the derivative along x_d of a column of values
+// at the quadrature points, D (Q_1D, Q_1D) row-major in shared memory (D B = G).  The
 // axes other than the slowest are read from buf (one pass), the slowest from registers.
-__device__ __forceinline__ void grad_collocated(const double *D, const double *in, double *out,
-                                                double *buf, int tx, int ty) {
+template <typename Columns>
+__device__ __forceinline__ void grad_collocated(const double *D, const double *in,
+                                                const Columns &out, double *buf, int tx,
+                                                int ty) {
   const bool owns = owns_column<Q_1D>(tx, ty);
   if (owns) {
 #pragma unroll
@@ -265,37 +296,41 @@ __device__ __forceinline__ void grad_collocated(const double *D, const double *i
         dslow += D[k * Q_1D + i] * in[i];
 #endif
       }
-      out[k] = dx;
+      out.put(0, k, dx);
 #if DIM == 2
-      out[COLUMN(Q_1D) + k] = dslow;
+      out.put(1, k, dslow);
 #elif DIM == 3
-      out[COLUMN(Q_1D) + k] = dy;
-      out[2 * COLUMN(Q_1D) + k] = dslow;
+      out.put(1, k, dy);
+      out.put(2, k, dslow);
 #endif
     }
   }
   __syncthreads();
 }
 
-// The transpose of grad_collocated: out[k] = sum_d (D_d^T in_d)[k], in: DIM columns.
-__device__ __forceinline__ void grad_t_collocated(const double *D, const double *in, double *out,
-                                                  double *buf, int tx, int ty) {
+// The transpose of grad_collocated: out[k] = sum_d (D_d^T in_d)[k], in.get(d, col) giving
+// direction d's column; one direction live at a time.
+template <typename Columns>
+__device__ __forceinline__ void grad_t_collocated(const double *D, const Columns &in,
+                                                  double *out, double *buf, int tx, int ty) {
   const bool owns = owns_column<Q_1D>(tx, ty);
+  double col[COLUMN(Q_1D)];
+#pragma unroll
+  for (int k = 0; k < COLUMN(Q_1D); k++) out[k] = 0.0;
+#if DIM > 1
+  in.get(DIM - 1, col);  // the slowest axis, in registers
 #pragma unroll
   for (int k = 0; k < COLUMN(Q_1D); k++) {
-    double sum = 0.0;
-#if DIM > 1
 #pragma unroll
-    for (int i = 0; i < Q_1D; i++) sum += D[i * Q_1D + k] * in[(DIM - 1) * COLUMN(Q_1D) + i];
-#endif
-    out[k] = sum;
+    for (int i = 0; i < Q_1D; i++) out[k] += D[i * Q_1D + k] * col[i];
   }
+#endif
 #pragma unroll
   for (int d = 0; d < (DIM == 1 ? 1 : DIM - 1); d++) {  // x (and y in 3D) through buf
+    in.get(d, col);
     if (owns) {
 #pragma unroll
-      for (int k = 0; k < COLUMN(Q_1D); k++)
-        buf[column_index<T_1D>(k, tx, ty)] = in[d * COLUMN(Q_1D) + k];
+      for (int k = 0; k < COLUMN(Q_1D); k++) buf[column_index<T_1D>(k, tx, ty)] = col[k];
     }
     __syncthreads();
     if (owns) {

@@ -17,7 +17,7 @@ from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPO
 from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
-__all__ = ["CudaBatchedBackend", "device_layout"]
+__all__ = ["CudaBatchedBackend", "collocated_grad", "device_layout"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 # largest 1D size the tensor kernels are specialized for (registers grow with it)
@@ -43,6 +43,26 @@ def device_layout(r):
     return identity, np.int64 if wide else np.int32
 
 
+def collocated_grad(B, G):
+    """The derivative at the points, ``D`` (Q_1d, Q_1d) with ``D @ B == G``, or None.
+
+    Parameters
+    ----------
+    B, G : ndarray, (Q_1d, P_1d)
+        1D interpolation and derivative matrices (host).
+
+    Returns
+    -------
+    ndarray (Q_1d, Q_1d) or None
+        ``G @ pinv(B)``; None when ``Q_1d < P_1d`` or ``B`` has rank below ``P_1d``
+        (then no such ``D`` exists in general).
+    """
+    Q_1d, P_1d = B.shape
+    if Q_1d < P_1d or np.linalg.matrix_rank(B) < P_1d:
+        return None
+    return G @ np.linalg.pinv(B)
+
+
 def _blocks(n, threads=_SCATTER_THREADS):
     return (max(1, min(_MAX_BLOCKS, -(-n // threads))),)
 
@@ -58,10 +78,16 @@ class CudaBatchedBackend(CudaRefBackend):
         entry.  ``"auto"`` takes the map for elements of at most
         ``_MAP_MAX_ELEM_SIZE`` nodes, atomics above (measured on an H100:
         docs/performance.md).
+    collocated : bool
+        Tensor gradients as interpolation to the points followed by the
+        collocated derivative ``D`` (:func:`collocated_grad`) where it exists:
+        one contraction and a light pass instead of one contraction per
+        direction.  Read when a basis is created.
     """
 
     resource = "/gpu/cuda/batched"
     scatter = "auto"
+    collocated = True
 
     @classmethod
     def check_available(cls):
@@ -164,6 +190,8 @@ class CudaBatchedBackend(CudaRefBackend):
             data["interp_1d_t"] = cupy.ascontiguousarray(data["interp_1d"].T)
             data["grad_1d_t"] = cupy.ascontiguousarray(data["grad_1d"].T)
             data["kernels"] = max(b.P_1d, b.Q_1d) <= _MAX_T_1D
+            D = collocated_grad(b.interp_1d, b.grad_1d) if self.collocated else None
+            data["collocated"] = None if D is None else cupy.asarray(D)  # (Q_1d, Q_1d)
         else:  # the GEMMs need C-contiguous matrices
             data["interp"] = cupy.ascontiguousarray(data["interp"])  # (Q, P)
             data["grad"] = cupy.ascontiguousarray(data["grad"])  # (dim, Q, P)
@@ -177,9 +205,12 @@ class CudaBatchedBackend(CudaRefBackend):
         data = b.backend_data
         transpose = t_mode is not NOTRANSPOSE
         B = data["interp_1d_t" if transpose else "interp_1d"]
-        G = data["grad_1d_t" if transpose else "grad_1d"]
-        name = ("grad" if eval_mode is EVAL_GRAD else "interp") + ("_t" if transpose else "")
-        mats = (B, G) if eval_mode is EVAL_GRAD else (B,)
+        name, mats = "interp", (B,)
+        if eval_mode is EVAL_GRAD and data["collocated"] is not None:
+            name, mats = "grad_colloc", (B, data["collocated"])
+        elif eval_mode is EVAL_GRAD:
+            name, mats = "grad", (B, data["grad_1d_t" if transpose else "grad_1d"])
+        name += "_t" if transpose else ""
         grid = (-(-num_elem // elems),)
         strides = tuple(np.int64(s) for s in q_strides)
         module.get_function(name)(grid, block, (np.int32(num_elem), *mats, src, dst, *strides))

@@ -16,17 +16,11 @@ __all__ = ["CudaGenBackend"]
 class CudaGenBackend(CudaBatchedBackend):
     """Whole-operator fusion on top of the batched kernels.
 
-    Attributes
-    ----------
-    collocated : bool
-        Gradients as interpolation to the points followed by the collocated
-        derivative matrix (fewer contractions and block synchronizations) when
-        ``Q_1d >= P_1d``; otherwise (or when False) one tensor contraction per
-        direction.  Read when an operator's kernel is first built.
+    Gradients use the collocated derivative where the basis has one (see
+    ``CudaBatchedBackend.collocated``, read when a basis is created).
     """
 
     resource = "/gpu/cuda/gen"
-    collocated = True
 
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
@@ -41,7 +35,7 @@ class CudaGenBackend(CudaBatchedBackend):
             shape = fusable_shape(op, _MAX_T_1D)
             if shape is not None:
                 try:
-                    run = fused_operator(op, shape, self.collocated)
+                    run = fused_operator(op, shape)
                 except Untraceable:
                     run = None
             cached = op.backend_data["gen"] = (key, run)

@@ -31,7 +31,7 @@ from .batched import device_layout
 from .qfunction_fuse import trace_body
 from .ref import cupy
 
-__all__ = ["collocated_grad", "fusable_shape", "fused_operator", "kernel_source"]
+__all__ = ["fusable_shape", "fused_operator", "kernel_source"]
 
 _HERE = pathlib.Path(__file__).parent
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
@@ -150,12 +150,12 @@ class _Source:
             return [f"grad{t}_column<{IN}, {OUT}>({B}, {G}, {src}, {dst}, buf, tx, ty);"]
         if transpose:  # interpolation and the collocated derivative, through r_q
             return [
-                f"grad_t_collocated(s_D, {src}, r_q, buf, tx, ty);",
+                f"grad_t_collocated(s_D, RegisterColumns{{{src}}}, r_q, buf, tx, ty);",
                 f"contract<{IN}, {OUT}>({B}, {B}, {B}, r_q, r, buf, tx, ty);",
             ]
         return [
             f"contract<{IN}, {OUT}>({B}, {B}, {B}, r, r_q, buf, tx, ty);",
-            f"grad_collocated(s_D, r_q, {dst}, buf, tx, ty);",
+            f"grad_collocated(s_D, r_q, RegisterColumns{{{dst}}}, buf, tx, ty);",
         ]
 
     def _block(self, field, row):
@@ -209,8 +209,8 @@ def kernel_source(op, shape, collocated=False):
         ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
     collocated : bool
         Gradients as interpolation then the collocated derivative ``D`` (Q_1d,
-        Q_1d) at the points (:func:`collocated_grad`): the kernel takes ``D``
-        after ``Gt``.
+        Q_1d) at the points (``batched.collocated_grad``): the kernel takes
+        ``D`` after ``Gt``.
 
     Returns
     -------
@@ -281,27 +281,7 @@ def _compile(code):
     return cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}")).get_function("apply")
 
 
-def collocated_grad(B, G):
-    """The derivative at the points, ``D`` (Q_1d, Q_1d) with ``D @ B == G``, or None.
-
-    Parameters
-    ----------
-    B, G : ndarray, (Q_1d, P_1d)
-        1D interpolation and derivative matrices.
-
-    Returns
-    -------
-    ndarray (Q_1d, Q_1d) or None
-        ``G @ pinv(B)``; None when ``Q_1d < P_1d`` or ``B`` has rank below ``P_1d``
-        (then no such ``D`` exists in general).
-    """
-    Q_1d, P_1d = B.shape
-    if Q_1d < P_1d or np.linalg.matrix_rank(B) < P_1d:
-        return None
-    return G @ np.linalg.pinv(B)
-
-
-def fused_operator(op, shape, collocated=True):
+def fused_operator(op, shape):
     """Generate, compile and bind ``op``'s fused kernel.
 
     Parameters
@@ -311,8 +291,6 @@ def fused_operator(op, shape, collocated=True):
         :class:`Untraceable` propagates).
     shape : tuple
         ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
-    collocated : bool
-        Take gradients through :func:`collocated_grad` where it exists.
 
     Returns
     -------
@@ -323,9 +301,9 @@ def fused_operator(op, shape, collocated=True):
     b = next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode in _BASIS_MODES)
     data = b.backend_data
     matrices = [data[key] for key in ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")]
-    D = collocated_grad(b.interp_1d, b.grad_1d) if collocated else None
+    D = data["collocated"]  # (Q_1d, Q_1d) or None: see CudaBatchedBackend.collocated
     if D is not None:
-        matrices.append(cupy.asarray(D))  # (Q_1d, Q_1d)
+        matrices.append(D)
     dim, P_1d, Q_1d = shape
     elems, block = kernels.basis_block(dim, P_1d, Q_1d)
     kernel = _compile(kernel_source(op, shape, collocated=D is not None))
