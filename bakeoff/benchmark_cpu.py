@@ -7,8 +7,13 @@ Usage::
 
 Prints one JSON line per case with the apply DOFs/s (median of ``--repeat``
 timed applies after a warm-up) and CG DOFs x iterations/s (20 iterations,
-``rtol=0``), and a separate ``"kind": "compile"`` line with the first-call
-(compile) seconds.  Threads: ``NUMBA_NUM_THREADS`` (reported as ``threads``).
+``rtol=0``, median of ``--repeat // 5`` solves after a 2-iteration warm-up),
+and a separate ``"kind": "compile"`` line with the first-call (compile)
+seconds.  Threads: ``NUMBA_NUM_THREADS`` (reported as ``threads``); set
+``OPENBLAS_NUM_THREADS=1`` with several Numba threads (OpenBLAS threads
+spinning after CG's dot products compete with Numba's for the cores).
+
+The libCEED anchor on the same boxes is :mod:`hofem.bakeoff.anchor_libceed`.
 
 The problem is a 3D hex box of continuous Q_p elements (p + 1 Gauss-Lobatto
 nodes, q = p + 2 Gauss points per direction), built directly from the
@@ -38,9 +43,32 @@ def threads():
     return numba.get_num_threads()
 
 
+def box_side(dofs, p):
+    """Elements per side of the order-``p`` box with about ``dofs`` nodes."""
+    return max(1, round((dofs ** (1 / 3) - 1) / p))
+
+
+def median_seconds(func, repeat):
+    """Median wall-clock seconds of ``repeat`` calls of ``func()``."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def add_case_arguments(parser):
+    """The ``--bp --order --dofs --repeat`` options shared with the libCEED anchor."""
+    parser.add_argument("--bp", type=int, nargs="+", default=[1, 3], choices=[1, 3])
+    parser.add_argument("--order", type=int, nargs="+", default=list(range(1, 9)))
+    parser.add_argument("--dofs", type=float, nargs="+", default=[3e5, 2e6])
+    parser.add_argument("--repeat", type=int, default=10)
+
+
 def run_case(ceed, bp, p, dofs, repeat):
     """Time one case; return the result line and the compile line (dicts)."""
-    n = max(1, round((dofs ** (1 / 3) - 1) / p))
+    n = box_side(dofs, p)
     op, parts = box_operator(ceed, "mass" if bp == 1 else "diffusion", n, p)
     num_nodes, num_elem = parts["num_nodes"], parts["offsets"].shape[0]
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
@@ -49,19 +77,12 @@ def run_case(ceed, bp, p, dofs, repeat):
     op.apply(u, v)
     first = time.perf_counter() - start
     op.apply(u, v)  # warm-up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        op.apply(u, v)
-        times.append(time.perf_counter() - start)
-    apply_time = statistics.median(times)
+    apply_time = median_seconds(lambda: op.apply(u, v), repeat)
     b = op(u)
-    cg_times = []
-    for _ in range(max(1, repeat // 5)):
-        start = time.perf_counter()
-        hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS)
-        cg_times.append(time.perf_counter() - start)
-    cg_time = statistics.median(cg_times)
+    hf.cg(op, b, rtol=0.0, maxiter=2)  # warm-up: compiles the backend's vector updates
+    cg_time = median_seconds(
+        lambda: hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS), max(1, repeat // 5)
+    )
     common = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": num_elem}
     common.update(backend=ceed.resource, threads=threads())
     result = dict(common, apply_dofs_per_s=num_nodes / apply_time)
@@ -72,11 +93,8 @@ def run_case(ceed, bp, p, dofs, repeat):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bp", type=int, nargs="+", default=[1, 3], choices=[1, 3])
-    parser.add_argument("--order", type=int, nargs="+", default=list(range(1, 9)))
-    parser.add_argument("--dofs", type=float, nargs="+", default=[3e5, 2e6])
+    add_case_arguments(parser)
     parser.add_argument("--ceed", default="/cpu/self/numba")
-    parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args(argv)
     ceed = hf.Ceed(args.ceed)
     for dofs in args.dofs:

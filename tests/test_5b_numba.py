@@ -1,4 +1,4 @@
-"""Numba-specific behaviour: fallback, contexts, block tails, compile caching, threads."""
+"""Numba-specific behaviour: fallback, contexts, block tails, compile sharing, threads, CG hook."""
 
 import decimal
 import warnings
@@ -78,15 +78,19 @@ def test_odd_element_counts_match_ref(nb, ref, n):
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
 
 
-def test_same_shapes_do_not_recompile(nb):
+@pytest.mark.parametrize("n, p, dim", [(3, 2, 2), (2, 3, 2), (2, 4, 3)])
+def test_one_kernel_per_qfunction(nb, ref, n, p, dim):
+    """Sizes are run-time data: other meshes, orders and dims reuse one compiled kernel."""
     first, _ = mass_operator(nb, n=2, p=2, dim=2)
-    u = nb.asarray(np.ones(first.shape[1]))
-    first(u)
+    first(nb.asarray(np.ones(first.shape[1])))
     kernel = first.backend_data["numba"]["kernel"]
-    second, _ = mass_operator(nb, n=3, p=2, dim=2)  # other mesh, same shapes
-    second(nb.asarray(np.ones(second.shape[1])))
+    second, _ = mass_operator(nb, n=n, p=p, dim=dim, warp=0.1)
+    u = np.random.default_rng(p).standard_normal(second.shape[1])
+    got = second(nb.asarray(u))
     assert second.backend_data["numba"]["kernel"] is kernel
     assert len(kernel.signatures) == 1
+    want = mass_operator(ref, n=n, p=p, dim=dim, warp=0.1)[0](ref.asarray(u))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
 
 def test_threads_give_identical_results(nb):
@@ -103,3 +107,16 @@ def test_threads_give_identical_results(nb):
     finally:
         numba.set_num_threads(saved)
     np.testing.assert_array_equal(one, two)
+
+
+def test_cg_uses_backend_updates(nb, monkeypatch):
+    """hofem.cg takes the backend's fused updates; iterates match the NumPy expressions."""
+    op, _ = mass_operator(nb, n=4, p=3, dim=3, warp=0.1)
+    b = np.random.default_rng(3).standard_normal(op.shape[0])
+    calls = []
+    updates = nb.backend.cg_updates()
+    monkeypatch.setattr(nb.backend, "cg_updates", lambda: calls.append(1) or updates)
+    x, info = hf.cg(op, b, rtol=0.0, maxiter=15)
+    assert calls and info.iterations == 15
+    x_numpy, _ = hf.cg(op.as_linear_operator(), b, rtol=0.0, maxiter=15)  # no backend hook
+    np.testing.assert_allclose(x, x_numpy, rtol=1e-12, atol=1e-14 * np.abs(x).max())

@@ -1,12 +1,14 @@
-"""Source generation for the ``/cpu/self/numba`` kernels, and their on-disk module cache.
+"""Source generation for the ``/cpu/self/numba`` kernels, contraction programs, module cache.
 
-Kernels are generated as Python source with every size (dim, num_comp,
-P_1d, Q_1d, elements per SIMD block) written as a literal, so LLVM sees
-compile-time trip counts.  Element data lives *interleaved* in one flat
-per-block scratch array: entry ``k`` of element ``b`` of a block is
-``s[OFFSET + k * BLK + b]``, so every contraction's innermost loop runs over
-``C * BLK`` contiguous doubles (``BLK`` elements side by side, like libCEED's
-``/cpu/self/avx/blocked``) and vectorizes whatever the polynomial order.
+Element data lives *interleaved* in one flat per-block scratch array: entry
+``k`` of element ``b`` of a block of ``BLK`` elements is ``s[OFFSET + k * BLK + b]``,
+so every contraction runs on rows of ``BLK`` (or ``C * BLK``) contiguous
+doubles, like libCEED's ``/cpu/self/avx/blocked``.
+
+A basis action is a *program*: rows of integers, one per 1D contraction (see
+:func:`contraction_rows`), run by :func:`~.numba_kernels.contract_program`.
+Sizes travel in the program, not in the code, so the compiled kernels do not
+depend on dim, P_1d, Q_1d or num_comp: one kernel per QFunction.
 
 A generated module is written to ``$HOFEM_CACHE_DIR`` (default
 ``~/.cache/hofem``) under the hash of its source and imported from there, so
@@ -20,10 +22,22 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ..constants import EVAL_GRAD, EVAL_INTERP
 
-__all__ = ["JIT", "JIT_SERIAL", "Source", "load_module"]
+__all__ = [
+    "BLK",
+    "JIT",
+    "JIT_SERIAL",
+    "Source",
+    "basis_program",
+    "load_module",
+    "matrix_stack",
+]
 
+# elements per SIMD block, and doubles per register tile row of the contractions
+BLK = 8
 JIT_SERIAL = 'numba.njit(cache={cache}, fastmath={{"contract"}}, error_model="numpy")'
 JIT = 'numba.njit(parallel=True, cache={cache}, error_model="numpy")'
 
@@ -51,7 +65,7 @@ def load_module(source, cache, namespace=None):
 
     Returns
     -------
-    module or types.SimpleNamespace
+    module
     """
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
     name = f"hofem_numba_kernel_{digest}"
@@ -95,52 +109,51 @@ class Source:
         return "\n".join(self.lines) + "\n"
 
 
-# --- basis actions on interleaved scratch -----------------------------------------------------
-def contract(src, mat, A, N, M, C, out, inp, add):
-    """Emit ``s[out] (+)= mat (M, N)`` applied along the middle axis of ``s[inp]`` (A, N, C).
+# --- contraction programs ---------------------------------------------------------------------
+def matrix_stack(basis):
+    """The matrices a basis program indexes, zero-padded to one square shape.
 
-    ``src`` is a :class:`Source` (emit a call) or a list (append the step as
-    a row of integers, see :func:`~.numba_kernels.basis_program`).
-
-    ``mat`` is ``(source of a matrix, transposed)``; offsets ``out``, ``inp``
-    are source expressions; ``C`` already includes the BLK lanes.  The loops
-    live in :func:`hofem.backends.numba_kernels.contract` (compiled once,
-    cached), which keeps generated kernels small and quick to compile.
+    Returns
+    -------
+    float64 (num_mats, S, S)
+        Tensor bases: ``B, G, B^T, G^T`` (1D, ``S = max(P_1d, Q_1d)``);
+        others: ``B, G_0, ..., G_{dim-1}, B^T, G_0^T, ...`` (``S = max(P, Q)``).
     """
-    name, transpose = mat
-    if isinstance(src, list):  # a program for numba_kernels.basis_program
-        kind, d = (0, 0) if name == "B" else (1, int(name[2:-1]) if "[" in name else 0)
-        src.append((kind, d, transpose, A, N, M, C, _value(out), _value(inp), add))
-        return
-    src(f"contract(s, {name}, {transpose}, {A}, {N}, {M}, {C}, {out}, {inp}, {add})")
+    if basis.is_tensor:
+        mats = [basis.interp_1d, basis.grad_1d]  # (Q_1d, P_1d) each
+    else:
+        mats = [basis.interp, *basis.grad]  # (Q, P) each
+    mats += [m.T for m in mats]
+    size = max(max(m.shape) for m in mats)
+    stack = np.zeros((len(mats), size, size))
+    for k, m in enumerate(mats):
+        stack[k, : m.shape[0], : m.shape[1]] = m
+    return stack
 
 
-def _value(expr):
-    """Integer value of an offset expression ``"a + b"`` or ``a``."""
-    return sum(int(term) for term in str(expr).split("+"))
+def _mat_index(basis, grad, transpose, d=0):
+    """Index in :func:`matrix_stack` of B or G (G_d for non-tensor bases), maybe transposed."""
+    if basis.is_tensor:
+        return 2 * transpose + grad
+    count = 1 + basis.dim
+    return transpose * count + (1 + d if grad else 0)
 
 
-def _mat(name, transpose, d=None):
-    """A matrix argument of :func:`contract`: ``name`` or its slice ``name[d]``."""
-    return (name if d is None else f"{name}[{d}]", transpose)
+def tensor_forward(basis, num_comp, eval_mode, u_off, q_off, t_off):
+    """Rows of interp or grad of a tensor basis: ``(nc, P^dim)`` at ``u_off`` -> ``q_off``.
 
-
-def tensor_forward(src, basis, num_comp, blk, eval_mode, names, u_off, q_off, t_off):
-    """Emit interp or grad of a tensor basis: ``s[u_off]`` (nc, P^dim) -> ``s[q_off]``.
-
-    Output layout ``(num_comp, Q^dim)`` (INTERP) or ``(dim, num_comp, Q^dim)``
-    (GRAD), each entry BLK lanes wide; temporaries start at ``t_off``.
+    Output ``(num_comp, Q^dim)`` (INTERP) or ``(dim, num_comp, Q^dim)`` (GRAD);
+    offsets count doubles of one element (scaled by BLK in :func:`basis_program`).
     """
     dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
-    B, G = names
-    size_q = num_comp * Q**dim * blk
+    size_q = num_comp * Q**dim
+    rows = []
     # nodes: key = mats applied so far ("B"/"G" per axis, at most one G) -> offset
     nodes = {"": u_off}
     temp = t_off
     for axis in range(dim):
-        A = num_comp * P ** (dim - 1 - axis)
-        C = Q**axis * blk
-        step = num_comp * P ** (dim - 1 - axis) * Q ** (axis + 1) * blk
+        A, C = num_comp * P ** (dim - 1 - axis), Q**axis
+        step = A * Q ** (axis + 1)
         new = {}
         for key, off in nodes.items():
             if "G" in key or eval_mode is EVAL_INTERP:
@@ -150,105 +163,109 @@ def tensor_forward(src, basis, num_comp, blk, eval_mode, names, u_off, q_off, t_
             for m in choices:
                 k = key + m
                 if axis == dim - 1:
-                    d = k.find("G")
-                    dest = f"{q_off} + {max(d, 0) * size_q}"
+                    dest = q_off + max(k.find("G"), 0) * size_q
                 else:
-                    dest, temp = str(temp), temp + step
+                    dest, temp = temp, temp + step
                 new[k] = dest
-                contract(src, _mat(B if m == "B" else G, False), A, P, Q, C, dest, off, False)
+                rows.append((_mat_index(basis, m == "G", 0), A, P, Q, C, dest, off, 0))
         nodes = new
+    return rows
 
 
-def tensor_transpose(src, basis, num_comp, blk, eval_mode, names, q_off, v_off, t_off):
-    """Emit the transpose: ``s[q_off]`` at points -> ``s[v_off]`` (num_comp, P^dim), overwritten."""
+def tensor_transpose(basis, num_comp, eval_mode, q_off, v_off, t_off):
+    """Rows of the transpose: points at ``q_off`` -> ``(num_comp, P^dim)`` at ``v_off``."""
     dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
-    B, G = names
-    size_q = num_comp * Q**dim * blk
+    size_q = num_comp * Q**dim
     num_in = dim if eval_mode is EVAL_GRAD else 1
+    rows = []
     # pending[d]: offset of data whose x_d-derivative is still to apply; full: data needing B^T only
-    pending = {d: f"{q_off} + {d * size_q}" for d in range(num_in)}
+    pending = {d: q_off + d * size_q for d in range(num_in)}
     full = None
     if eval_mode is EVAL_INTERP:
         full, pending = pending.pop(0), {}
     temp = t_off
     for axis in range(dim - 1, -1, -1):
-        A = num_comp * P ** (dim - 1 - axis)
-        C = Q**axis * blk
-        step = num_comp * Q**axis * P ** (dim - axis) * blk
-        dest_full = v_off if axis == 0 else str(temp)
+        A, C = num_comp * P ** (dim - 1 - axis), Q**axis
+        step = A * P * Q**axis
+        dest_full = v_off if axis == 0 else temp
         temp += step
-        added = False
+        added = 0
         if full is not None:
-            contract(src, _mat(B, True), A, Q, P, C, dest_full, full, False)
-            added = True
+            rows.append((_mat_index(basis, False, 1), A, Q, P, C, dest_full, full, 0))
+            added = 1
         if axis in pending:
-            contract(src, _mat(G, True), A, Q, P, C, dest_full, pending.pop(axis), added)
+            grad = pending.pop(axis)
+            rows.append((_mat_index(basis, True, 1), A, Q, P, C, dest_full, grad, added))
         full = dest_full
         for d in sorted(pending):
-            dest, temp = str(temp), temp + step
-            contract(src, _mat(B, True), A, Q, P, C, dest, pending[d], False)
-            pending[d] = dest
+            rows.append((_mat_index(basis, False, 1), A, Q, P, C, temp, pending[d], 0))
+            pending[d], temp = temp, temp + step
+    return rows
 
 
-def dense_forward(src, basis, num_comp, blk, eval_mode, names, u_off, q_off):
-    """Emit a non-tensor interp/grad: ``(num_comp, P)`` -> ``([dim,] num_comp, Q)`` by GEMM."""
-    B, G = names
+def dense_forward(basis, num_comp, eval_mode, u_off, q_off):
+    """Rows of a non-tensor interp/grad: ``(num_comp, P)`` -> ``([dim,] num_comp, Q)`` (GEMM)."""
     P, Q = basis.num_nodes, basis.num_qpts
-    if eval_mode is EVAL_INTERP:
-        contract(src, _mat(B, False), num_comp, P, Q, blk, q_off, u_off, False)
-        return
-    for d in range(basis.dim):
-        out = f"{q_off} + {d * num_comp * Q * blk}"
-        contract(src, _mat(G, False, d), num_comp, P, Q, blk, out, u_off, False)
+    grads = range(basis.dim) if eval_mode is EVAL_GRAD else [None]
+    return [
+        (_mat_index(basis, d is not None, 0, d or 0), num_comp, P, Q, 1,
+         q_off + (d or 0) * num_comp * Q, u_off, 0)
+        for d in grads
+    ]  # fmt: skip
 
 
-def dense_transpose(src, basis, num_comp, blk, eval_mode, names, q_off, v_off):
-    """Emit the non-tensor transpose: ``([dim,] num_comp, Q)`` -> ``(num_comp, P)``."""
-    B, G = names
+def dense_transpose(basis, num_comp, eval_mode, q_off, v_off):
+    """Rows of the non-tensor transpose: ``([dim,] num_comp, Q)`` -> ``(num_comp, P)``."""
     P, Q = basis.num_nodes, basis.num_qpts
-    if eval_mode is EVAL_INTERP:
-        contract(src, _mat(B, True), num_comp, Q, P, blk, v_off, q_off, False)
-        return
-    for d in range(basis.dim):
-        inp = f"{q_off} + {d * num_comp * Q * blk}"
-        contract(src, _mat(G, True, d), num_comp, Q, P, blk, v_off, inp, d > 0)
+    grads = range(basis.dim) if eval_mode is EVAL_GRAD else [None]
+    return [
+        (_mat_index(basis, d is not None, 1, d or 0), num_comp, Q, P, 1,
+         v_off, q_off + (d or 0) * num_comp * Q, int(bool(d)))
+        for d in grads
+    ]  # fmt: skip
 
 
-def forward_temp(basis, num_comp, blk, eval_mode):
-    """Doubles of temporaries :func:`tensor_forward` needs (0 for non-tensor bases)."""
+def temp_size(basis, num_comp, eval_mode, transpose):
+    """Doubles of temporaries (per element) of a basis action (0 for non-tensor bases)."""
     if not basis.is_tensor:
         return 0
     dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
     total = 0
     for axis in range(dim - 1):
-        count = 1 if eval_mode is EVAL_INTERP else axis + 2
-        total += count * num_comp * P ** (dim - 1 - axis) * Q ** (axis + 1) * blk
+        if transpose:  # after the contraction along axis + 1 (last axis first)
+            count = 1 + (axis + 1 if eval_mode is EVAL_GRAD else 0)
+            total += count * num_comp * Q ** (axis + 1) * P ** (dim - 1 - axis)
+        else:
+            count = 1 if eval_mode is EVAL_INTERP else axis + 2
+            total += count * num_comp * P ** (dim - 1 - axis) * Q ** (axis + 1)
     return total
 
 
-def transpose_temp(basis, num_comp, blk, eval_mode):
-    """Doubles of temporaries :func:`tensor_transpose` needs (0 for non-tensor bases)."""
-    if not basis.is_tensor:
-        return 0
-    dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
-    total = 0
-    for axis in range(dim - 1, 0, -1):
-        count = 1 + (axis if eval_mode is EVAL_GRAD else 0)
-        total += count * num_comp * Q**axis * P ** (dim - axis) * blk
-    return total
+def basis_program(basis, num_comp, eval_mode, transpose, in_off, out_off, t_off):
+    """Contraction program of a basis action on the interleaved scratch.
 
+    Parameters
+    ----------
+    basis : Basis
+    num_comp : int
+    eval_mode : EVAL_INTERP or EVAL_GRAD
+    transpose : bool
+    in_off, out_off, t_off : int
+        Offsets (doubles per element) of the input, output and temporaries.
 
-def basis_forward(src, basis, num_comp, blk, eval_mode, names, u_off, q_off, t_off):
-    """Emit interp/grad of any basis (tensor by sum factorization, else GEMM)."""
+    Returns
+    -------
+    int64 (num_steps, 8)
+        Rows ``(mat, A, N, M, C, out, inp, add)``: ``s[out] (+)= mats[mat][:M, :N]``
+        applied along the middle axis of ``s[inp]`` (A, N, C * BLK); offsets
+        already multiplied by BLK, ``C`` counts BLK-wide rows.
+    """
     if basis.is_tensor:
-        tensor_forward(src, basis, num_comp, blk, eval_mode, names, u_off, q_off, t_off)
+        action = tensor_transpose if transpose else tensor_forward
+        rows = action(basis, num_comp, eval_mode, in_off, out_off, t_off)
     else:
-        dense_forward(src, basis, num_comp, blk, eval_mode, names, u_off, q_off)
-
-
-def basis_transpose(src, basis, num_comp, blk, eval_mode, names, q_off, v_off, t_off):
-    """Emit the transpose of interp/grad of any basis, overwriting ``s[v_off]``."""
-    if basis.is_tensor:
-        tensor_transpose(src, basis, num_comp, blk, eval_mode, names, q_off, v_off, t_off)
-    else:
-        dense_transpose(src, basis, num_comp, blk, eval_mode, names, q_off, v_off)
+        action = dense_transpose if transpose else dense_forward
+        rows = action(basis, num_comp, eval_mode, in_off, out_off)
+    program = np.array(rows, dtype=np.int64).reshape(-1, 8)
+    program[:, 5:7] *= BLK
+    return program

@@ -5,7 +5,8 @@ and operator apply; assembly (diagonal, CSR) is inherited from
 :class:`~hofem.backends.ref.RefBackend` and so runs through the kernels here
 where it gathers or applies bases.  See :mod:`.numba_operator` for the fused
 kernel and its race-free parallel scatter, :mod:`.numba_codegen` for the
-specialized sum-factorization code and its on-disk cache.
+sum-factorization programs and the on-disk module cache, :mod:`.numba_kernels`
+for the shape-independent compiled kernels (contractions, gather, scatter).
 """
 
 import warnings
@@ -64,47 +65,55 @@ class NumbaBackend(RefBackend):
 
     # --- basis -------------------------------------------------------------------------------
     def basis_setup(self, b):
-        """Contiguous matrices; a contraction program per (t_mode, eval_mode) on first use."""
-        if b.is_tensor:
-            mats = (b.interp_1d, b.grad_1d)  # (Q_1d, P_1d) each
-        else:
-            mats = (b.interp, b.grad)  # (Q, P), (dim, Q, P)
-        b.backend_data = {"mats": tuple(np.ascontiguousarray(m) for m in mats), "kernels": {}}
+        """Matrix stack now; a contraction program per (t_mode, eval_mode) on first use."""
+        b.backend_data = {"mats": None, "programs": {}}
 
     def basis_apply(self, b, t_mode, eval_mode, u):
-        """Interp/grad and transposes: sum-factorization (or GEMM) programs, one cached kernel."""
+        """Interp/grad and transposes: a sum-factorization (or GEMM) program per element block."""
         data = b.backend_data
         key = (t_mode, eval_mode)
-        if key not in data["kernels"]:
-            data["kernels"][key] = numba_operator.basis_program(b, t_mode is TRANSPOSE, eval_mode)
+        if key not in data["programs"]:
+            numba_kernels.compile_contract()
+            data["mats"] = numba_operator.matrix_stack(b)
+            data["programs"][key] = numba_operator.standalone_program(
+                b, t_mode is TRANSPOSE, eval_mode
+            )
         num_elem = u.shape[0]
-        rows_q = (b.dim if eval_mode is EVAL_GRAD else 1) * b.num_comp
-        if t_mode is NOTRANSPOSE:
-            shape = (num_elem, rows_q // b.num_comp, b.num_comp, b.num_qpts)
-            if eval_mode is not EVAL_GRAD:
-                shape = (num_elem, b.num_comp, b.num_qpts)
-        else:
+        if t_mode is TRANSPOSE:
             shape = (num_elem, b.num_comp, b.num_nodes)
+        elif eval_mode is EVAL_GRAD:
+            shape = (num_elem, b.dim, b.num_comp, b.num_qpts)
+        else:
+            shape = (num_elem, b.num_comp, b.num_qpts)
         out = np.empty(shape)
-        u2 = np.ascontiguousarray(u).reshape(num_elem, -1)  # (num_elem, rows * points)
-        B, G = data["mats"]
-        G = G if G.ndim == 3 else G[None]  # (dim or 1, Q, P)
-        numba_kernels.basis_program(u2, out.reshape(num_elem, -1), B, G, *data["kernels"][key])
+        u2 = np.ascontiguousarray(u, dtype=np.float64).reshape(num_elem, -1)  # (num_elem, size_in)
+        program, scratch = data["programs"][key]
+        numba_kernels.basis_program(u2, out.reshape(num_elem, -1), data["mats"], program, scratch)
         return out
+
+    # --- solvers -------------------------------------------------------------------------------
+    def cg_updates(self):
+        """CG's vector updates as parallel Numba loops (hook of :func:`hofem.cg`)."""
+
+        def update_xr(alpha, p, Ap, x, r):
+            numba_kernels.cg_update_xr(float(alpha), p, Ap, x, r)
+
+        def update_p(z, beta, p):
+            numba_kernels.cg_update_p(z, float(beta), p)
+
+        return update_xr, update_p
 
     # --- operator ----------------------------------------------------------------------------
     def _plan(self, op):
         """Kernel, static arguments and colouring of ``op``, cached in ``op.backend_data``."""
         plan = op.backend_data.get("numba")
         if plan is None or plan["has_context"] != (op.qf.context is not None):
-            kernel, names, blk = numba_operator.operator_kernel(op)
+            kernel, names, static = numba_operator.operator_kernel(op)
             outputs = [f.restriction for f in op.output_fields]
-            schedule = numba_operator.colour_chunks(op.num_elem, blk, outputs)
-            static = {
-                n: numba_operator.field_arrays(op, n, None)
-                for n in names
-                if not (n[0] in "lx" and n[1:].isdigit())
-            }
+            schedule = numba_operator.colour_chunks(op.num_elem, numba_operator.BLK, outputs)
+            for n in names:
+                if n not in static and not (n[0] in "lx" and n[1:].isdigit()):
+                    static[n] = numba_operator.field_arrays(op, n, None)
             plan = {"kernel": kernel, "names": names, "schedule": schedule, "static": static}
             plan["has_context"] = op.qf.context is not None
             op.backend_data["numba"] = plan
@@ -124,7 +133,7 @@ class NumbaBackend(RefBackend):
         try:
             ctx = op.qf.context
             ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
-            plan["kernel"](ctx, *plan["schedule"], *args, v)
+            plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
         except NumbaError as exc:
             plan["fallback"] = True
             warnings.warn(

@@ -1,84 +1,217 @@
-"""Fixed-shape Numba kernels of ``/cpu/self/numba``: restriction gather and transpose.
+"""Shape-independent Numba kernels of ``/cpu/self/numba``: contractions, gather, scatter.
 
-These do not depend on sizes, so they are plain ``@njit(cache=True)``
-functions compiled once per machine (per index dtype and signedness).
+None of these depends on dim, P_1d, Q_1d or num_comp, so they are
+``@njit(cache=True)`` functions compiled once per machine (per argument
+types) and shared by every operator and basis.  The contraction's register
+tiles (:func:`.numba_codegen.tile_source`) are generated once into the cache
+directory; :func:`compile_contract` compiles them with LLVM's SLP vectorizer,
+which Numba leaves off by default, before any kernel that calls them.
 """
+
+import contextlib
+import functools
+import hashlib
+from pathlib import Path
 
 import numba
 import numpy as np
 
-__all__ = ["basis_program", "contract", "gather", "scatter_csr", "transpose_map"]
+from .numba_codegen import BLK, Source, load_module
+
+__all__ = [
+    "basis_program",
+    "cg_update_p",
+    "cg_update_xr",
+    "compile_contract",
+    "contract_program",
+    "gather",
+    "gather_block",
+    "scatter_block",
+    "scatter_csr",
+    "tile_source",
+    "transpose_map",
+]
 
 _JIT = {"parallel": True, "cache": True, "error_model": "numpy", "boundscheck": False}
+_SERIAL = {"cache": True, "fastmath": {"contract"}, "error_model": "numpy", "boundscheck": False}
+_TILE_ROWS = (4, 3, 2, 1)
 
 
-@numba.njit(cache=True, fastmath={"contract"}, error_model="numpy", boundscheck=False)
-def contract(s, mat, transpose, A, N, M, C, out, inp, add):
-    """One sum-factorization step on a flat scratch: ``s[out] (+)= mat`` along an axis.
+def tile_source(rows):
+    """Source of ``tile{rows}``: a ``rows x BLK`` output tile of one contraction, in registers.
+
+    ``tile(s, mat, N, C, o, i, m, add)`` sets (or adds to) ``s[o + r*C + l]``
+    the sum over ``n < N`` of ``mat[m + r, n] * s[i + n*C + l]`` for ``r < rows``,
+    ``l < BLK``.  The accumulators are scalars and every lane index a literal
+    (on slices, so no negative-index wraparound code), which lets LLVM's SLP
+    vectorizer keep the tile in ``rows * BLK / 4`` AVX registers.
+    """
+    acc = [[f"a{r}_{lane}" for lane in range(BLK)] for r in range(rows)]
+    src = Source()
+    src(f"def tile{rows}(s, mat, N, C, o, i, m, add):")
+    src.indent()
+    for r in range(rows):
+        src(f"{', '.join(acc[r])} = {', '.join(['0.0'] * BLK)}")
+    src("for n in range(N):")
+    src("    x = s[i + n * C:]")
+    src(f"    {', '.join(f'x{lane}' for lane in range(BLK))} = "
+        f"{', '.join(f'x[{lane}]' for lane in range(BLK))}")  # fmt: skip
+    for r in range(rows):
+        src(f"    w = mat[m + {r}, n]")
+        for lane in range(BLK):
+            src(f"    {acc[r][lane]} += w * x{lane}")
+    for r in range(rows):
+        src(f"y{r} = s[o + {r} * C:]")
+    for op, test in (("+=", "if add:"), ("=", "else:")):
+        src(test)
+        for r in range(rows):
+            for lane in range(BLK):
+                src(f"    y{r}[{lane}] {op} {acc[r][lane]}")
+    return src.text()
+
+
+_tiles = load_module(
+    "import numba\n\n"
+    + "\n\n".join(
+        f"@numba.njit(inline='always', **{_SERIAL!r})\n{tile_source(rows)}" for rows in _TILE_ROWS
+    ),
+    cache=True,
+)
+tile4, tile3, tile2, tile1 = (getattr(_tiles, f"tile{rows}") for rows in _TILE_ROWS)
+# Numba's disk cache of a caller does not notice a changed callee: generated kernels
+# calling these carry this digest in their source, so that a change here renames them.
+DIGEST = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()
+
+
+@numba.njit(**_SERIAL)
+def contract_program(s, mats, program):
+    """Run a contraction program (see :func:`.numba_codegen.basis_program`) on a scratch block.
 
     Parameters
     ----------
     s : float64 (scratch_size,)
-        Input block ``s[inp:]`` (A, N, C) and output block ``s[out:]`` (A, M, C).
-    mat : float64 (M, N), or (N, M) when ``transpose``
-    transpose : bool
-        Apply ``mat.T``.
-    A, N, M, C : int
-        Outer size, contracted input and output lengths, inner (contiguous) size.
-    out, inp : int
-        Offsets of the blocks in ``s``; they must not overlap.
-    add : bool
-        Add to ``s[out:]`` instead of overwriting it.
+        Interleaved scratch of BLK elements.
+    mats : float64 (num_mats, S, S)
+        The basis' :func:`~.numba_codegen.matrix_stack`.
+    program : int64 (num_steps, 8)
+        Rows ``(mat, A, N, M, C, out, inp, add)``: ``s[out:]`` (A, M, C * BLK)
+        (+)= ``mats[mat][:M, :N]`` applied along the middle axis of ``s[inp:]``
+        (A, N, C * BLK).  Input and output must not overlap.
     """
-    for a in range(A):
-        for m in range(M):
-            o = out + (a * M + m) * C
-            i = inp + a * N * C
-            for n in range(N):
-                w = mat[n, m] if transpose else mat[m, n]
-                j = i + n * C
-                if n == 0 and not add:
-                    for c in range(C):
-                        s[o + c] = w * s[j + c]
-                else:
-                    for c in range(C):
-                        s[o + c] += w * s[j + c]
+    for step in range(program.shape[0]):
+        k, A, N, M, C, out, inp, add = program[step]
+        mat = mats[k]
+        width = C * BLK
+        for a in range(A):
+            o = out + a * M * width
+            i = inp + a * N * width
+            for c in range(0, width, BLK):
+                # rows in tiles of 4, 3, 2 (a remainder of 5 as 3 + 2); a 1-row tile
+                # (M = 1 only) keeps just two accumulators in flight
+                m = 0
+                while M - m >= 4 and M - m != 5:
+                    tile4(s, mat, N, width, o + m * width + c, i + c, m, add)
+                    m += 4
+                if M - m >= 3:
+                    tile3(s, mat, N, width, o + m * width + c, i + c, m, add)
+                    m += 3
+                if M - m == 2:
+                    tile2(s, mat, N, width, o + m * width + c, i + c, m, add)
+                elif M - m == 1:
+                    tile1(s, mat, N, width, o + m * width + c, i + c, m, add)
+
+
+@contextlib.contextmanager
+def _slp_vectorize():
+    saved = numba.config.SLP_VECTORIZE
+    numba.config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        numba.config.SLP_VECTORIZE = saved
+
+
+@functools.cache
+def compile_contract():
+    """Compile (or load from the disk cache) :func:`contract_program`, SLP-vectorized.
+
+    Call before compiling a kernel that calls it, so that the caller links
+    this vectorized version instead of compiling its own.
+    """
+    with _slp_vectorize():
+        contract_program.compile("(float64[::1], float64[:, :, ::1], int64[:, ::1])")
+
+
+@numba.njit(**_SERIAL)
+def gather_block(s, dest, lvec, indices, signs, e0, nb):
+    """Gather elements ``e0 : e0 + nb`` into ``s[dest:]`` (num_comp, elem_size, BLK).
+
+    Parameters
+    ----------
+    s : float64 (scratch_size,)
+    dest, e0, nb : int
+        Scratch offset, first element, elements in the block (lanes ``nb:`` are zeroed).
+    lvec : float64 (l_size,)
+    indices : int32/int64 (num_elem, num_comp, elem_size)
+    signs : float64 (num_elem, 1, elem_size) or None
+    """
+    num_comp, elem_size = indices.shape[1], indices.shape[2]
+    for b in range(nb):
+        for c in range(num_comp):
+            for p in range(elem_size):
+                value = lvec[indices[e0 + b, c, p]]
+                if signs is not None:
+                    value *= signs[e0 + b, 0, p]
+                s[dest + (c * elem_size + p) * BLK + b] = value
+    for b in range(nb, BLK):
+        for k in range(num_comp * elem_size):
+            s[dest + k * BLK + b] = 0.0
+
+
+@numba.njit(**_SERIAL)
+def scatter_block(s, source, v, indices, signs, e0, nb):
+    """``v[indices[e0 + b]] += s[source:]`` (num_comp, elem_size, BLK) for lanes ``b < nb``.
+
+    Arguments as in :func:`gather_block`; ``v`` float64 (l_size,).
+    """
+    num_comp, elem_size = indices.shape[1], indices.shape[2]
+    for b in range(nb):
+        for c in range(num_comp):
+            for p in range(elem_size):
+                value = s[source + (c * elem_size + p) * BLK + b]
+                if signs is not None:
+                    value *= signs[e0 + b, 0, p]
+                v[indices[e0 + b, c, p]] += value
 
 
 @numba.njit(**_JIT)
-def basis_program(u, out, B, G, program, blk, scratch):
-    """Run a basis action given as a list of :func:`contract` steps on every element.
+def basis_program(u, out, mats, program, scratch):
+    """Run a basis action's contraction program on every element.
 
     Parameters
     ----------
     u : float64 (num_elem, size_in)
         Input of each element, flattened (``(num_comp, P)`` or ``([dim,] num_comp, Q)``).
     out : float64 (num_elem, size_out), written
-    B : float64 (Q, P) or (Q_1d, P_1d)
-    G : float64 (dim, Q, P), or (1, Q_1d, P_1d) for tensor bases
-    program : int64 (num_steps, 10)
-        Rows ``(matrix, d, transpose, A, N, M, C, out, inp, add)``: matrix 0 is
-        ``B``, 1 is ``G[d]``; offsets in the scratch, whose input block is at 0
-        and output block at ``size_in * blk``, interleaved ``blk`` elements wide.
-    blk, scratch : int
-        Elements per block and scratch doubles per block.
+    mats : float64 (num_mats, S, S)
+    program : int64 (num_steps, 8)
+        Input block at scratch offset 0, output block at ``size_in * BLK``.
+    scratch : int
+        Scratch doubles per block.
     """
     num_elem, size_in = u.shape
     size_out = out.shape[1]
-    for block in numba.prange((num_elem + blk - 1) // blk):
+    for block in numba.prange((num_elem + BLK - 1) // BLK):
         s = np.zeros(scratch)
-        e0 = block * blk
-        nb = min(blk, num_elem - e0)
+        e0 = block * BLK
+        nb = min(BLK, num_elem - e0)
         for b in range(nb):
             for k in range(size_in):
-                s[k * blk + b] = u[e0 + b, k]
-        for step in range(program.shape[0]):
-            kind, d, transpose, A, N, M, C, o, i, add = program[step]
-            mat = B if kind == 0 else G[d]
-            contract(s, mat, transpose != 0, A, N, M, C, o, i, add != 0)
+                s[k * BLK + b] = u[e0 + b, k]
+        contract_program(s, mats, program)
         for b in range(nb):
             for k in range(size_out):
-                out[e0 + b, k] = s[(size_in + k) * blk + b]
+                out[e0 + b, k] = s[(size_in + k) * BLK + b]
 
 
 @numba.njit(**_JIT)
@@ -126,6 +259,21 @@ def scatter_csr(e, row_ptr, entries, signs, out):
             else:
                 total += e[entries[j]] * signs[entries[j]]
         out[i] = total
+
+
+@numba.njit(**_JIT)
+def cg_update_xr(alpha, p, Ap, x, r):
+    """``x += alpha p; r -= alpha Ap`` in one pass; all float64 (n,)."""
+    for i in numba.prange(x.shape[0]):
+        x[i] += alpha * p[i]
+        r[i] -= alpha * Ap[i]
+
+
+@numba.njit(**_JIT)
+def cg_update_p(z, beta, p):
+    """``p = z + beta p`` in place; float64 (n,)."""
+    for i in numba.prange(p.shape[0]):
+        p[i] = z[i] + beta * p[i]
 
 
 def transpose_map(indices, l_size):

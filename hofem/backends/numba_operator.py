@@ -22,37 +22,28 @@ import sys
 
 import numpy as np
 
-from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
+from ..constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
 from .numba_codegen import (
+    BLK,
     JIT,
     JIT_SERIAL,
     Source,
-    basis_forward,
-    basis_transpose,
-    forward_temp,
+    basis_program,
     load_module,
-    transpose_temp,
+    matrix_stack,
+    temp_size,
 )
+from .numba_kernels import DIGEST, compile_contract
 
-__all__ = ["basis_program", "block_size", "colour_chunks", "operator_kernel"]
+__all__ = ["colour_chunks", "field_arrays", "operator_kernel", "standalone_program"]
 
 _IMPORTS = (
     "import numba",
     "import numpy as np",
-    "from hofem.backends.numba_kernels import contract",
+    "from hofem.backends.numba_kernels import contract_program, gather_block, scatter_block",
 )
 # chunks per operator before colouring (independent of the thread count: determinism)
 NUM_CHUNKS = 128
-# bytes of per-thread scratch a SIMD block may use before BLK is halved
-SCRATCH_BYTES = 192 * 1024
-
-
-def block_size(doubles_per_elem):
-    """Elements per SIMD block: 8, halved (down to 2) while the scratch exceeds the budget."""
-    blk = 8
-    while blk > 2 and blk * doubles_per_elem * 8 > SCRATCH_BYTES:
-        blk //= 2
-    return blk
 
 
 def colour_chunks(num_elem, blk, restrictions):
@@ -78,20 +69,25 @@ def colour_chunks(num_elem, blk, restrictions):
     stop = np.minimum(start + chunk, num_elem)
     num_chunks = start.shape[0]
     # (L-entry, chunk) pairs, unique; entries touched by several chunks give conflicts
-    pairs = []
+    pairs = [np.zeros(0, dtype=np.int64)]
     for r in restrictions:
+        if _disjoint_elements(r):  # e.g. stored quadrature data: no conflicts, skip its size
+            continue
         owner = np.repeat(np.arange(r.num_elem) // chunk, r.num_comp * r.elem_size)
         pairs.append(r.indices.ravel().astype(np.int64) * num_chunks + owner)
     pairs = np.unique(np.concatenate(pairs))  # sorted by L-entry, then chunk
     node, owner = pairs // num_chunks, pairs % num_chunks
-    neighbours = [set() for _ in range(num_chunks)]
+    edges = [np.zeros(0, dtype=np.int64)]  # a * num_chunks + b for chunks a < b in conflict
     for shift in range(1, num_chunks):
         same = node[shift:] == node[:-shift]
         if not same.any():
             break
-        for a, b in zip(owner[:-shift][same].tolist(), owner[shift:][same].tolist(), strict=True):
-            neighbours[a].add(b)
-            neighbours[b].add(a)
+        edges.append(owner[:-shift][same] * num_chunks + owner[shift:][same])
+    neighbours = [set() for _ in range(num_chunks)]
+    for edge in np.unique(np.concatenate(edges)).tolist():
+        a, b = divmod(edge, num_chunks)
+        neighbours[a].add(b)
+        neighbours[b].add(a)
     colour = np.zeros(num_chunks, dtype=np.int64)
     for c in range(num_chunks):
         taken = {colour[n] for n in neighbours[c] if n < c}
@@ -100,6 +96,14 @@ def colour_chunks(num_elem, blk, restrictions):
     colour_ptr = np.zeros(colour.max() + 2, dtype=np.int64)
     np.cumsum(np.bincount(colour, minlength=colour.max() + 1), out=colour_ptr[1:])
     return colour_ptr, start[order], stop[order]
+
+
+def _disjoint_elements(r):
+    """True when no two elements of restriction ``r`` share an L-vector entry (strided, tiling)."""
+    if r.strides is None:
+        return False
+    s0, s1, s2 = r.strides
+    return abs(s2) > (r.elem_size - 1) * abs(s0) + (r.num_comp - 1) * abs(s1)
 
 
 def _qf_import(func):
@@ -119,7 +123,7 @@ def _qf_import(func):
 def _qf_header(func):
     """Module header binding ``qfunction`` to the jitted QFunction; and whether it caches."""
     ref = _qf_import(func)
-    header = list(_IMPORTS)
+    header = [*_IMPORTS, f"# hofem.backends.numba_kernels sha1 {DIGEST}"]
     if ref is None:  # bound after import through the namespace; nothing cached on disk
         return header, False
     try:
@@ -136,142 +140,146 @@ def _qf_header(func):
 
 
 class _Layout:
-    """Per-element scratch regions (in doubles, before multiplying by BLK)."""
+    """Per-element scratch regions (doubles per element) and the kernel's run-time sizes.
 
-    def __init__(self):
-        self.sizes = []
+    ``meta`` is the int64 array the generated kernel reads its sizes from:
+    ``meta[0]`` points per element, ``meta[1]`` scratch doubles per block, then
+    the values :meth:`value` added; the source refers to them as ``meta[k]``,
+    so it does not depend on the operator's sizes.
+    """
 
-    def add(self, size):
-        self.sizes.append(size)
-        return len(self.sizes) - 1
+    def __init__(self, num_qpts):
+        self.meta = [num_qpts, 0]
+        self.total = 0
 
-    def offsets(self, blk):
-        offsets, total = [], 0
-        for size in self.sizes:
-            offsets.append(total * blk)
-            total += size
-        return offsets, total
+    def region(self, size):
+        """A region of ``size`` doubles per element: ``(offset in doubles per element, ref)``."""
+        offset, self.total = self.total, self.total + size
+        return offset, self.value(offset * BLK)
+
+    def value(self, number):
+        """Source text reading ``number`` from ``meta`` at run time."""
+        self.meta.append(number)
+        return f"meta[{len(self.meta) - 1}]"
+
+    def meta_array(self):
+        """The ``meta`` values as int64 (num_values,), with the scratch size filled in."""
+        self.meta[1] = self.total * BLK
+        return np.array(self.meta, dtype=np.int64)  # (num_values,)
 
 
 def operator_kernel(op):
     """Generate and load the fused kernel of ``op``.
 
-    The context argument ``ctx`` is None or the QFunction's context as a
-    1-element structured array; the kernel is generated for the context's
-    presence at this call.
+    The QFunction is called once per point and element, on ``(size,)`` views.
+    (Calling it once per block on ``(size, Q * BLK)`` arrays, its vectorized
+    form, was measured 10-25 % slower: Numba's array expressions allocate.)
+
+    The generated source depends on the QFunction and on which fields have a
+    basis, signs or strides, not on sizes, so operators of one QFunction share
+    one compiled kernel.  The context argument ``ctx`` is None or the
+    QFunction's context as a 1-element structured array; the kernel is
+    generated for the context's presence at this call.
 
     Returns
     -------
     kernel : numba dispatcher
-        ``kernel(ctx, colour_ptr, chunk_start, chunk_stop, *field_args, v)``.
+        ``kernel(ctx, meta, colour_ptr, chunk_start, chunk_stop, *field_args, v)``.
     arg_names : list of str
         Names of ``field_args``, in order (see :func:`field_arrays`).
-    blk : int
-        Elements per SIMD block.
+    static : dict
+        ``meta`` (int64 (num_values,)), the contraction programs ``P{i}``,
+        ``Po{o}`` (int64 (num_steps, 8)) and weights ``w{i}`` (1, Q) by name.
     """
+    compile_contract()
     func = getattr(op.qf.func, "py_func", op.qf.func)
     header, cache = _qf_header(func)
     Q = op.num_qpts
-    inputs, outputs = op.input_fields, op.output_fields
-    # scratch regions per element: input E-data, input Q-data, output Q-data, output E-data, temp
-    layout = _Layout()
-    regions = {}
-    temp_in = temp_out = 0
-    for i, f in enumerate(inputs):
-        if f.eval_mode is EVAL_NONE and f.restriction.strides is None:
-            regions["q", i] = layout.add(f.size * Q)
-        elif f.eval_mode in (EVAL_INTERP, EVAL_GRAD):
-            r = f.restriction
-            regions["e", i] = layout.add(r.num_comp * r.elem_size)
-            regions["q", i] = layout.add(f.size * Q)
-            temp_in = max(temp_in, forward_temp(f.basis, r.num_comp, 1, f.eval_mode))
-    for o, f in enumerate(outputs):
-        regions["qo", o] = layout.add(f.size * Q)
-        if f.eval_mode is not EVAL_NONE:
-            r = f.restriction
-            regions["eo", o] = layout.add(r.num_comp * r.elem_size)
-            temp_out = max(temp_out, transpose_temp(f.basis, r.num_comp, 1, f.eval_mode))
-    temp = layout.add(max(temp_in, temp_out))
-    blk = block_size(sum(layout.sizes))
-    offsets, total = layout.offsets(blk)
-
-    def off(key):
-        return offsets[regions[key]]
-
-    args = []
-    src = Source()
-    views, qf_args = [], []
+    layout = _Layout(Q)
+    static = {}
+    args, views, qf_args = [], [], []
     body = Source()
     body.indent()
-    for i, f in enumerate(inputs):
+    body("Q = meta[0]")
+
+    def view(name, size, ref):
+        views.append(f"{name} = s[{ref}:{ref} + {size} * Q * {BLK}].reshape(({size}, Q, {BLK}))")
+        qf_args.append(f"{name}[:, q, b]")
+
+    temp = []  # (field, num_comp, transpose, in offset, out offset, program name)
+    for i, f in enumerate(op.input_fields):
         r = f.restriction
         if f.eval_mode is EVAL_WEIGHT:
             args.append(f"w{i}")
+            static[f"w{i}"] = np.ascontiguousarray(f.basis.q_weight).reshape(1, -1)  # (1, Q)
             qf_args.append(f"w{i}[:, q]")
             continue
         if f.eval_mode is EVAL_NONE and r.strides is not None:
             args.append(f"x{i}")
             qf_args.append(f"x{i}[e0 + b, :, q]")
             continue
-        args += [f"l{i}", f"ix{i}"] + ([f"sg{i}"] if r.signs is not None else [])
-        dest = off(("q", i)) if f.eval_mode is EVAL_NONE else off(("e", i))
-        _gather(body, blk, r, f"l{i}", f"ix{i}", f"sg{i}" if r.signs is not None else None, dest)
-        if f.eval_mode is not EVAL_NONE:
-            args += [f"B{i}", f"G{i}"]
-            basis_forward(
-                body, f.basis, r.num_comp, blk, f.eval_mode, (f"B{i}", f"G{i}"),
-                off(("e", i)), off(("q", i)), offsets[temp],
-            )  # fmt: skip
-        views.append(f"q{i} = s[{off(('q', i))}:{off(('q', i)) + f.size * Q * blk}]"
-                     f".reshape(({f.size}, {Q}, {blk}))")  # fmt: skip
-        qf_args.append(f"q{i}[:, q, b]")
-    for o, f in enumerate(outputs):
-        start = off(("qo", o))
-        body(f"s[{start}:{start + f.size * Q * blk}] = 0.0")
-        views.append(
-            f"o{o} = s[{start}:{start + f.size * Q * blk}].reshape(({f.size}, {Q}, {blk}))"
-        )
-        qf_args.append(f"o{o}[:, q, b]")
+        sign = f"sg{i}" if r.signs is not None else "None"
+        args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
+        e_off, e_ref = layout.region(r.num_comp * r.elem_size)
+        body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {sign}, e0, nb)")
+        if f.eval_mode is EVAL_NONE:
+            view(f"q{i}", layout.value(f.size), e_ref)
+            continue
+        q_off, q_ref = layout.region(f.size * Q)
+        args += [f"M{i}", f"P{i}"]
+        temp.append((f, r.num_comp, False, e_off, q_off, f"P{i}"))
+        body(f"contract_program(s, M{i}, P{i})")
+        view(f"q{i}", layout.value(f.size), q_ref)
+    qo = []  # (offset, ref) of each output's Q-data
+    for o, f in enumerate(op.output_fields):
+        qo.append(layout.region(f.size * Q))
+        size = layout.value(f.size)
+        body(f"s[{qo[o][1]}:{qo[o][1]} + {size} * Q * {BLK}] = 0.0")
+        view(f"o{o}", size, qo[o][1])
     # a record context travels as a 1-element array: records crash Numba's parfor lowering
     ctx = "ctx" if op.qf.context is None else "ctx[0]"
     body("for b in range(nb):")
-    body(f"    for q in range({Q}):")
+    body("    for q in range(Q):")
     body(f"        qfunction({ctx}, {', '.join(qf_args)})")
-    for o, f in enumerate(outputs):
+    for o, f in enumerate(op.output_fields):
         r = f.restriction
-        args += [f"ixo{o}"] + ([f"sgo{o}"] if r.signs is not None else [])
-        source = off(("qo", o))
+        sign = f"sgo{o}" if r.signs is not None else "None"
+        args += [f"ixo{o}"] + ([sign] if r.signs is not None else [])
+        source = qo[o][1]
         if f.eval_mode is not EVAL_NONE:
-            args += [f"Bo{o}", f"Go{o}"]
-            source = off(("eo", o))
-            basis_transpose(
-                body, f.basis, r.num_comp, blk, f.eval_mode, (f"Bo{o}", f"Go{o}"),
-                off(("qo", o)), source, offsets[temp],
-            )  # fmt: skip
-        _scatter(body, blk, r, f"ixo{o}", f"sgo{o}" if r.signs is not None else None, source)
+            args += [f"Mo{o}", f"Po{o}"]
+            eo_off, source = layout.region(r.num_comp * r.elem_size)
+            temp.append((f, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
+            body(f"contract_program(s, Mo{o}, Po{o})")
+        body(f"scatter_block(s, {source}, v, ixo{o}, {sign}, e0, nb)")
+    t_off, _ = layout.region(  # temporaries, shared by every basis action
+        max([temp_size(f.basis, nc, f.eval_mode, tr) for f, nc, tr, *_ in temp], default=0)
+    )
+    for f, nc, transpose, in_off, out_off, name in temp:
+        static[name] = basis_program(f.basis, nc, f.eval_mode, transpose, in_off, out_off, t_off)
+    static["meta"] = layout.meta_array()
 
+    arglist = ", ".join(args)
+    src = Source()
     src.lines += header
     src("")
     src("")
-    arglist = ", ".join(args)
     src(f"@{JIT_SERIAL.format(cache=cache)}")
-    src(f"def block(ctx, s, e0, nb, {arglist}, v):")
-    for view in views:
-        src(f"    {view}")
-    src.lines += body.lines
+    src(f"def block(ctx, meta, s, e0, nb, {arglist}, v):")
+    src.lines += body.lines[:1] + [f"    {line}" for line in views] + body.lines[1:]
     src("")
     src("")
     src(f"@{JIT.format(cache=cache)}")
-    src(f"def apply_add(ctx, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
+    src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
     src("    for colour in range(colour_ptr.shape[0] - 1):")
     src("        for chunk in numba.prange(colour_ptr[colour], colour_ptr[colour + 1]):")
-    src(f"            s = np.empty({total * blk})")
-    src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {blk}):")
-    src(f"                nb = min({blk}, chunk_stop[chunk] - e0)")
-    src(f"                block(ctx, s, e0, nb, {arglist}, v)")
+    src("            s = np.empty(meta[1])")
+    src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {BLK}):")
+    src(f"                nb = min({BLK}, chunk_stop[chunk] - e0)")
+    src(f"                block(ctx, meta, s, e0, nb, {arglist}, v)")
     namespace = None if cache else {"qfunction": _jit(func)}
     module = load_module(src.text(), cache, namespace)
-    return module.apply_add, args, blk
+    return module.apply_add, args, static
 
 
 def _jit(func):
@@ -280,50 +288,22 @@ def _jit(func):
     return numba.njit(func)
 
 
-def _gather(src, blk, r, lvec, ix, sg, dest):
-    """Emit the gather of BLK elements into ``s[dest]`` (num_comp, elem_size, BLK)."""
-    sign = f" * {sg}[e0 + b, 0, p]" if sg else ""
-    size = r.num_comp * r.elem_size
-    src("for b in range(nb):")
-    src(f"    for c in range({r.num_comp}):")
-    src(f"        for p in range({r.elem_size}):")
-    src(f"            s[{dest} + (c * {r.elem_size} + p) * {blk} + b] = "
-        f"{lvec}[{ix}[e0 + b, c, p]]{sign}")  # fmt: skip
-    src(f"for b in range(nb, {blk}):")
-    src(f"    for k in range({size}):")
-    src(f"        s[{dest} + k * {blk} + b] = 0.0")
-
-
-def _scatter(src, blk, r, ix, sg, source):
-    """Emit ``v[ix] += s[source]`` for the first ``nb`` elements of the block."""
-    sign = f" * {sg}[e0 + b, 0, p]" if sg else ""
-    src("for b in range(nb):")
-    src(f"    for c in range({r.num_comp}):")
-    src(f"        for p in range({r.elem_size}):")
-    src(f"            v[{ix}[e0 + b, c, p]] += s[{source} + (c * {r.elem_size} + p) * {blk} + b]"
-        f"{sign}")  # fmt: skip
-
-
 def field_arrays(op, name, u):
     """The array bound to kernel argument ``name`` for active input ``u``.
 
     Returns
     -------
     ndarray
-        ``w{i}`` weights (1, Q); ``x{i}`` strided view (num_elem, size, Q) of
+        ``x{i}`` strided view (num_elem, size, Q) of
         the field's L-vector; ``l{i}`` L-vector; ``ix``/``sg`` restriction
         indices (num_elem, num_comp, elem_size) and signs (num_elem, 1,
-        elem_size); ``B``/``G`` basis matrices (1D (Q_1d, P_1d) for tensor
-        bases, else (Q, P) and (dim, Q, P)).
+        elem_size); ``M``/``Mo`` the basis' matrix stack (num_mats, S, S).
     """
     kind, index = re.fullmatch(r"([A-Za-z]+)(\d+)", name).groups()
     index = int(index)
-    fields = op.output_fields if kind in ("ixo", "sgo", "Bo", "Go") else op.input_fields
+    fields = op.output_fields if kind in ("ixo", "sgo", "Mo") else op.input_fields
     f = fields[index]
     r, b = f.restriction, f.basis
-    if kind == "w":
-        w = b.q_weight
-        return np.ascontiguousarray(w).reshape(1, -1)
     if kind in ("l", "x"):
         lvec = u if f.is_active else f.vector
         if kind == "l":
@@ -335,31 +315,21 @@ def field_arrays(op, name, u):
         return r.indices
     if kind in ("sg", "sgo"):
         return r.signs
-    if b.is_tensor:
-        return np.ascontiguousarray(b.interp_1d if kind in ("B", "Bo") else b.grad_1d)
-    return np.ascontiguousarray(b.interp if kind in ("B", "Bo") else b.grad)
+    return matrix_stack(b)
 
 
-def basis_program(b, t_mode_transpose, eval_mode):
-    """The steps of a standalone basis action, for :func:`.numba_kernels.basis_program`.
+def standalone_program(b, transpose, eval_mode):
+    """A basis action on its own, for :func:`.numba_kernels.basis_program`.
 
     Returns
     -------
-    program : int64 (num_steps, 10)
-    blk, scratch : int
-        Elements per block and scratch doubles per block.
+    program : int64 (num_steps, 8)
+    scratch : int
+        Scratch doubles per block (input, output, temporaries, BLK wide).
     """
     nc, P, Q = b.num_comp, b.num_nodes, b.num_qpts
     rows_q = (b.dim if eval_mode is EVAL_GRAD else 1) * nc * Q
-    size_in, size_out = (rows_q, nc * P) if t_mode_transpose else (nc * P, rows_q)
-    if t_mode_transpose:
-        temp = transpose_temp(b, nc, 1, eval_mode)
-    else:
-        temp = forward_temp(b, nc, 1, eval_mode)
-    blk = block_size(size_in + size_out + temp)
-    offsets = (0, size_in * blk, (size_in + size_out) * blk)
-    steps = []
-    action = basis_transpose if t_mode_transpose else basis_forward
-    action(steps, b, nc, blk, eval_mode, ("B", "G"), *offsets)
-    program = np.array(steps, dtype=np.int64).reshape(-1, 10)
-    return program, blk, (size_in + size_out + temp) * blk
+    size_in, size_out = (rows_q, nc * P) if transpose else (nc * P, rows_q)
+    temp = temp_size(b, nc, eval_mode, transpose)
+    program = basis_program(b, nc, eval_mode, transpose, 0, size_in, size_in + size_out)
+    return program, (size_in + size_out + temp) * BLK

@@ -1,0 +1,119 @@
+"""libCEED anchor for the CPU benchmark: BP1/BP3 operator apply on the same hex boxes.
+
+Usage::
+
+    PYTHONPATH=/path/to/libceed python -m hofem.bakeoff.anchor_libceed
+        [--bp 1 3] [--order 1 ... 8] [--dofs 3e5 2e6] [--repeat N]
+        [--resource /cpu/self/avx/blocked]
+
+Builds BP1 (mass) and BP3 (Poisson) with libCEED's own gallery QFunctions
+on the structured box of :mod:`hofem.bakeoff.structured` (same offsets,
+coordinates, p + 2 Gauss points) and prints one JSON line per case with the
+apply DOFs/s (median of ``--repeat`` timed applies after a warm-up), in the
+format of :mod:`hofem.bakeoff.benchmark_cpu`.  The resource falls back to
+``/cpu/self/opt/blocked`` when AVX is unavailable; the line reports the one used.
+
+libCEED is optional (``pip install libceed==0.12.0``, e.g. into a separate
+environment whose ``site-packages`` is put on ``PYTHONPATH``).
+"""
+
+import argparse
+import json
+
+import numpy as np
+
+from .benchmark_cpu import add_case_arguments, box_side, median_seconds
+from .structured import box_coordinates, box_offsets
+
+_QFUNCTIONS = {1: ("Mass3DBuild", "MassApply", 1, "u", "v"),
+               3: ("Poisson3DBuild", "Poisson3DApply", 6, "du", "dv")}  # fmt: skip
+RESOURCES = ("/cpu/self/avx/blocked", "/cpu/self/opt/blocked")
+
+
+def _libceed():
+    try:
+        import libceed
+    except ImportError as exc:
+        raise SystemExit(
+            "libCEED is not importable: `pip install libceed==0.12.0` (a separate venv is "
+            "fine; put its site-packages on PYTHONPATH)"
+        ) from exc
+    return libceed
+
+
+def open_ceed(resources):
+    """The first resource of ``resources`` that libCEED resolves to itself."""
+    libceed = _libceed()
+    for resource in resources:
+        try:
+            ceed = libceed.Ceed(resource)
+        except Exception:  # libCEED raises a bare Exception for unknown resources
+            continue
+        if ceed.get_resource() == resource:
+            return ceed
+    raise SystemExit(f"none of {resources} is available in this libCEED")
+
+
+def _vector(ceed, array):
+    vec = ceed.Vector(array.shape[0])
+    vec.set_array(np.ascontiguousarray(array, dtype=np.float64))
+    return vec
+
+
+def bp_operator(ceed, bp, n, p):
+    """libCEED operator of BP1 or BP3 on the ``n^3`` box of order ``p``, and its size."""
+    libceed = _libceed()
+    build_name, apply_name, qdata_size, name_in, name_out = _QFUNCTIONS[bp]
+    q = p + 2
+    offsets, num_nodes = box_offsets(n, p)  # (num_elem, (p+1)^3)
+    num_elem, P = offsets.shape
+    Q = q**3
+    offsets = offsets.astype(np.int32)
+    r_x = ceed.ElemRestriction(num_elem, P, 3, num_nodes, 3 * num_nodes, offsets)
+    r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
+    strides = np.array([1, Q, Q * qdata_size], dtype=np.int32)
+    r_q = ceed.StridedElemRestriction(num_elem, Q, qdata_size, num_elem * Q * qdata_size, strides)
+    geo = ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, libceed.GAUSS)
+    basis = ceed.BasisTensorH1Lagrange(3, 1, p + 1, q, libceed.GAUSS)
+    build = ceed.Operator(ceed.QFunctionByName(build_name))
+    build.set_field("dx", r_x, geo, libceed.VECTOR_ACTIVE)
+    build.set_field("weights", libceed.ELEMRESTRICTION_NONE, geo, libceed.VECTOR_NONE)
+    build.set_field("qdata", r_q, libceed.BASIS_NONE, libceed.VECTOR_ACTIVE)
+    qdata = ceed.Vector(num_elem * Q * qdata_size)
+    qdata.set_value(0.0)
+    build.apply(_vector(ceed, box_coordinates(n, p)), qdata)
+    op = ceed.Operator(ceed.QFunctionByName(apply_name))
+    op.set_field(name_in, r_u, basis, libceed.VECTOR_ACTIVE)
+    op.set_field("qdata", r_q, libceed.BASIS_NONE, qdata)
+    op.set_field(name_out, r_u, basis, libceed.VECTOR_ACTIVE)
+    # keep the restrictions, bases and qdata alive with the operator
+    return op, num_nodes, num_elem, (r_x, r_u, r_q, geo, basis, qdata)
+
+
+def run_case(ceed, bp, p, dofs, repeat):
+    """Median apply time of one case; the result line (dict)."""
+    op, num_nodes, num_elem, _keep = bp_operator(ceed, bp, box_side(dofs, p), p)
+    u = _vector(ceed, np.random.default_rng(0).standard_normal(num_nodes))
+    v = ceed.Vector(num_nodes)
+    op.apply(u, v)  # warm-up
+    seconds = median_seconds(lambda: op.apply(u, v), repeat)
+    result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": num_elem}
+    result.update(backend="libceed " + ceed.get_resource(), threads=1)
+    result["apply_dofs_per_s"] = num_nodes / seconds
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_case_arguments(parser)
+    parser.add_argument("--resource", default=RESOURCES[0])
+    args = parser.parse_args(argv)
+    ceed = open_ceed((args.resource, *RESOURCES[1:]))
+    for dofs in args.dofs:
+        for bp in args.bp:
+            for p in args.order:
+                print(json.dumps(run_case(ceed, bp, p, dofs, args.repeat)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
