@@ -1,9 +1,9 @@
 """Krylov solvers on any array module (NumPy or CuPy), for operators or matrices."""
 
-import functools
 import math
 
-import numpy as np
+from .operator import _OperatorBase
+from .vector_ops import vector_ops
 
 __all__ = ["CGInfo", "cg", "jacobi"]
 
@@ -44,96 +44,6 @@ def _matvec(A, name):
     raise TypeError(
         f"{name} must be an Operator, LinearOperator, matrix or callable, got {type(A).__name__}"
     )
-
-
-def _array_module(b):
-    if isinstance(b, np.ndarray):
-        return np
-    try:
-        import cupy
-    except ImportError:
-        cupy = None
-    if cupy is not None and isinstance(b, cupy.ndarray):
-        return cupy
-    raise TypeError(f"b must be a NumPy or CuPy array, got {type(b).__name__}")
-
-
-@functools.cache
-def _fused_updates(xp):
-    """CuPy kernels fusing CG's vector updates, or None for NumPy (plain expressions).
-
-    Returns ``(update_xr, update_p)``: ``x += alpha p; r -= alpha Ap`` in one pass,
-    and ``p = z + beta p`` in one pass (``alpha``, ``beta`` 0-d device arrays).
-    """
-    if xp is np:
-        return None
-    update_xr = xp.ElementwiseKernel(
-        "T alpha, T p, T Ap",
-        "T x, T r",
-        "x += alpha * p; r -= alpha * Ap",
-        "hofem_cg_update_xr",
-    )
-    update_p = xp.ElementwiseKernel("T z, T beta", "T p", "p = z + beta * p", "hofem_cg_update_p")
-    return update_xr, update_p
-
-
-@functools.cache
-def _fused_scalars(xp):
-    """CuPy kernels for CG's scalar steps (one launch each instead of several), or None.
-
-    Returns ``(step, ratio)``: ``step(rz, pAp, breakdown)`` sets the breakdown flag
-    (``p.Ap <= 0`` with ``rz != 0``, or a NaN/Inf) and returns ``alpha = rz / pAp``
-    (``rz`` where ``pAp <= 0``); ``ratio(rz_new, rz)`` returns ``beta``.
-    """
-    if xp is np:
-        return None
-    step = xp.ElementwiseKernel(
-        "T rz, T pAp",
-        "bool breakdown, T alpha",
-        "breakdown = breakdown || !isfinite(pAp) || (pAp <= 0 && rz != 0);"
-        "alpha = rz / (pAp > 0 ? pAp : 1.0)",
-        "hofem_cg_step",
-    )
-    ratio = xp.ElementwiseKernel(
-        "T rz_new, T rz", "T beta", "beta = rz_new / (rz != 0 ? rz : 1.0)", "hofem_cg_ratio"
-    )
-
-    def alpha(rz, pAp, breakdown):
-        out = xp.empty(())  # 0-d alpha
-        step(rz, pAp, breakdown, out)
-        return out
-
-    return alpha, ratio
-
-
-def _fused_residual_update(xp):
-    """CuPy: ``x += alpha p; r -= alpha Ap`` and ``r . r`` in one pass, or None for NumPy.
-
-    Returns ``update(rz, pAp, p, Ap, x, r) -> rr`` (0-d device array), ``alpha =
-    rz / pAp`` formed on the device (``cg.cu``); the per-block partial sums are
-    added in a fixed order, so the result is reproducible.
-    """
-    if xp is np:
-        return None
-    from .backends.cuda import kernels
-
-    kernel = kernels.cg_module().get_function("update_xr_rr")
-    threads = 256
-    blocks = 4 * xp.cuda.Device().attributes["MultiProcessorCount"]
-    partial = xp.empty(blocks)  # (blocks,) per-block sums of r^2
-
-    def update(rz, pAp, p, Ap, x, r):
-        kernel((blocks,), (threads,), (np.int64(r.size), rz, pAp, p, Ap, x, r, partial))
-        return partial.sum()
-
-    return update
-
-
-def _backend_updates(A):
-    """The same two updates from ``A``'s backend (``backend.cg_updates()``), or None."""
-    backend = getattr(getattr(A, "ceed", None), "backend", None)
-    hook = getattr(backend, "cg_updates", None)
-    return hook() if hook is not None else None
 
 
 def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=None, check_every=1):
@@ -177,7 +87,8 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         Shapes that disagree, non-positive ``maxiter``/``check_every``,
         negative tolerances.
     """
-    xp = _array_module(b)
+    ops = vector_ops(A, b)
+    xp = ops.xp
     if b.ndim != 1:
         raise ValueError(f"b must be 1-D, got shape {b.shape}")
     n = b.shape[0]
@@ -196,6 +107,13 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
             )
         return out
 
+    def matvec_into(v, out):
+        """out = A v, in place for hofem operators (no allocation per iteration)."""
+        if isinstance(A, _OperatorBase) and A.shape == (n, n):
+            A.apply(v, out)
+        else:
+            out[...] = matvec(v)
+
     precond = _matvec(M, "M") if M is not None else None
     x = xp.zeros_like(b) if x0 is None else xp.array(x0, dtype=b.dtype, copy=True)
     if x.shape != b.shape:
@@ -209,31 +127,17 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         return x, CGInfo(0, 0, r_norm, "converged")
     z = precond(r) if precond else r
     p = z.copy()
-    rz = xp.vdot(r, z)
+    rz = ops.dot(r, z)
     breakdown = xp.zeros((), dtype=bool)  # device flag: p.Ap <= 0 or NaN/Inf seen
-    fused = _fused_updates(xp) or _backend_updates(A)
-    scalars = _fused_scalars(xp)
-    # without a preconditioner z = r: the x/r update can produce r . r in the same pass
-    residual_update = _fused_residual_update(xp) if precond is None else None
+    Ap = xp.empty_like(b)  # (n,) reused: operators apply into it
     iteration = 0
     while iteration < maxiter:
-        Ap = matvec(p)
-        pAp = xp.vdot(p, Ap)
-        rz_new = None
-        if residual_update is not None:
-            scalars[0](rz, pAp, breakdown)
-            rz_new = residual_update(rz, pAp, p, Ap, x, r)
+        matvec_into(p, Ap)
+        pAp = ops.dot(p, Ap)
+        if precond is None:  # z = r: the x/r update also gives r . r
+            rz_new = ops.update_xr_rr(rz, pAp, breakdown, p, Ap, x, r)
         else:
-            if scalars:
-                alpha = scalars[0](rz, pAp, breakdown)
-            else:
-                breakdown |= ~xp.isfinite(pAp) | ((pAp <= 0) & (rz != 0))
-                alpha = rz / xp.where(pAp > 0, pAp, 1.0)  # 0 once converged exactly (rz = 0)
-            if fused:
-                fused[0](alpha, p, Ap, x, r)
-            else:
-                x += alpha * p
-                r -= alpha * Ap
+            ops.update_xr(rz, pAp, breakdown, p, Ap, x, r)
         iteration += 1
         if callback is not None:
             callback(x)
@@ -250,14 +154,10 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
                 )
             if r_norm <= tol:
                 return x, CGInfo(0, iteration, r_norm, "converged")
-        z = precond(r) if precond else r
-        if rz_new is None:
-            rz_new = xp.vdot(r, z)
-        beta = scalars[1](rz_new, rz) if scalars else rz_new / xp.where(rz != 0, rz, 1.0)
-        if fused:
-            fused[1](z, beta, p)
-        else:
-            p = z + beta * p
+        if precond is not None:
+            z = precond(r)
+            rz_new = ops.dot(r, z)
+        ops.update_p(z, rz_new, rz, p)
         rz = rz_new
     return x, CGInfo(
         iteration,

@@ -109,14 +109,25 @@ def test_threads_give_identical_results(nb):
     np.testing.assert_array_equal(one, two)
 
 
-def test_cg_uses_backend_updates(nb, monkeypatch):
-    """hofem.cg takes the backend's fused updates; iterates match the NumPy expressions."""
+@pytest.mark.parametrize("jacobi", [False, True])
+def test_cg_uses_backend_vector_ops(nb, monkeypatch, jacobi):
+    """hofem.cg takes the backend's parallel vector ops; iterates match the NumPy ones,
+    and the chunked reductions give bitwise the same iterates for 1 and 2 threads."""
     op, _ = mass_operator(nb, n=4, p=3, dim=3, warp=0.1)
     b = np.random.default_rng(3).standard_normal(op.shape[0])
+    M = hf.jacobi(op) if jacobi else None
     calls = []
-    updates = nb.backend.cg_updates()
-    monkeypatch.setattr(nb.backend, "cg_updates", lambda: calls.append(1) or updates)
-    x, info = hf.cg(op, b, rtol=0.0, maxiter=15)
+    ops = nb.backend.vector_ops()
+    monkeypatch.setattr(nb.backend, "vector_ops", lambda: calls.append(1) or ops)
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        x_one, info = hf.cg(op, b, rtol=0.0, maxiter=15, M=M)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        x_two, _ = hf.cg(op, b, rtol=0.0, maxiter=15, M=M)
+    finally:
+        numba.set_num_threads(saved)
     assert calls and info.iterations == 15
-    x_numpy, _ = hf.cg(op.as_linear_operator(), b, rtol=0.0, maxiter=15)  # no backend hook
-    np.testing.assert_allclose(x, x_numpy, rtol=1e-12, atol=1e-14 * np.abs(x).max())
+    np.testing.assert_array_equal(x_one, x_two)
+    x_numpy, _ = hf.cg(op.as_linear_operator(), b, rtol=0.0, maxiter=15, M=M)  # NumPy ops
+    np.testing.assert_allclose(x_one, x_numpy, rtol=1e-12, atol=1e-14 * np.abs(x_one).max())

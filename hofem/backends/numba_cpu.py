@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from ..constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE
+from ..vector_ops import VectorOps
 from .ref import RefBackend
 
 try:
@@ -26,6 +27,23 @@ else:
     from . import numba_kernels, numba_operator
 
 __all__ = ["NumbaBackend"]
+
+
+class NumbaVectorOps(VectorOps):
+    """Parallel Numba loops for CG; reductions over fixed chunks (thread-count independent)."""
+
+    def dot(self, a, b):
+        return numba_kernels.cg_dot(a, b).sum()
+
+    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+        numba_kernels.cg_update_xr(float(self._alpha(rz, pAp, breakdown)), p, Ap, x, r)
+
+    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+        alpha = float(self._alpha(rz, pAp, breakdown))
+        return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
+
+    def update_p(self, z, rz_new, rz, p):
+        numba_kernels.cg_update_p(z, float(rz_new / (rz if rz != 0 else 1.0)), p)
 
 
 class NumbaBackend(RefBackend):
@@ -92,16 +110,9 @@ class NumbaBackend(RefBackend):
         return out
 
     # --- solvers -------------------------------------------------------------------------------
-    def cg_updates(self):
-        """CG's vector updates as parallel Numba loops (hook of :func:`hofem.cg`)."""
-
-        def update_xr(alpha, p, Ap, x, r):
-            numba_kernels.cg_update_xr(float(alpha), p, Ap, x, r)
-
-        def update_p(z, beta, p):
-            numba_kernels.cg_update_p(z, float(beta), p)
-
-        return update_xr, update_p
+    def vector_ops(self):
+        """CG's vector work as parallel Numba loops (see :mod:`hofem.vector_ops`)."""
+        return NumbaVectorOps()
 
     # --- operator ----------------------------------------------------------------------------
     def _plan(self, op):

@@ -20,8 +20,10 @@ from .numba_codegen import BLK, Source, load_module
 
 __all__ = [
     "basis_program",
+    "cg_dot",
     "cg_update_p",
     "cg_update_xr",
+    "cg_update_xr_rr",
     "compile_contract",
     "contract_program",
     "gather",
@@ -261,12 +263,50 @@ def scatter_csr(e, row_ptr, entries, signs, out):
         out[i] = total
 
 
+# CG reductions run over this many fixed chunks, each summed in order, and the caller
+# adds the chunk sums: the result does not depend on the number of threads
+_CG_CHUNKS = 64
+
+
 @numba.njit(**_JIT)
 def cg_update_xr(alpha, p, Ap, x, r):
     """``x += alpha p; r -= alpha Ap`` in one pass; all float64 (n,)."""
     for i in numba.prange(x.shape[0]):
         x[i] += alpha * p[i]
         r[i] -= alpha * Ap[i]
+
+
+@numba.njit(**_JIT)
+def cg_update_xr_rr(alpha, p, Ap, x, r):
+    """:func:`cg_update_xr`, returning the per-chunk partial sums of ``r . r`` (chunks,).
+
+    The caller adds them (NumPy, outside the parallel region: inside, Numba would
+    turn the sum into a thread-count dependent parallel reduction).
+    """
+    n = x.shape[0]
+    partial = np.zeros(_CG_CHUNKS)  # (chunks,)
+    for c in numba.prange(_CG_CHUNKS):
+        total = 0.0
+        for i in range(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS):
+            x[i] += alpha * p[i]
+            r_i = r[i] - alpha * Ap[i]
+            r[i] = r_i
+            total += r_i * r_i
+        partial[c] = total
+    return partial
+
+
+@numba.njit(**_JIT)
+def cg_dot(a, b):
+    """Per-chunk partial sums (chunks,) of ``a . b``, in parallel; float64 (n,)."""
+    n = a.shape[0]
+    partial = np.zeros(_CG_CHUNKS)  # (chunks,)
+    for c in numba.prange(_CG_CHUNKS):
+        total = 0.0
+        for i in range(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS):
+            total += a[i] * b[i]
+        partial[c] = total
+    return partial
 
 
 @numba.njit(**_JIT)
