@@ -11,74 +11,56 @@
 
 #include "basis_tensor.cuh"
 
-// v = B u (GRAD false) or the reference gradient (GRAD true), per component.
-// B, G: (Q_1D, P_1D) row-major.
-template <bool GRAD>
-__device__ __forceinline__ void forward(const int num_elem, const double *__restrict__ B,
-                                        const double *__restrict__ G,
-                                        const double *__restrict__ u, double *__restrict__ v,
-                                        const index_t q_elem_stride,
-                                        const index_t q_comp_stride) {
+// One tensor basis action per component, B and G (Q_1D, P_1D) row-major:
+//   TRANSPOSE false: v = B u (GRAD false) or the reference gradient (GRAD true);
+//   TRANSPOSE true:  u = B^T v or sum_d G_d^T v_d, with M, Mg the transposes (P_1D, Q_1D).
+// src is u (nodes) or v (points), dst the other.
+template <bool TRANSPOSE, bool GRAD>
+__device__ __forceinline__ void tensor_action(const int num_elem, const double *__restrict__ M,
+                                              const double *__restrict__ Mg,
+                                              const double *__restrict__ src,
+                                              double *__restrict__ dst,
+                                              const index_t q_elem_stride,
+                                              const index_t q_comp_stride) {
   constexpr int ROWS = GRAD ? DIM : 1;
   __shared__ double s_B[MAT_SIZE];
   __shared__ double s_G[GRAD ? MAT_SIZE : 1];
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
-  load_matrices(B, G, s_B, s_G, tid);
+  load_matrices(M, Mg, s_B, s_G, tid);
   double *buf = s_buf + slot * BUF_SIZE;
-  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
-       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
-    const bool active = elem < num_elem;
+  for_each_element(num_elem, slot, [&](index_t elem, bool active) {
     for (int c = 0; c < NUM_COMP; c++) {
-      double r_in[COLUMN(P_1D)];
-      load_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_in);
+      const index_t nodes = (elem * NUM_COMP + c) * NUM_NODES;
+      const index_t points = elem * q_elem_stride + c * q_comp_stride;
+      const index_t row_stride = NUM_COMP * q_comp_stride;  // between directions
+      if constexpr (!TRANSPOSE) {
+        double r_in[COLUMN(P_1D)];
+        load_column<P_1D>(src + nodes, active, tx, ty, r_in);
 #pragma unroll
-      for (int d = 0; d < ROWS; d++) {  // one direction at a time: fewer live registers
-        double r_out[COLUMN(Q_1D)];
-        contract<P_1D, Q_1D>(GRAD && d == 0 ? s_G : s_B, GRAD && d == 1 ? s_G : s_B,
-                             GRAD && d == 2 ? s_G : s_B, r_in, r_out, buf, tx, ty);
-        store_column<Q_1D>(v + elem * q_elem_stride + (d * NUM_COMP + c) * q_comp_stride, active,
-                           tx, ty, r_out);
+        for (int d = 0; d < ROWS; d++) {  // one direction at a time: fewer live registers
+          double r_out[COLUMN(Q_1D)];
+          contract<P_1D, Q_1D>(GRAD && d == 0 ? s_G : s_B, GRAD && d == 1 ? s_G : s_B,
+                               GRAD && d == 2 ? s_G : s_B, r_in, r_out, buf, tx, ty);
+          store_column<Q_1D>(dst + points + d * row_stride, active, tx, ty, r_out);
+        }
+      } else {
+        double r_out[COLUMN(P_1D)];
+#pragma unroll
+        for (int k = 0; k < COLUMN(P_1D); k++) r_out[k] = 0.0;
+#pragma unroll
+        for (int d = 0; d < ROWS; d++) {
+          double r_in[COLUMN(Q_1D)], r_d[COLUMN(P_1D)];
+          load_column<Q_1D>(src + points + d * row_stride, active, tx, ty, r_in);
+          contract<Q_1D, P_1D>(GRAD && d == 0 ? s_G : s_B, GRAD && d == 1 ? s_G : s_B,
+                               GRAD && d == 2 ? s_G : s_B, r_in, r_d, buf, tx, ty);
+#pragma unroll
+          for (int k = 0; k < COLUMN(P_1D); k++) r_out[k] += r_d[k];
+        }
+        store_column<P_1D>(dst + nodes, active, tx, ty, r_out);
       }
     }
-  }
-}
-
-// u = B^T v (GRAD false) or sum_d G_d^T v_d (GRAD true), per component.
-// Bt, Gt: (P_1D, Q_1D) row-major (the transposes, given).
-template <bool GRAD>
-__device__ __forceinline__ void backward(const int num_elem, const double *__restrict__ Bt,
-                                         const double *__restrict__ Gt,
-                                         const double *__restrict__ v, double *__restrict__ u,
-                                         const index_t q_elem_stride,
-                                         const index_t q_comp_stride) {
-  constexpr int ROWS = GRAD ? DIM : 1;
-  __shared__ double s_B[MAT_SIZE];
-  __shared__ double s_G[GRAD ? MAT_SIZE : 1];
-  __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
-  THREAD_SETUP
-  load_matrices(Bt, Gt, s_B, s_G, tid);
-  double *buf = s_buf + slot * BUF_SIZE;
-  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
-       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
-    const bool active = elem < num_elem;
-    for (int c = 0; c < NUM_COMP; c++) {
-      double r_out[COLUMN(P_1D)];
-#pragma unroll
-      for (int k = 0; k < COLUMN(P_1D); k++) r_out[k] = 0.0;
-#pragma unroll
-      for (int d = 0; d < ROWS; d++) {  // one direction at a time: fewer live registers
-        double r_in[COLUMN(Q_1D)], r_d[COLUMN(P_1D)];
-        load_column<Q_1D>(v + elem * q_elem_stride + (d * NUM_COMP + c) * q_comp_stride, active,
-                          tx, ty, r_in);
-        contract<Q_1D, P_1D>(GRAD && d == 0 ? s_G : s_B, GRAD && d == 1 ? s_G : s_B,
-                             GRAD && d == 2 ? s_G : s_B, r_in, r_d, buf, tx, ty);
-#pragma unroll
-        for (int k = 0; k < COLUMN(P_1D); k++) r_out[k] += r_d[k];
-      }
-      store_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_out);
-    }
-  }
+  });
 }
 
 // The gradient as interpolation to the points, then the collocated derivative D along
@@ -99,9 +81,7 @@ extern "C" __global__ void grad_colloc(const int num_elem, const double *__restr
   load_collocated(D, s_D, tid);
   load_matrices(B, nullptr, s_B, nullptr, tid);
   double *buf = s_buf + slot * BUF_SIZE;
-  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
-       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
-    const bool active = elem < num_elem;
+  for_each_element(num_elem, slot, [&](index_t elem, bool active) {
     for (int c = 0; c < NUM_COMP; c++) {
       double r_in[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];
       load_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_in);
@@ -110,7 +90,7 @@ extern "C" __global__ void grad_colloc(const int num_elem, const double *__restr
                                       NUM_COMP * q_comp_stride, active, tx, ty};
       grad_collocated(s_D, r_q, out, buf, tx, ty);
     }
-  }
+  });
 }
 
 // The transpose of grad_colloc.  Bt: (P_1D, Q_1D), D: (Q_1D, Q_1D) (not transposed).
@@ -125,9 +105,7 @@ extern "C" __global__ void grad_colloc_t(const int num_elem, const double *__res
   load_collocated(D, s_D, tid);
   load_matrices(Bt, nullptr, s_B, nullptr, tid);
   double *buf = s_buf + slot * BUF_SIZE;
-  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
-       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {
-    const bool active = elem < num_elem;
+  for_each_element(num_elem, slot, [&](index_t elem, bool active) {
     for (int c = 0; c < NUM_COMP; c++) {
       double r_q[COLUMN(Q_1D)], r_out[COLUMN(P_1D)];
       const GlobalColumns<const double> in{v + elem * q_elem_stride + c * q_comp_stride,
@@ -136,31 +114,31 @@ extern "C" __global__ void grad_colloc_t(const int num_elem, const double *__res
       contract<Q_1D, P_1D>(s_B, s_B, s_B, r_q, r_out, buf, tx, ty);
       store_column<P_1D>(u + (elem * NUM_COMP + c) * NUM_NODES, active, tx, ty, r_out);
     }
-  }
+  });
 }
 
 extern "C" __global__ void interp(const int num_elem, const double *__restrict__ B,
                                   const double *__restrict__ u, double *__restrict__ v,
                                   const index_t q_elem_stride, const index_t q_comp_stride) {
-  forward<false>(num_elem, B, nullptr, u, v, q_elem_stride, q_comp_stride);
+  tensor_action<false, false>(num_elem, B, nullptr, u, v, q_elem_stride, q_comp_stride);
 }
 
 extern "C" __global__ void interp_t(const int num_elem, const double *__restrict__ Bt,
                                     const double *__restrict__ v, double *__restrict__ u,
                                     const index_t q_elem_stride, const index_t q_comp_stride) {
-  backward<false>(num_elem, Bt, nullptr, v, u, q_elem_stride, q_comp_stride);
+  tensor_action<true, false>(num_elem, Bt, nullptr, v, u, q_elem_stride, q_comp_stride);
 }
 
 extern "C" __global__ void grad(const int num_elem, const double *__restrict__ B,
                                 const double *__restrict__ G, const double *__restrict__ u,
                                 double *__restrict__ v, const index_t q_elem_stride,
                                 const index_t q_comp_stride) {
-  forward<true>(num_elem, B, G, u, v, q_elem_stride, q_comp_stride);
+  tensor_action<false, true>(num_elem, B, G, u, v, q_elem_stride, q_comp_stride);
 }
 
 extern "C" __global__ void grad_t(const int num_elem, const double *__restrict__ Bt,
                                   const double *__restrict__ Gt, const double *__restrict__ v,
                                   double *__restrict__ u, const index_t q_elem_stride,
                                   const index_t q_comp_stride) {
-  backward<true>(num_elem, Bt, Gt, v, u, q_elem_stride, q_comp_stride);
+  tensor_action<true, true>(num_elem, Bt, Gt, v, u, q_elem_stride, q_comp_stride);
 }

@@ -166,6 +166,16 @@ __device__ __forceinline__ void store_column(double *__restrict__ dst, bool acti
 #endif
 #define NUM_THREADS (blockDim.x * blockDim.y * blockDim.z)
 
+// body(elem, active) for each element of this thread's slot, grid-stride: every thread
+// of the block runs the same number of iterations (active is false past num_elem), so
+// the body may synchronize the block.
+template <typename Body>
+__device__ __forceinline__ void for_each_element(const int num_elem, const int slot, Body body) {
+  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot; elem - slot < num_elem;
+       elem += (index_t)gridDim.x * ELEMS_PER_BLOCK)
+    body(elem, elem < num_elem);
+}
+
 // Copy the OUT x IN matrices (B, and G when given) to shared memory.
 __device__ __forceinline__ void load_matrices(const double *__restrict__ B,
                                               const double *__restrict__ G, double *s_B,

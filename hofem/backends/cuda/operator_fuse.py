@@ -260,9 +260,7 @@ extern "C" __global__ void apply(
   {load_d}load_matrices(B, G, s_B, s_G, tid);
   load_matrices(Bt, Gt, s_Bt, s_Gt, tid);
   double *buf = s_buf + slot * BUF_SIZE;
-  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + slot;
-       elem - slot < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {{
-    const bool active = elem < num_elem;
+  for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
     const bool qok = active && owns_column<Q_1D>(tx, ty);
     {stage}
 #pragma unroll
@@ -271,7 +269,7 @@ extern "C" __global__ void apply(
       {point}
     }}
     {finish}
-  }}
+  }});
 }}
 """
 
