@@ -1,6 +1,8 @@
 """Numba-specific behaviour: fallback, contexts, block tails, compile sharing, threads, CG hook."""
 
 import decimal
+import inspect
+import sys
 import warnings
 
 import numpy as np
@@ -25,7 +27,7 @@ def scaled_mass(ctx, u, qdata, v):
 
 def uncompilable_mass(ctx, u, qdata, v):
     two = float(decimal.Decimal(2))  # Numba cannot type the decimal module
-    v[0] = two * qdata[0] * u[0]
+    v[0] = two * qdata[0] * np.asarray(u[0])  # an array escapes the tracer
 
 
 def _with_qfunction(ceed, func, context, n=2):
@@ -67,6 +69,22 @@ def test_uncompilable_qfunction_falls_back_with_one_warning(nb, ref):
         second = op(nb.asarray(u))
     np.testing.assert_allclose(first, 2 * base(nb.asarray(u)), rtol=1e-13)
     np.testing.assert_array_equal(first, second)
+
+
+def sign_mass(ctx, u, qdata, v):
+    v[0] = np.sign(qdata[0]) * qdata[0] * u[0]  # untraceable: np.sign is not in the tracer's table
+
+
+@pytest.mark.parametrize("func, traced", [(scaled_mass, True), (sign_mass, False)])
+def test_traced_and_called_qfunctions_match_ref(nb, ref, func, traced):
+    """A traceable body is inlined in the kernel source; an untraceable one is called."""
+    u = np.random.default_rng(4).standard_normal(25)
+    ops = {ceed.resource: _with_qfunction(ceed, func, {"alpha": 2.5})[0] for ceed in (nb, ref)}
+    out = {name: op(u) for name, op in ops.items()}
+    kernel = ops["/cpu/self/numba"].backend_data["numba"]["kernel"]
+    source = inspect.getsource(sys.modules[kernel.__module__])
+    assert ("qfunction(" not in source) is traced
+    np.testing.assert_allclose(out["/cpu/self/numba"], out["/cpu/self/ref"], rtol=1e-13)
 
 
 @pytest.mark.parametrize("n", [3, 5])

@@ -9,6 +9,7 @@ sum-factorization programs and the on-disk module cache, :mod:`.numba_kernels`
 for the shape-independent compiled kernels (contractions, gather, scatter).
 """
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -118,15 +119,16 @@ class NumbaBackend(RefBackend):
     def _plan(self, op):
         """Kernel, static arguments and colouring of ``op``, cached in ``op.backend_data``."""
         plan = op.backend_data.get("numba")
-        if plan is None or plan["has_context"] != (op.qf.context is not None):
-            kernel, names, static = numba_operator.operator_kernel(op)
+        context = numba_operator.context_key(op.qf.context)
+        if plan is None or plan["context"] != context:
+            kernel, names, static, traced = numba_operator.operator_kernel(op)
             outputs = [f.restriction for f in op.output_fields]
             schedule = numba_operator.colour_chunks(op.num_elem, numba_operator.BLK, outputs)
             for n in names:
                 if n not in static and not (n[0] in "lx" and n[1:].isdigit()):
                     static[n] = numba_operator.field_arrays(op, n, None)
             plan = {"kernel": kernel, "names": names, "schedule": schedule, "static": static}
-            plan["has_context"] = op.qf.context is not None
+            plan["context"], plan["traced"] = context, traced
             op.backend_data["numba"] = plan
         return plan
 
@@ -144,7 +146,9 @@ class NumbaBackend(RefBackend):
         try:
             ctx = op.qf.context
             ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
-            plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
+            # an inlined QFunction's lanes vectorize in (first-call) compilation with SLP on
+            with numba_kernels._slp_vectorize() if plan["traced"] else contextlib.nullcontext():
+                plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
         except NumbaError as exc:
             plan["fallback"] = True
             warnings.warn(

@@ -3,9 +3,14 @@
 One generated kernel applies ``v += G^T B^T D B G u`` for a whole operator.
 Elements are processed in SIMD blocks of ``BLK`` (interleaved in a per-thread
 scratch, see :mod:`.numba_codegen`): gather every input field, apply its
-basis, call the user's QFunction (compiled by Numba) once per point and
-element on ``(size,)`` views, apply the transposes and add into ``v``.  No
-E-vector or Q-vector of the whole mesh is ever formed.
+basis, run the QFunction at every point, apply the transposes and add into
+``v``.  No E-vector or Q-vector of the whole mesh is ever formed.
+
+A QFunction body that :func:`~hofem.qfunction_trace.trace_body` can trace is
+inlined as straight-line scalar code in a point loop whose innermost loop runs
+over the ``BLK`` interleaved elements (so LLVM vectorizes it); float context
+fields are kernel arguments, integer ones baked in.  Other bodies are compiled
+by Numba and called once per point and element on ``(size,)`` views.
 
 Race-free scatter: elements are split into contiguous *chunks*, and chunks
 are greedily coloured so that no two chunks of one colour share an output
@@ -23,6 +28,7 @@ import sys
 import numpy as np
 
 from ..constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
+from ..qfunction_trace import PYTHON, Untraceable, trace_body
 from .numba_codegen import (
     BLK,
     JIT,
@@ -35,12 +41,20 @@ from .numba_codegen import (
 )
 from .numba_kernels import DIGEST, compile_contract
 
-__all__ = ["colour_chunks", "field_arrays", "operator_kernel", "standalone_program"]
+__all__ = [
+    "colour_chunks",
+    "context_key",
+    "field_arrays",
+    "operator_kernel",
+    "standalone_program",
+]
 
-_IMPORTS = (
+_HEADER = (
+    "import math",
     "import numba",
     "import numpy as np",
     "from hofem.backends.numba_kernels import contract_program, gather_block, scatter_block",
+    f"# hofem.backends.numba_kernels sha1 {DIGEST}",
 )
 # chunks per operator before colouring (independent of the thread count: determinism)
 NUM_CHUNKS = 128
@@ -123,7 +137,7 @@ def _qf_import(func):
 def _qf_header(func):
     """Module header binding ``qfunction`` to the jitted QFunction; and whether it caches."""
     ref = _qf_import(func)
-    header = [*_IMPORTS, f"# hofem.backends.numba_kernels sha1 {DIGEST}"]
+    header = list(_HEADER)
     if ref is None:  # bound after import through the namespace; nothing cached on disk
         return header, False
     try:
@@ -168,18 +182,113 @@ class _Layout:
         return np.array(self.meta, dtype=np.int64)  # (num_values,)
 
 
+def context_key(context):
+    """What a kernel depends on in a context: None, or its dtype and non-float values."""
+    if context is None:
+        return None
+    names = context.dtype.names
+    baked = tuple(context[n] for n in names if not isinstance(context[n], np.floating))
+    return context.dtype, baked
+
+
+def _lanes(lines):
+    """``lines`` (traced for lane ``@``) written out for lanes ``0 .. BLK-1``, statement-major."""
+    local = re.compile(r"\bt(\d+)\b")
+    out = []
+    for line in lines:
+        for lane in range(BLK):
+            out.append(local.sub(rf"t\1_{lane}", line).replace("@", str(lane)))
+    return out
+
+
+def _point_loop(op, func, fields, body):
+    """Append the traced QFunction's point loop to ``body``; False if the body is untraceable.
+
+    ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
+    ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"x"``
+    a strided ``(num_elem, size, Q)`` array, ``"w"`` the ``(1, Q)`` weights.
+    A full block runs the body once per point on all ``BLK`` lanes: every row
+    is sliced once at the point and indexed with literal lanes (no wraparound
+    code, straight-line lanes for the SLP vectorizer).  A partial block runs
+    it per lane.
+    """
+    if func is not op.qf.func:  # a Numba dispatcher: not traced
+        return False
+    num_in = len(op.qf.inputs)
+    hoisted = []
+
+    def context_load(name):
+        hoisted.append(f"c{len(hoisted)} = ctx[0][{name!r}]")
+        return f"c{len(hoisted) - 1}"
+
+    def scalar(k, row):
+        kind, name = fields[k]
+        if kind == "w":
+            return f"{name}[0, q]"
+        if kind == "x":
+            return f"{name}[eb, {row}, q]"
+        return f"s[{name}_0 + {row} * QB + j]"
+
+    rows = {}  # slice name -> definition
+
+    def lane(k, row):
+        kind, name = fields[k]
+        if kind == "w":
+            return f"{name}[0, q]"
+        sliced = f"{name}r{row}"
+        if kind == "x":
+            rows[sliced] = f"{sliced} = {name}[e0:, {row}]"
+            return f"{sliced}[@, q]"
+        rows[sliced] = f"{sliced} = s[{name}_0 + {row} * QB:]"
+        return f"{sliced}[j + @]"
+
+    try:
+        traced = {
+            mode: trace_body(
+                op.qf,
+                lambda k, row, at=at: at(k, row),
+                lambda k, row, at=at: at(num_in + k, row),
+                PYTHON,
+                context_load,
+            )
+            for mode, at in (("scalar", scalar), ("lane", lane))
+        }
+    except Untraceable:
+        return False
+    for line in hoisted:
+        body(line)
+    body(f"QB = Q * {BLK}")
+    body(f"if nb == {BLK}:")
+    for line in rows.values():
+        body(f"    {line}")
+    body("    for q in range(Q):")
+    body(f"        j = q * {BLK}")
+    for line in _lanes(traced["lane"]):
+        body(f"        {line}")
+    body("else:")
+    body("    for b in range(nb):")
+    body("        eb = e0 + b")
+    body("        for q in range(Q):")
+    body(f"            j = q * {BLK} + b")
+    for line in traced["scalar"]:
+        body(f"            {line}")
+    return True
+
+
 def operator_kernel(op):
     """Generate and load the fused kernel of ``op``.
 
-    The QFunction is called once per point and element, on ``(size,)`` views.
-    (Calling it once per block on ``(size, Q * BLK)`` arrays, its vectorized
-    form, was measured 10-25 % slower: Numba's array expressions allocate.)
+    A traceable QFunction body is inlined in the point loop (see the module
+    docstring); otherwise the QFunction is called once per point and element,
+    on ``(size,)`` views.  (Calling it once per block on ``(size, Q * BLK)``
+    arrays, its vectorized form, was measured 10-25 % slower: Numba's array
+    expressions allocate.)
 
     The generated source depends on the QFunction and on which fields have a
     basis, signs or strides, not on sizes, so operators of one QFunction share
     one compiled kernel.  The context argument ``ctx`` is None or the
     QFunction's context as a 1-element structured array; the kernel is
-    generated for the context's presence at this call.
+    generated for the context's :func:`context_key` at this call.
 
     Returns
     -------
@@ -190,14 +299,17 @@ def operator_kernel(op):
     static : dict
         ``meta`` (int64 (num_values,)), the contraction programs ``P{i}``,
         ``Po{o}`` (int64 (num_steps, 8)) and weights ``w{i}`` (1, Q) by name.
+    traced : bool
+        The QFunction body is inlined: compile the kernel with LLVM's SLP
+        vectorizer (its lanes are straight-line code), like the contractions.
     """
     compile_contract()
     func = getattr(op.qf.func, "py_func", op.qf.func)
-    header, cache = _qf_header(func)
     Q = op.num_qpts
     layout = _Layout(Q)
     static = {}
-    args, views, qf_args = [], [], []
+    args, views, bases, qf_args = [], [], [], []
+    fields = []  # (kind, name) per input, then per output: see _point_loop
     body = Source()
     body.indent()
     body("Q = meta[0]")
@@ -205,6 +317,8 @@ def operator_kernel(op):
     def view(name, size, ref):
         views.append(f"{name} = s[{ref}:{ref} + {size} * Q * {BLK}].reshape(({size}, Q, {BLK}))")
         qf_args.append(f"{name}[:, q, b]")
+        bases.append(f"{name}_0 = {ref}")
+        fields.append(("s", name))
 
     temp = []  # (field, num_comp, transpose, in offset, out offset, program name)
     for i, f in enumerate(op.input_fields):
@@ -213,10 +327,12 @@ def operator_kernel(op):
             args.append(f"w{i}")
             static[f"w{i}"] = np.ascontiguousarray(f.basis.q_weight).reshape(1, -1)  # (1, Q)
             qf_args.append(f"w{i}[:, q]")
+            fields.append(("w", f"w{i}"))
             continue
         if f.eval_mode is EVAL_NONE and r.strides is not None:
             args.append(f"x{i}")
             qf_args.append(f"x{i}[e0 + b, :, q]")
+            fields.append(("x", f"x{i}"))
             continue
         sign = f"sg{i}" if r.signs is not None else "None"
         args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
@@ -237,10 +353,15 @@ def operator_kernel(op):
         body(f"s[{qo[o][1]}:{qo[o][1]} + {size} * Q * {BLK}] = 0.0")
         view(f"o{o}", size, qo[o][1])
     # a record context travels as a 1-element array: records crash Numba's parfor lowering
-    ctx = "ctx" if op.qf.context is None else "ctx[0]"
-    body("for b in range(nb):")
-    body("    for q in range(Q):")
-    body(f"        qfunction({ctx}, {', '.join(qf_args)})")
+    traced = _point_loop(op, func, fields, body)
+    if traced:
+        header, cache, preamble = [*_HEADER, "# compiled with the SLP vectorizer"], True, bases
+    else:
+        (header, cache), preamble = _qf_header(func), views
+        ctx = "ctx" if op.qf.context is None else "ctx[0]"
+        body("for b in range(nb):")
+        body("    for q in range(Q):")
+        body(f"        qfunction({ctx}, {', '.join(qf_args)})")
     for o, f in enumerate(op.output_fields):
         r = f.restriction
         sign = f"sgo{o}" if r.signs is not None else "None"
@@ -266,7 +387,7 @@ def operator_kernel(op):
     src("")
     src(f"@{JIT_SERIAL.format(cache=cache)}")
     src(f"def block(ctx, meta, s, e0, nb, {arglist}, v):")
-    src.lines += body.lines[:1] + [f"    {line}" for line in views] + body.lines[1:]
+    src.lines += body.lines[:1] + [f"    {line}" for line in preamble] + body.lines[1:]
     src("")
     src("")
     src(f"@{JIT.format(cache=cache)}")
@@ -277,9 +398,9 @@ def operator_kernel(op):
     src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {BLK}):")
     src(f"                nb = min({BLK}, chunk_stop[chunk] - e0)")
     src(f"                block(ctx, meta, s, e0, nb, {arglist}, v)")
-    namespace = None if cache else {"qfunction": _jit(func)}
+    namespace = None if traced or cache else {"qfunction": _jit(func)}
     module = load_module(src.text(), cache, namespace)
-    return module.apply_add, args, static
+    return module.apply_add, args, static, traced
 
 
 def _jit(func):

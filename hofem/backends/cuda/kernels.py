@@ -15,7 +15,7 @@ __all__ = ["basis_block", "basis_module", "cg_module", "restriction_module", "so
 _HERE = pathlib.Path(__file__).parent
 
 # threads per block the tensor basis kernels aim for, and the cap on their scratch
-_TARGET_THREADS = 256
+BASIS_THREADS = 256
 _MAX_SCRATCH_BYTES = 32 * 1024
 
 
@@ -31,19 +31,26 @@ def _module(name, defines):
     return cupy.RawModule(code=source(name), options=options)
 
 
-def basis_block(dim, P_1d, Q_1d):
-    """Thread configuration of the tensor basis kernels.
+def basis_block(dim, P_1d, Q_1d, target_threads=BASIS_THREADS):
+    """Thread configuration of the tensor basis kernels (and the fused operators).
+
+    Parameters
+    ----------
+    dim, P_1d, Q_1d : int
+    target_threads : int
+        Threads per block to aim for (at most 256, so any register count launches).
 
     Returns
     -------
     elems_per_block : int
-        Elements sharing one block: enough for ~256 threads, scratch <= 32 KiB.
+        Elements sharing one block: ``target_threads`` // threads per element (at
+        least 1), scratch <= 32 KiB.
     block : tuple of 3 int
         ``(T, T, elems)`` in 3D, ``(T, elems, 1)`` in 1D and 2D, ``T = max(P_1d, Q_1d)``.
     """
     T = max(P_1d, Q_1d)
     threads = T ** max(dim - 1, 1)
-    elems = max(1, _TARGET_THREADS // threads)
+    elems = max(1, target_threads // threads)
     elems = max(1, min(elems, _MAX_SCRATCH_BYTES // (8 * T**dim)))
     block = (T, T, elems) if dim == 3 else (T, elems, 1)
     return elems, block

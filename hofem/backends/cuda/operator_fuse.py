@@ -5,7 +5,7 @@ one thread configuration for every stage, so nothing goes through device
 memory between them: per element, each thread gathers its column of nodes
 through the restriction indices, contracts it to quadrature points in
 registers and shared memory, evaluates the QFunction body (traced by
-:func:`~hofem.backends.cuda.qfunction_fuse.trace_body` and inlined) at its
+:func:`~hofem.qfunction_trace.trace_body` and inlined) at its
 points, contracts the outputs back, and adds them to the output L-vector with
 atomics.  Stored inputs (``EVAL_NONE``, e.g. qdata) are read at the points;
 quadrature weights come from a small table.
@@ -26,14 +26,17 @@ import pathlib
 import numpy as np
 
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
+from ...qfunction_trace import trace_body
 from . import kernels
 from .batched import device_layout
-from .qfunction_fuse import trace_body
 from .ref import cupy
 
 __all__ = ["fusable_shape", "fused_operator", "kernel_source"]
 
 _HERE = pathlib.Path(__file__).parent
+# threads per block of the fused kernels: fewer than the basis kernels' 256 (more
+# registers per thread); on the H100 128 beat 256 by 4-17% for BP1/BP3 at p = 2, 4, 6, 8
+FUSED_THREADS = 128
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 
 
@@ -217,7 +220,7 @@ def kernel_source(op, shape, collocated=False):
     str
         Source that includes ``basis_tensor.cuh`` (compile with ``-I`` this folder).
     """
-    elems, _ = kernels.basis_block(*shape)
+    elems, _ = kernels.basis_block(*shape, FUSED_THREADS)
     dim, P_1d, Q_1d = shape
     src = _Source(op, dim, collocated)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
@@ -303,7 +306,7 @@ def fused_operator(op, shape):
     if D is not None:
         matrices.append(D)
     dim, P_1d, Q_1d = shape
-    elems, block = kernels.basis_block(dim, P_1d, Q_1d)
+    elems, block = kernels.basis_block(dim, P_1d, Q_1d, FUSED_THREADS)
     kernel = _compile(kernel_source(op, shape, collocated=D is not None))
     weights = {}
     for field in op.input_fields:

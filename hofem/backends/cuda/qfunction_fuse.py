@@ -1,13 +1,12 @@
 """QFunction bodies fused into one CUDA kernel by tracing them with symbolic arrays.
 
-The Python body ``f(ctx, *inputs, *outputs)`` is called once with symbolic
-fields: reading ``u[i]`` yields an expression, arithmetic and NumPy ufuncs build
-straight-line code (one local per intermediate), and ``v[i] = expr`` records a
-store.  The context is read at trace time and baked in as constants.  The
-result is a grid-stride kernel over the points, compiled once per (body,
-context, layouts) by NVRTC.  A body that branches on values, calls a function
-that is not a known ufunc or otherwise escapes tracing raises
-:class:`Untraceable`; the caller then runs it vectorized instead.
+The body is traced into straight-line C++ by
+:func:`hofem.qfunction_trace.trace_body` (one local per intermediate); the
+context is read at trace time and baked in as constants.  The result is a
+grid-stride kernel over the points, compiled once per (body, context,
+layouts) by NVRTC.  A body that branches on values, calls a function that is
+not a known ufunc or otherwise escapes tracing raises :class:`Untraceable`;
+the caller then runs it vectorized instead.
 
 Each field is addressed as ``row * row_stride + (j / Q) * elem_stride + j % Q``
 for point ``j``, so an input may be a Q-vector ``(size, E*Q)`` (strides ``(n,
@@ -18,173 +17,10 @@ import functools
 
 import numpy as np
 
+from ...qfunction_trace import Untraceable, trace_body
 from .ref import cupy
 
 __all__ = ["Untraceable", "fused_kernel", "trace_body"]
-
-_UFUNCS = {
-    "add": "({} + {})",
-    "subtract": "({} - {})",
-    "multiply": "({} * {})",
-    "true_divide": "({} / {})",
-    "divide": "({} / {})",
-    "negative": "(-{})",
-    "positive": "(+{})",
-    "power": "pow({}, {})",
-    "sqrt": "sqrt({})",
-    "cbrt": "cbrt({})",
-    "exp": "exp({})",
-    "log": "log({})",
-    "sin": "sin({})",
-    "cos": "cos({})",
-    "tan": "tan({})",
-    "arctan": "atan({})",
-    "absolute": "fabs({})",
-    "fabs": "fabs({})",
-    "minimum": "fmin({}, {})",
-    "maximum": "fmax({}, {})",
-}
-
-
-class Untraceable(Exception):
-    """The body cannot be traced into straight-line code."""
-
-
-class _Trace:
-    def __init__(self):
-        self.lines = []  # (statement,) in program order
-
-    def local(self, code):
-        name = f"t{len(self.lines)}"
-        self.lines.append(f"const double {name} = {code};")
-        return _Expr(self, name)
-
-
-def _code(value):
-    if isinstance(value, _Expr):
-        return value.name
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise Untraceable(f"unsupported operand {type(value).__name__}")
-    return repr(float(value))
-
-
-class _Expr:
-    """A double-valued local of the traced kernel."""
-
-    def __init__(self, trace, name):
-        self.trace = trace
-        self.name = name
-
-    def _apply(self, fmt, *args):
-        return self.trace.local(fmt.format(*(_code(a) for a in args)))
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        if method != "__call__" or kwargs or ufunc.__name__ not in _UFUNCS:
-            raise Untraceable(f"ufunc {ufunc.__name__}.{method}")
-        return self._apply(_UFUNCS[ufunc.__name__], *inputs)
-
-    def __neg__(self):
-        return self._apply("(-{})", self)
-
-    def __pos__(self):
-        return self
-
-    def __abs__(self):
-        return self._apply("fabs({})", self)
-
-    def __bool__(self):
-        raise Untraceable("branching on a point value")
-
-    def __float__(self):
-        raise Untraceable("converting a point value to a Python float")
-
-
-def _binary(fmt, reflected):
-    if reflected:
-        return lambda self, other: self._apply(fmt, other, self)
-    return lambda self, other: self._apply(fmt, self, other)
-
-
-for _name, _ufunc in (
-    ("add", "add"),
-    ("sub", "subtract"),
-    ("mul", "multiply"),
-    ("truediv", "true_divide"),
-    ("pow", "power"),
-):
-    setattr(_Expr, f"__{_name}__", _binary(_UFUNCS[_ufunc], False))
-    setattr(_Expr, f"__r{_name}__", _binary(_UFUNCS[_ufunc], True))
-
-
-class _Field:
-    """Symbolic ``(size, Q)`` field: ``f[i]`` reads row i, ``f[i] = e`` stores it."""
-
-    def __init__(self, trace, name, size, load=None):
-        self.trace, self.name, self.size, self.load = trace, name, size, load
-        self.writable = load is None
-        self.rows = {}  # row -> _Expr last stored (outputs) or loaded (inputs)
-
-    def _row(self, i):
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise Untraceable(f"field {self.name} indexed with {type(i).__name__}")
-        if not -self.size <= i < self.size:
-            raise Untraceable(f"field {self.name} row {i} out of range")
-        return int(i) % self.size
-
-    def __getitem__(self, i):
-        row = self._row(i)
-        if row not in self.rows:
-            if self.writable:  # outputs start at zero
-                return _Expr(self.trace, "0.0")
-            self.rows[row] = self.trace.local(self.load(row))
-        return self.rows[row]
-
-    def __setitem__(self, i, value):
-        if not self.writable:
-            raise Untraceable(f"input field {self.name} written")
-        self.rows[self._row(i)] = _Expr(self.trace, _code(value))
-
-
-def trace_body(qf, load, store):
-    """Straight-line C++ statements computing ``qf``'s body at one point.
-
-    Parameters
-    ----------
-    qf : QFunction
-    load : callable
-        ``load(k, row)`` -> C++ expression (double) reading row ``row`` of input ``k``.
-    store : callable
-        ``store(k, row)`` -> C++ lvalue of row ``row`` of output ``k``.  Rows the
-        body never writes are not stored: the caller zeroes them.
-
-    Returns
-    -------
-    list of str
-        The statements, in program order.
-
-    Raises
-    ------
-    Untraceable
-        The body branches on values, calls an unknown function, or uses array-only
-        operations.
-    """
-    trace = _Trace()
-    inputs = [
-        _Field(trace, f"in{k}", f.size, functools.partial(load, k)) for k, f in enumerate(qf.inputs)
-    ]
-    outputs = [_Field(trace, f"out{k}", f.size) for k, f in enumerate(qf.outputs)]
-    try:
-        qf.func(qf.context, *inputs, *outputs)
-    except Untraceable:
-        raise
-    except Exception as exc:  # anything array-only (reshape, slicing, ...) in the body
-        raise Untraceable(f"{type(exc).__name__}: {exc}") from exc
-    stores = [
-        f"{store(k, row)} = {expr.name};"
-        for k, field in enumerate(outputs)
-        for row, expr in sorted(field.rows.items())
-    ]
-    return trace.lines + stores
 
 
 def _address(name, row):
