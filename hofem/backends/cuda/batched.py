@@ -286,20 +286,32 @@ class CudaBatchedBackend(CudaRefBackend):
         self._tensor_kernel(field.basis, NOTRANSPOSE, field.eval_mode, e, q, E, (Q, E * Q))
         return q
 
-    def _fused_qfunction(self, op):
-        """The traced QFunction kernel of ``op`` (None when its body is untraceable), cached."""
-        from .qfunction_fuse import Untraceable, fused_kernel
+    @staticmethod
+    def _traced(op, slot, build):
+        """``build(op)`` cached in ``op.backend_data[slot]`` per QFunction context.
+
+        Traced kernels bake the context in, so a changed context rebuilds; None
+        (what is cached when the body is :class:`Untraceable`) means "use the
+        stage-by-stage path".
+        """
+        from ...qfunction_trace import Untraceable
 
         ctx = op.qf.context
         key = None if ctx is None else ctx.tobytes()
-        cached = op.backend_data.get("qfunction")
+        cached = op.backend_data.get(slot)
         if cached is None or cached[0] != key:
             try:
-                run = fused_kernel(op.qf, op.num_qpts)
+                run = build(op)
             except Untraceable:
                 run = None
-            cached = op.backend_data["qfunction"] = (key, run)
+            cached = op.backend_data[slot] = (key, run)
         return cached[1]
+
+    def _fused_qfunction(self, op):
+        """The traced QFunction kernel of ``op`` (None when its body is untraceable)."""
+        from .qfunction_fuse import fused_kernel
+
+        return self._traced(op, "qfunction", lambda op: fused_kernel(op.qf, op.num_qpts))
 
     def operator_apply_add(self, op, u, v):
         """v += A u: kernels for G and B, the QFunction traced into one fused kernel.

@@ -25,21 +25,12 @@ class CudaGenBackend(CudaBatchedBackend):
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
         from .operator_fuse import fusable_shape, fused_operator
-        from .qfunction_fuse import Untraceable
 
-        ctx = op.qf.context
-        key = None if ctx is None else ctx.tobytes()
-        cached = op.backend_data.get("gen")
-        if cached is None or cached[0] != key:
-            run = None
+        def build(op):
             shape = fusable_shape(op, _MAX_T_1D)
-            if shape is not None:
-                try:
-                    run = fused_operator(op, shape)
-                except Untraceable:
-                    run = None
-            cached = op.backend_data["gen"] = (key, run)
-        return cached[1]
+            return None if shape is None else fused_operator(op, shape)
+
+        return self._traced(op, "gen", build)
 
     def operator_apply_add(self, op, u, v):
         """v += A u in one fused kernel, or by the batched stages when ``op`` cannot fuse."""

@@ -5,7 +5,7 @@ The body is traced into straight-line C++ by
 context is read at trace time and baked in as constants.  The result is a
 grid-stride kernel over the points, compiled once per (body, context,
 layouts) by NVRTC.  A body that branches on values, calls a function that is
-not a known ufunc or otherwise escapes tracing raises :class:`Untraceable`;
+not a known ufunc or otherwise escapes tracing raises :class:`~hofem.qfunction_trace.Untraceable`;
 the caller then runs it vectorized instead.
 
 Each field is addressed as ``row * row_stride + (j / Q) * elem_stride + j % Q``
@@ -17,10 +17,10 @@ import functools
 
 import numpy as np
 
-from ...qfunction_trace import Untraceable, trace_body
+from ...qfunction_trace import trace_body
 from .ref import cupy
 
-__all__ = ["Untraceable", "fused_kernel", "trace_body"]
+__all__ = ["fused_kernel"]
 
 
 def _address(name, row):
@@ -48,7 +48,7 @@ def _compile(body, num_inputs, num_outputs, num_qpts):
 
 
 def fused_kernel(qf, num_qpts):
-    """Trace ``qf`` and compile it, or raise :class:`Untraceable`.
+    """Trace ``qf`` and compile it, or raise :class:`~hofem.qfunction_trace.Untraceable`.
 
     Returns
     -------
