@@ -107,11 +107,11 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
             )
         return out
 
-    def matvec_into(v, out):
-        """out = A v, in place for hofem operators (no allocation per iteration)."""
-        if isinstance(A, _OperatorBase) and A.shape == (n, n):
-            A.apply(v, out)
-        else:
+    if isinstance(A, _OperatorBase) and A.shape == (n, n):
+        matvec_into = A.apply  # out = A v in place: no allocation per iteration
+    else:
+
+        def matvec_into(v, out):
             out[...] = matvec(v)
 
     precond = _matvec(M, "M") if M is not None else None

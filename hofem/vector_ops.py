@@ -46,10 +46,12 @@ class VectorOps:
         self.update_xr(rz, pAp, breakdown, p, Ap, x, r)
         return self.dot(r, r)
 
+    def _beta(self, rz_new, rz):
+        return rz_new / self.xp.where(rz != 0, rz, 1.0)
+
     def update_p(self, z, rz_new, rz, p):
         """``p = z + beta p`` in place, ``beta = rz_new / rz``."""
-        beta = rz_new / self.xp.where(rz != 0, rz, 1.0)
-        p *= beta
+        p *= self._beta(rz_new, rz)
         p += z
 
 

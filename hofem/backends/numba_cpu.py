@@ -44,7 +44,7 @@ class NumbaVectorOps(VectorOps):
         return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
 
     def update_p(self, z, rz_new, rz, p):
-        numba_kernels.cg_update_p(z, float(rz_new / (rz if rz != 0 else 1.0)), p)
+        numba_kernels.cg_update_p(z, float(self._beta(rz_new, rz)), p)
 
 
 class NumbaBackend(RefBackend):
