@@ -85,10 +85,9 @@ def _register_blocks(field, dim):
 
 
 class _Source:
-    """The generated kernel: parameters, body statements and launch arguments."""
+    """The generated kernel's parameters and body statements, built field by field."""
 
-    def __init__(self, op, dim, collocated):
-        self.op = op
+    def __init__(self, dim, collocated):
         self.dim = dim
         self.collocated = collocated
         self.params = []  # C++ parameter declarations
@@ -222,7 +221,7 @@ def kernel_source(op, shape, collocated=False):
     """
     elems, _ = kernels.basis_block(*shape, FUSED_THREADS)
     dim, P_1d, Q_1d = shape
-    src = _Source(op, dim, collocated)
+    src = _Source(dim, collocated)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
     for k, field in enumerate(op.output_fields):
