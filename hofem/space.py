@@ -93,6 +93,16 @@ class H1Space:
         self.restriction = self.make_restriction(self.num_comp)
         self.coordinates = ceed.asarray(self._node_coordinates().T.ravel())  # (dim * num_nodes,)
 
+    @property
+    def cell_type(self):
+        """The mesh's cell type (meshio name)."""
+        return self.mesh.cell_type
+
+    @property
+    def vector_size(self):
+        """Size of a solution vector on this process: ``num_dofs`` (the L-vector)."""
+        return self.num_dofs
+
     def element_subset(self, start, stop):
         """The same space on the contiguous range of cells ``start:stop`` only.
 

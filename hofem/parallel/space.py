@@ -83,6 +83,9 @@ class ParH1Space:
     exchange : Exchange
     num_dofs : int
         Global DOFs.
+    num_elem : int
+        Global cells.
+    cell_type : str
     num_owned_dofs : int
         This rank's T-vector size.
     first_dof : int
@@ -121,6 +124,13 @@ class ParH1Space:
         self.num_dofs = self.numbering.num_global * self.num_comp
         self.num_owned_dofs = self.numbering.num_owned * self.num_comp
         self.first_dof = self.numbering.first_global
+        self.num_elem = comm.allreduce(self.local.num_elem)
+        self.cell_type = mesh.cell_type
+
+    @property
+    def vector_size(self):
+        """Size of a solution vector on this rank: the T-vector, ``num_owned_dofs``."""
+        return self.num_owned_dofs
 
     # --- T <-> L ---------------------------------------------------------------------------
     def prolong(self, x_t):
