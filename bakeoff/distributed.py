@@ -54,8 +54,9 @@ def setup_distributed(
     comm : mpi4py.MPI.Comm
     elements : int
         Cells per direction of the unit box, when ``mesh`` is None.
-    mesh : str or pathlib.Path or hofem.meshes.Mesh, optional
-        A mesh (file) read on rank 0, partitioned with ``method`` and scattered.
+    mesh : str or pathlib.Path or hofem.meshes.Mesh or hofem.parallel.LocalMesh, optional
+        A mesh (file) read on rank 0, partitioned with ``method`` and
+        scattered; or this rank's part, already distributed.
     simplex, distort
         As for :func:`hofem.meshes.box`.
     method : {"rcb", "metis"}
@@ -74,6 +75,8 @@ def setup_distributed(
     start = time.perf_counter()
     if mesh is None:
         local_mesh = par.box_local(comm, elements, 3, simplex=simplex, distort=distort)
+    elif isinstance(mesh, par.LocalMesh):
+        local_mesh = mesh
     else:
         local_mesh = par.distribute_mesh(comm, mesh, method)
     space = par.ParH1Space(ceed, local_mesh, order, bp.num_comp, comm, transport)

@@ -62,7 +62,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         Initial guess (default zero); not modified.
     rtol, atol : float
     maxiter : int, optional
-        Default ``10 * n``.
+        Default ``10 * n`` (``n`` summed over the ranks of a distributed operator).
     M : Operator, LinearOperator, matrix or callable, optional
         Preconditioner approximating ``A^{-1}`` (see :func:`jacobi`).
     callback : callable, optional
@@ -94,7 +94,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     n = b.shape[0]
     if rtol < 0 or atol < 0:
         raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
-    maxiter = 10 * n if maxiter is None else int(maxiter)
+    maxiter = 10 * ops.length(b) if maxiter is None else int(maxiter)
     if maxiter < 1 or int(check_every) < 1:
         raise ValueError(f"maxiter and check_every must be >= 1, got {maxiter}, {check_every}")
     raw_matvec = _matvec(A, "A")

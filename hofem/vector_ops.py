@@ -35,6 +35,10 @@ class VectorOps:
         """``||a||`` as a host float (one synchronization on a GPU)."""
         return math.sqrt(float(self.dot(a, a)))
 
+    def length(self, a):
+        """Entries of ``a`` (over all ranks, for distributed vectors)."""
+        return a.size
+
     def _alpha(self, rz, pAp, breakdown):
         xp = self.xp
         breakdown |= ~xp.isfinite(pAp) | ((pAp <= 0) & (rz != 0))

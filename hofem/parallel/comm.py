@@ -48,8 +48,9 @@ def check_all(comm, error=None):
 class abort_on_error:
     """Context manager: an exception on one rank ends every rank, never a hang.
 
-    A :class:`ParallelError` (raised on every rank alike) is printed once, by
-    rank 0, and the ranks exit with status ``status``. Any other exception is
+    A :class:`ParallelError` (raised on every rank alike, e.g. bad input
+    found collectively) is printed once, by rank 0, and every rank exits with
+    status ``input_status``. Any other exception is
     printed by the rank that raised it, prefixed with its rank, and
     ``comm.Abort(status)`` stops all ranks (the others may be waiting in a
     collective that the failed rank will never enter).
@@ -59,13 +60,16 @@ class abort_on_error:
     comm : mpi4py.MPI.Comm, optional
         Default ``MPI.COMM_WORLD``.
     status : int, default 1
+        Exit status of an abort.
+    input_status : int, default 2
     prog : str, default "hofem"
         Prefix of the printed line.
     """
 
-    def __init__(self, comm=None, status=1, prog="hofem"):
+    def __init__(self, comm=None, status=1, input_status=2, prog="hofem"):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.status = status
+        self.input_status = input_status
         self.prog = prog
 
     def __enter__(self):
@@ -78,10 +82,11 @@ class abort_on_error:
         if isinstance(exc, ParallelError):
             if rank == 0:
                 print(f"{self.prog}: error: {exc}", file=sys.stderr, flush=True)
-            sys.exit(self.status)
+            sys.exit(self.input_status)
         if os.environ.get("HOFEM_TRACEBACK"):
             traceback.print_exception(exc_type, exc, tb)
-        print(f"{self.prog}: error on rank {rank}: {exc}", file=sys.stderr, flush=True)
+        message = str(exc) or type(exc).__name__
+        print(f"{self.prog}: error on rank {rank}: {message}", file=sys.stderr, flush=True)
         self.comm.Abort(self.status)
         return False  # not reached
 
