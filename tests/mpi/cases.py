@@ -1,6 +1,6 @@
 """Distributed-vs-serial checks, run under ``mpiexec -n N`` by ``tests/test_10_parallel.py``.
 
-Usage: ``mpiexec -n N python tests/mpi/cases.py GROUP RESOURCE``. Every rank
+Usage: ``mpiexec -n N python tests/mpi/cases.py GROUP RESOURCE [TRANSPORT]``. Every rank
 prints ``rank R: ...`` lines; the last line of a passing run is ``OK GROUP``.
 Every serial oracle is computed on each rank (the problems are small).
 """
@@ -17,6 +17,7 @@ from hofem import parallel as par
 
 comm = par.world()
 rank = comm.rank
+TRANSPORT = sys.argv[3] if len(sys.argv) > 3 else "auto"
 
 
 def owned_in_serial(space, serial):
@@ -131,13 +132,13 @@ def group_equal(resource):
             local = make_local()
             for bp in ("bp1", "bp3"):
                 num_comp = 1
-                space = par.ParH1Space(ceed, local, p, num_comp)
+                space = par.ParH1Space(ceed, local, p, num_comp, transport=TRANSPORT)
                 serial = hf.H1Space(ceed, mesh, p, num_comp)
                 to_serial = check_space(ceed, space, serial)
                 check_operator(
                     ceed, space, serial, to_serial, "mass" if bp == "bp1" else "diffusion"
                 )
-                dist = setup_distributed(bp, ceed, p, comm, mesh=local)
+                dist = setup_distributed(bp, ceed, p, comm, mesh=local, transport=TRANSPORT)
                 iterations = check_solve(ceed, bp, p, mesh, dist, to_serial)
             if rank == 0:
                 print(f"rank 0: {name} p={p} ok ({iterations} CG iterations)", flush=True)
