@@ -32,7 +32,7 @@ class ParallelVectorOps:
         return math.sqrt(float(self.dot(a, a)))
 
     def length(self, a):
-        return int(round(float(self._sum(self.xp.asarray(float(a.size))))))
+        return round(float(self._sum(self.xp.asarray(float(a.size)))))
 
     def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
         self.inner.update_xr(rz, pAp, breakdown, p, Ap, x, r)
