@@ -124,12 +124,12 @@ class NcclChannel:
         self.send_buf = xp.empty(int(sum(send_sizes)))
         self.recv_buf = xp.empty(int(sum(recv_sizes)))
         self._sends = [
-            (int(q), a, b - a)
+            (int(q), int(a), int(b - a))
             for q, (a, b) in zip(send_ranks, _segments(send_sizes), strict=True)
             if b > a
         ]
         self._recvs = [
-            (int(q), a, b - a)
+            (int(q), int(a), int(b - a))
             for q, (a, b) in zip(recv_ranks, _segments(recv_sizes), strict=True)
             if b > a
         ]

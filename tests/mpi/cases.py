@@ -65,15 +65,17 @@ def check_operator(ceed, space, serial, to_serial, form):
 
 
 def check_solve(ceed, bp, p, mesh, distributed, to_serial, jacobi=False):
-    """Iteration counts agree to one at rtol 1e-10; CG solutions at rtol 1e-12 to 1e-10.
+    """Iteration counts agree to one at rtol 1e-8; CG solutions at rtol 1e-12 to 1e-10.
 
-    (At rtol 1e-12 BP1 at p = 4 runs ~260 iterations at the rounding floor,
-    where the sums' order alone moves the count by a few.)
+    Deeper in the solve the sums' order alone moves the count: at rtol 1e-12
+    BP1 at p = 4 runs ~260 iterations at the rounding floor (counts 261 vs 263
+    seen on the CPU), and at rtol 1e-10 BP1 at p = 1 on 64 DOFs took 38 vs 40
+    on the GPU (finite-precision CG past half the dimension).
     """
     precond = "jacobi" if jacobi else None
     serial = setup(bp, ceed, p, mesh)
-    result = solve(serial, rtol=1e-10, preconditioner=precond)
-    dist = solve(distributed, rtol=1e-10, preconditioner=precond)
+    result = solve(serial, rtol=1e-8, preconditioner=precond)
+    dist = solve(distributed, rtol=1e-8, preconditioner=precond)
     assert result["converged"] and dist["converged"]
     assert abs(result["iterations"] - dist["iterations"]) <= 1, (result, dist)
     assert dist["ranks"] == comm.size and dist["dofs"] == result["dofs"]
