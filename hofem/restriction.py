@@ -131,17 +131,21 @@ class ElemRestriction:
             raise ValueError(
                 "strides must be 3 integers (node, component, element) or hf.STRIDES_BACKEND"
             )
-        node = np.arange(self.elem_size, dtype=np.int64)[None, None, :] * strides[0]
-        comp = np.arange(self.num_comp, dtype=np.int64)[None, :, None] * strides[1]
-        elem = np.arange(self.num_elem, dtype=np.int64)[:, None, None] * strides[2]
-        indices = node + comp + elem  # (num_elem, num_comp, elem_size)
-        if indices.min() < 0 or indices.max() >= self.l_size:
+        counts = (self.elem_size, self.num_comp, self.num_elem)
+        ends = [(n - 1) * st for n, st in zip(counts, strides, strict=True)]
+        low = sum(min(0, e) for e in ends)
+        high = sum(max(0, e) for e in ends)
+        if low < 0 or high >= self.l_size:
             raise ValueError(
-                f"strides {strides} reach L-vector index {int(indices.max())} (min "
-                f"{int(indices.min())}), outside [0, l_size = {self.l_size})"
+                f"strides {strides} reach L-vector index {high} (min {low}), outside "
+                f"[0, l_size = {self.l_size})"
             )
+        dtype = index_dtype(self.l_size)  # built in it directly: no int64 temporary
+        node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * dtype(strides[0])
+        comp = np.arange(self.num_comp, dtype=dtype)[None, :, None] * dtype(strides[1])
+        elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * dtype(strides[2])
         self.strides = strides
-        return indices.astype(index_dtype(self.l_size))
+        return (elem + comp) + node  # (num_elem, num_comp, elem_size)
 
     def apply(self, u, t_mode=NOTRANSPOSE):
         """Apply the restriction (L -> E) or its transpose (E -> L, summing shared nodes).

@@ -64,6 +64,8 @@ class H1Space:
         interpolated at order p (curved where the mesh is).
     """
 
+    CHUNK_POINTS = 1 << 20  # quadrature points per host chunk in load_vector and errors
+
     def __init__(self, ceed, mesh, order, num_comp=1, numbering=None):
         from .meshes import h1_numbering
 
@@ -274,6 +276,13 @@ class H1Space:
         f : callable
             As for :meth:`interpolate`.
         """
+        chunks = self._chunks(q_extra)
+        b = next(chunks)._load_vector(f, q_extra)
+        for chunk in chunks:
+            b += chunk._load_vector(f, q_extra)
+        return b
+
+    def _load_vector(self, f, q_extra):
         x, w_det_j, _ = self.quadrature(q_extra)
         num_elem, Q, _ = x.shape
         values = self._evaluate(f, x.reshape(-1, self.dim)).reshape(self.num_comp, num_elem, Q)
@@ -281,6 +290,20 @@ class H1Space:
         b = self.basis(q_extra=q_extra)
         e = b.apply(num_elem, TRANSPOSE, EVAL_INTERP, self.ceed.asarray(qvec))
         return self.restriction.apply(e, TRANSPOSE)
+
+    def _chunks(self, q_extra):
+        """This space in element ranges of at most ``CHUNK_POINTS`` quadrature points each.
+
+        Host-side quadrature work (:meth:`load_vector`, :meth:`errors`) runs
+        chunk by chunk, so its memory does not grow with the mesh.
+        """
+        q = self.basis(q_extra=q_extra).num_qpts
+        size = max(1, self.CHUNK_POINTS // q)
+        if self.num_elem <= size:
+            yield self
+            return
+        for start in range(0, self.num_elem, size):
+            yield self.element_subset(start, min(start + size, self.num_elem))
 
     def errors(self, u, exact, grad_exact=None, q_extra=2):
         """L2 (and H1-seminorm) errors of the L-vector ``u`` against exact functions.
@@ -304,13 +327,23 @@ class H1Space:
             Only when ``grad_exact`` is given.
         """
         self.ceed.backend.check_vector(u, "u", (self.num_dofs,))
+        squares = sum(
+            np.asarray(chunk._squared_errors(u, exact, grad_exact, q_extra))
+            for chunk in self._chunks(q_extra)
+        )
+        if grad_exact is None:
+            return float(np.sqrt(squares))
+        return float(np.sqrt(squares[0])), float(np.sqrt(squares[1]))
+
+    def _squared_errors(self, u, exact, grad_exact, q_extra):
+        """Squared L2 (and H1-seminorm) errors over this space's cells."""
         x, w_det_j, jacobian = self.quadrature(q_extra)
         num_elem, Q, dim = x.shape
         b = self.basis(q_extra=q_extra)
         e = self.restriction.apply(u)
         uh = self.ceed.to_numpy(b.apply(num_elem, NOTRANSPOSE, EVAL_INTERP, e))  # (E, C, Q)
         ue = self._evaluate(exact, x.reshape(-1, dim)).reshape(self.num_comp, num_elem, Q)
-        l2 = float(np.sqrt(np.sum(w_det_j[:, None] * (uh - ue.transpose(1, 0, 2)) ** 2)))
+        l2 = float(np.sum(w_det_j[:, None] * (uh - ue.transpose(1, 0, 2)) ** 2))
         if grad_exact is None:
             return l2
         duh = self.ceed.to_numpy(b.apply(num_elem, NOTRANSPOSE, EVAL_GRAD, e))  # (E, dim, C, Q)
@@ -319,7 +352,7 @@ class H1Space:
         grad = np.einsum("eqdc,edkq->ekqc", inv_j, duh)  # (E, C, Q, dim)
         g = np.asarray(grad_exact(x.reshape(-1, dim)), dtype=np.float64)
         g = g.reshape(num_elem, Q, self.num_comp, dim).transpose(0, 2, 1, 3)
-        h1 = float(np.sqrt(np.sum(w_det_j[:, None, :, None] * (grad - g) ** 2)))
+        h1 = float(np.sum(w_det_j[:, None, :, None] * (grad - g) ** 2))
         return l2, h1
 
     def __repr__(self):

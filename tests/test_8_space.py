@@ -184,3 +184,16 @@ def test_form_coefficients(ref, quad_mode):
     assert x @ stiff(x) == pytest.approx(1.5, rel=1e-6 if kwargs["q_extra"] == 0 else 1e-12)
     with pytest.raises(ValueError, match=r"coefficient\(x\) must return shape"):
         hf.mass(space, coefficient=lambda p: p)
+
+
+def test_load_vector_and_errors_are_the_same_in_chunks(ref):
+    """Host quadrature work runs in element chunks; the sums do not depend on the chunk size."""
+    space = hf.H1Space(ref, box(3, 3, distort=0.1), 2)
+    f = lambda x: np.sin(x[:, 0]) * x[:, 1]  # noqa: E731
+    u = space.interpolate(f)
+    whole = space.load_vector(f), space.errors(u, lambda x: f(x) + 1, lambda x: 0 * x)
+    space.CHUNK_POINTS = 200  # 3 elements of 64 points per chunk
+    assert len(list(space._chunks(1))) == 9
+    chunked = space.load_vector(f), space.errors(u, lambda x: f(x) + 1, lambda x: 0 * x)
+    np.testing.assert_allclose(chunked[0], whole[0], rtol=1e-13, atol=1e-16)
+    np.testing.assert_allclose(chunked[1], whole[1], rtol=1e-12)

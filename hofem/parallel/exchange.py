@@ -174,6 +174,15 @@ def transport_names(xp):
     return ["nccl", "mpi"]
 
 
+def _ranks_share_a_gpu(comm):
+    """True when two ranks of ``comm`` use the same GPU of one node (collective)."""
+    import cupy
+
+    device = (MPI.Get_processor_name(), cupy.cuda.Device().id)
+    devices = comm.allgather(device)
+    return len(set(devices)) < len(devices)
+
+
 class Exchange:
     """The P operator of a distributed space and its transpose, on backend arrays.
 
@@ -200,11 +209,14 @@ class Exchange:
 
     def __init__(self, comm, numbering, num_comp, xp, transport="auto"):
         names = transport_names(xp)
+        if "nccl" in names and _ranks_share_a_gpu(comm):
+            names.remove("nccl")  # NCCL needs one GPU per rank
         if transport == "auto":
             transport = names[0]
         if transport not in names:
             raise ValueError(
-                f"transport {transport!r} is not available for these arrays; choose from {names}"
+                f"transport {transport!r} is not available here (NCCL needs CuPy with NCCL and "
+                f"one GPU per rank); choose from {names}"
             )
         self.comm = comm.Dup()
         self.transport = transport
