@@ -4,8 +4,9 @@ For each (problem, order, size) it builds the distributed box problem
 (:func:`hofem.bakeoff.distributed.setup_distributed`), times ``--iterations``
 CG iterations with ``rtol = 0`` after a warm-up solve, and prints one JSON line
 from rank 0: total and per-rank DOFs, CG DOFs x iterations / s (and per GPU or
-rank), setup seconds, peak host memory per local DOF (``ru_maxrss``), device
-memory per local DOF (CuPy's pool), and the DOF balance.
+rank), setup seconds, the growth of peak host memory during set-up per local DOF
+(``ru_maxrss``: run one case per process for a clean number), device memory per
+local DOF (CuPy's pool), and the DOF balance.
 
 ``--dofs`` is the total problem size (strong scaling) or, with ``--per-rank``,
 the size on each rank (weak scaling). The box has ``round(((dofs)^(1/3) - 1) / p)``

@@ -142,7 +142,8 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         if callback is not None:
             callback(x)
         if iteration % check_every == 0 or iteration == maxiter:
-            r_norm = ops.norm(r)
+            # unpreconditioned, r . r is already there: no second reduction per check
+            r_norm = ops.norm(r) if precond is not None else math.sqrt(abs(float(rz_new)))
             if bool(breakdown) or not math.isfinite(r_norm):
                 return x, CGInfo(
                     -1,
