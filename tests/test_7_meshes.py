@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from hofem.meshes import Mesh, box, data_path, h1_numbering, read, write
 from hofem.meshes import reference as ref
 from hofem.meshes.make_samples import lshape_hex
