@@ -118,9 +118,8 @@ def _meshio_read(meshio, path):
             with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
                 return meshio.read(path, file_format=fmt)
         except SystemExit:  # meshio printed its reader's reason (if any), then a summary
-            lines = [line for line in said.getvalue().splitlines() if line.strip()]
-            reason = lines[0] if len(lines) > 1 else f"not a valid {fmt} file (meshio gives no detail)"
-            reasons.append(f"{fmt}: {reason}")
+            printed = [line for line in said.getvalue().splitlines() if line.strip()][:-1]
+            reasons.append(f"{fmt}: {printed[0] if printed else 'invalid, meshio gives no detail'}")
         except Exception as err:
             reasons.append(f"{fmt}: {type(err).__name__}: {err}")
     raise ValueError(
