@@ -62,7 +62,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         Initial guess (default zero); not modified.
     rtol, atol : float
     maxiter : int, optional
-        Default ``10 * n``.
+        Default ``10 * n`` (``n`` summed over the ranks of a distributed operator).
     M : Operator, LinearOperator, matrix or callable, optional
         Preconditioner approximating ``A^{-1}`` (see :func:`jacobi`).
     callback : callable, optional
@@ -94,7 +94,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     n = b.shape[0]
     if rtol < 0 or atol < 0:
         raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
-    maxiter = 10 * n if maxiter is None else int(maxiter)
+    maxiter = 10 * ops.length(b) if maxiter is None else int(maxiter)
     if maxiter < 1 or int(check_every) < 1:
         raise ValueError(f"maxiter and check_every must be >= 1, got {maxiter}, {check_every}")
     raw_matvec = _matvec(A, "A")
@@ -119,10 +119,10 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     if x.shape != b.shape:
         raise ValueError(f"x0 must have shape {b.shape}, got {x.shape}")
 
-    b_norm = float(xp.linalg.norm(b))
+    b_norm = ops.norm(b)
     tol = max(rtol * b_norm, atol)
     r = b - matvec(x) if x0 is not None else b.copy()
-    r_norm = float(xp.linalg.norm(r))
+    r_norm = ops.norm(r)
     if r_norm <= tol:
         return x, CGInfo(0, 0, r_norm, "converged")
     z = precond(r) if precond else r
@@ -142,7 +142,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         if callback is not None:
             callback(x)
         if iteration % check_every == 0 or iteration == maxiter:
-            r_norm = float(xp.linalg.norm(r))
+            r_norm = ops.norm(r)
             if bool(breakdown) or not math.isfinite(r_norm):
                 return x, CGInfo(
                     -1,

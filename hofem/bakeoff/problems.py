@@ -123,18 +123,27 @@ def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
         (the first apply, which includes any JIT compilation; not in the solve time).
     """
     op, space, ceed = problem.operator, problem.space, problem.space.ceed
+    comm = getattr(space, "comm", None)  # distributed spaces: time all ranks together
+
+    def synchronize():
+        ceed.backend.synchronize()
+        if comm is not None:
+            comm.Barrier()
+
     M = hf.jacobi(op) if preconditioner == "jacobi" else None
+    synchronize()
     start = time.perf_counter()
     op(problem.rhs)  # warm-up: JIT compilation and caches stay out of the solve time
-    ceed.backend.synchronize()
+    synchronize()
     warmup = time.perf_counter() - start
     start = time.perf_counter()
     x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M)
-    ceed.backend.synchronize()
+    synchronize()
     seconds = time.perf_counter() - start
-    residual = float(ceed.xp.linalg.norm(problem.rhs - op(x)) / ceed.xp.linalg.norm(problem.rhs))
+    norm = op.vector_ops().norm  # global norms on distributed operators
+    residual = norm(problem.rhs - op(x)) / norm(problem.rhs)
     if problem.free is not None:
-        full = ceed.xp.zeros(space.num_dofs)
+        full = ceed.xp.zeros(space.vector_size)
         full[ceed.asarray(problem.free)] = x
     else:
         full = x
@@ -144,7 +153,7 @@ def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
         "bp": problem.bp.name,
         "p": space.order,
         "q": q_1d,
-        "cell": space.mesh.cell_type,
+        "cell": space.cell_type,
         "elements": space.num_elem,
         "dofs": space.num_dofs,
         "backend": ceed.resource,
@@ -156,4 +165,5 @@ def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
         "l2_error": l2,
         "setup_s": problem.setup_seconds,
         "warmup_s": warmup,
+        "ranks": 1 if comm is None else comm.size,
     }

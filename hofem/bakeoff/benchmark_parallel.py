@@ -1,0 +1,109 @@
+"""Distributed bake-off scaling: ``mpiexec -n N python -m hofem.bakeoff.benchmark_parallel``.
+
+For each (problem, order, size) it builds the distributed box problem
+(:func:`hofem.bakeoff.distributed.setup_distributed`), times ``--iterations``
+CG iterations with ``rtol = 0`` after a warm-up solve, and prints one JSON line
+from rank 0: total and per-rank DOFs, CG DOFs x iterations / s (and per GPU or
+rank), setup seconds, peak host memory per local DOF (``ru_maxrss``), device
+memory per local DOF (CuPy's pool), and the DOF balance.
+
+``--dofs`` is the total problem size (strong scaling) or, with ``--per-rank``,
+the size on each rank (weak scaling). The box has ``round(((dofs)^(1/3) - 1) / p)``
+elements per direction.
+"""
+
+import argparse
+import json
+import resource
+import time
+
+import hofem as hf
+
+from .distributed import setup_distributed
+from .problems import PROBLEMS
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m hofem.bakeoff.benchmark_parallel")
+    parser.add_argument("--bp", nargs="+", default=["bp1", "bp3"], choices=sorted(PROBLEMS))
+    parser.add_argument("--order", nargs="+", type=int, default=[4, 6])
+    parser.add_argument("--dofs", nargs="+", type=float, default=[1e6])
+    parser.add_argument("--per-rank", action="store_true", help="--dofs is per rank (weak)")
+    parser.add_argument("--ceed", default="/cpu/self")
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
+    args = parser.parse_args(argv)
+    if any(p < 1 for p in args.order) or any(d <= 0 for d in args.dofs) or args.iterations < 1:
+        parser.error("orders, sizes and iterations must be positive")
+    return args
+
+
+def run_case(comm, ceed, bp, p, dofs, iterations, transport):
+    """One timed case (collective); the result dict on every rank."""
+    elements = max(1, round((dofs ** (1 / 3) - 1) / p))
+    problem = setup_distributed(bp, ceed, p, comm, elements=elements, transport=transport)
+    host_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    op, b = problem.operator, problem.rhs
+    hf.cg(op, b, rtol=0.0, maxiter=2)  # warm-up: compilation, NCCL/MPI set-up
+    ceed.backend.synchronize()
+    comm.Barrier()
+    start = time.perf_counter()
+    _, info = hf.cg(op, b, rtol=0.0, maxiter=iterations)
+    ceed.backend.synchronize()
+    comm.Barrier()
+    seconds = time.perf_counter() - start
+    space = problem.space
+    device_bytes = 0
+    if ceed.resource.startswith("/gpu"):
+        import cupy
+
+        device_bytes = cupy.get_default_memory_pool().total_bytes()
+    local_dofs = space.local.num_dofs
+    balance = space.balance()
+    rate = space.num_dofs * info.iterations / seconds
+    return {
+        "bp": bp,
+        "p": p,
+        "elements": space.num_elem,
+        "dofs": space.num_dofs,
+        "ranks": comm.size,
+        "dofs_per_rank": space.num_dofs / comm.size,
+        "backend": ceed.resource,
+        "transport": space.exchange.transport,
+        "iterations": info.iterations,
+        "solve_s": seconds,
+        "dofs_x_iter_per_s": rate,
+        "dofs_x_iter_per_s_per_rank": rate / comm.size,
+        "setup_s": comm.allreduce(problem.setup_seconds, op=_max()),
+        "host_bytes_per_local_dof": comm.allreduce(host_peak / local_dofs, op=_max()),
+        "device_bytes_per_local_dof": comm.allreduce(device_bytes / local_dofs, op=_max()),
+        "dof_balance": balance["dof_balance"],
+    }
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def main(argv=None):
+    from hofem import parallel as par
+
+    args = parse_args(argv)
+    comm = par.world()
+    with par.abort_on_error(prog="benchmark_parallel"):
+        if args.ceed.startswith("/gpu"):
+            par.bind_device(comm)
+        ceed = hf.Ceed(args.ceed)
+        for bp in args.bp:
+            for p in args.order:
+                for dofs in args.dofs:
+                    total = dofs * comm.size if args.per_rank else dofs
+                    result = run_case(comm, ceed, bp, p, total, args.iterations, args.transport)
+                    if comm.rank == 0:
+                        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

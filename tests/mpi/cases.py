@@ -1,0 +1,209 @@
+"""Distributed-vs-serial checks, run under ``mpiexec -n N`` by ``tests/test_10_parallel.py``.
+
+Usage: ``mpiexec -n N python tests/mpi/cases.py GROUP RESOURCE [TRANSPORT]``. Every rank
+prints ``rank R: ...`` lines; the last line of a passing run is ``OK GROUP``.
+Every serial oracle is computed on each rank (the problems are small).
+"""
+
+import sys
+
+import numpy as np
+from hofem.bakeoff.distributed import setup_distributed
+from hofem.bakeoff.problems import setup, solve
+
+import hofem as hf
+from hofem import meshes
+from hofem import parallel as par
+
+comm = par.world()
+rank = comm.rank
+TRANSPORT = sys.argv[3] if len(sys.argv) > 3 else "auto"
+
+
+def owned_in_serial(space, serial):
+    """Serial L-vector index of each T-vector entry of ``space`` (matched by node coordinates)."""
+    own = space.numbering.num_owned
+    index = {tuple(np.round(x, 9)): i for i, x in enumerate(serial.node_coordinates())}
+    nodes = np.array([index[tuple(np.round(x, 9))] for x in space.local.node_coordinates()[:own]])
+    comp = np.arange(space.num_comp)[:, None] * serial.num_nodes
+    return (comp + nodes[None, :]).ravel()  # (num_owned_dofs,)
+
+
+def global_sum(value):
+    return comm.allreduce(float(value))
+
+
+def check_space(ceed, space, serial):
+    """Every DOF owned once; R P = I; <P x, y> = <x, Pᵀ y>; the global dot is the serial one."""
+    to_serial = owned_in_serial(space, serial)
+    count = comm.allreduce(np.bincount(to_serial, minlength=serial.num_dofs))
+    assert np.all(count == 1), "a DOF is owned by no rank or by several"
+    assert space.num_dofs == serial.num_dofs
+    rng = np.random.default_rng(1 + rank)
+    x_t = ceed.asarray(rng.standard_normal(space.num_owned_dofs))
+    y_l = ceed.asarray(rng.standard_normal(space.local.num_dofs))
+    x_l = space.prolong(x_t)
+    assert np.array_equal(ceed.to_numpy(space.restrict(x_l)), ceed.to_numpy(x_t))
+    lhs = global_sum(ceed.xp.vdot(x_l, y_l))
+    rhs = global_sum(ceed.xp.vdot(x_t, space.prolong_transpose(y_l)))
+    assert abs(lhs - rhs) <= 1e-12 * abs(lhs), (lhs, rhs)
+    shared = np.random.default_rng(7).standard_normal((2, serial.num_dofs))
+    a, b = (ceed.asarray(v[to_serial]) for v in shared)
+    dot = float(space.dot(a, b))
+    assert abs(dot - shared[0] @ shared[1]) <= 1e-12 * np.abs(shared).sum(), dot
+    return to_serial
+
+
+def check_operator(ceed, space, serial, to_serial, form):
+    """The distributed operator applied to the serial vector's owned entries equals serial."""
+    u = np.random.default_rng(3).standard_normal(serial.num_dofs)
+    y = ceed.to_numpy(getattr(par, form)(space)(ceed.asarray(u[to_serial])))
+    expected = ceed.to_numpy(getattr(hf, form)(serial)(ceed.asarray(u)))[to_serial]
+    error = np.sqrt(global_sum(np.sum((y - expected) ** 2)))
+    norm = np.sqrt(global_sum(np.sum(expected**2)))
+    assert error <= 1e-13 * norm, (form, error / norm)
+
+
+def check_solve(ceed, bp, p, mesh, distributed, to_serial, jacobi=False):
+    """Iteration counts agree to one at rtol 1e-8; CG solutions at rtol 1e-12 to 1e-10.
+
+    Deeper in the solve the sums' order alone moves the count: at rtol 1e-12
+    BP1 at p = 4 runs ~260 iterations at the rounding floor (counts 261 vs 263
+    seen on the CPU), and at rtol 1e-10 BP1 at p = 1 on 64 DOFs took 38 vs 40
+    on the GPU (finite-precision CG past half the dimension).
+    """
+    precond = "jacobi" if jacobi else None
+    serial = setup(bp, ceed, p, mesh)
+    result = solve(serial, rtol=1e-8, preconditioner=precond)
+    dist = solve(distributed, rtol=1e-8, preconditioner=precond)
+    assert result["converged"] and dist["converged"]
+    assert abs(result["iterations"] - dist["iterations"]) <= 1, (result, dist)
+    assert dist["ranks"] == comm.size and dist["dofs"] == result["dofs"]
+    x_serial, info_serial = hf.cg(serial.operator, serial.rhs, rtol=1e-12)
+    x_dist, info_dist = hf.cg(distributed.operator, distributed.rhs, rtol=1e-12)
+    assert info_serial == 0 and info_dist == 0
+    x_serial, x_dist = ceed.to_numpy(x_serial), ceed.to_numpy(x_dist)
+    full_serial = np.zeros(serial.space.num_dofs)
+    full_serial[serial.free if serial.free is not None else slice(None)] = x_serial
+    full_dist = np.zeros(distributed.space.num_owned_dofs)
+    full_dist[distributed.free if distributed.free is not None else slice(None)] = x_dist
+    diff = np.sqrt(global_sum(np.sum((full_dist - full_serial[to_serial]) ** 2)))
+    assert diff <= 1e-10 * np.linalg.norm(full_serial), diff / np.linalg.norm(full_serial)
+    assert abs(dist["l2_error"] - result["l2_error"]) <= 1e-4 * result["l2_error"], (dist, result)
+    return dist["iterations"]
+
+
+def meshes_under_test():
+    """(name, serial mesh, local-mesh maker, orders)."""
+    yield (
+        "box-hex",
+        meshes.box(3, distort=0.1),
+        lambda: par.box_local(comm, 3, distort=0.1),
+        (1, 2, 3, 4),
+    )
+    yield (
+        "box-tet",
+        meshes.box((3, 2, 2), simplex=True, order=2, distort=0.1),
+        lambda: par.box_local(comm, (3, 2, 2), simplex=True, order=2, distort=0.1),
+        (1, 2, 3, 4),
+    )
+    method = "metis" if _has_pymetis() else "rcb"
+    for name in ("lshape_hex.msh", "curved_tet10.msh"):
+        path = meshes.data_path(name)
+        yield (
+            f"{name}-{method}",
+            meshes.read(path),
+            lambda path=path, method=method: par.distribute_mesh(comm, path, method),
+            (1, 2, 3),
+        )
+        method = "rcb"
+
+
+def _has_pymetis():
+    try:
+        import pymetis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def group_equal(resource):
+    ceed = hf.Ceed(resource)
+    for name, mesh, make_local, orders in meshes_under_test():
+        for p in orders:
+            local = make_local()
+            for bp in ("bp1", "bp3"):
+                num_comp = 1
+                space = par.ParH1Space(ceed, local, p, num_comp, transport=TRANSPORT)
+                serial = hf.H1Space(ceed, mesh, p, num_comp)
+                to_serial = check_space(ceed, space, serial)
+                check_operator(
+                    ceed, space, serial, to_serial, "mass" if bp == "bp1" else "diffusion"
+                )
+                dist = setup_distributed(bp, ceed, p, comm, mesh=local, transport=TRANSPORT)
+                iterations = check_solve(ceed, bp, p, mesh, dist, to_serial)
+            if rank == 0:
+                print(f"rank 0: {name} p={p} ok ({iterations} CG iterations)", flush=True)
+    # vector fields (BP4) and Jacobi, one case each
+    name, mesh, make_local, _ = next(meshes_under_test())
+    local = make_local()
+    space = par.ParH1Space(ceed, local, 2, 3)
+    to_serial = check_space(ceed, space, hf.H1Space(ceed, mesh, 2, 3))
+    check_solve(
+        ceed, "bp4", 2, mesh, setup_distributed("bp4", ceed, 2, comm, mesh=local), to_serial
+    )
+    space = par.ParH1Space(ceed, local, 3)
+    to_serial = check_space(ceed, space, hf.H1Space(ceed, mesh, 3))
+    dist = setup_distributed("bp3", ceed, 3, comm, mesh=local)
+    check_solve(ceed, "bp3", 3, mesh, dist, to_serial, jacobi=True)
+
+
+def group_errors(resource):
+    """Bad input gives the same clear error on every rank."""
+    ceed = hf.Ceed(resource)
+    cases = {
+        "more ranks than cells": lambda: par.box_local(comm, 1),
+        "mesh smaller than ranks": lambda: par.distribute_mesh(comm, meshes.box(1)),
+        "unreadable file": lambda: par.distribute_mesh(comm, "/nonexistent/mesh.msh"),
+        "backends differ": lambda: par.ParH1Space(
+            hf.Ceed("/cpu/self/ref" if rank == 0 else resource_other(resource)),
+            par.box_local(comm, (2 * comm.size, 2, 2)),
+            1,
+        ),
+    }
+    for name, make in cases.items():
+        try:
+            make()
+        except par.ParallelError as exc:
+            line = f"rank {rank}: {name}: ParallelError: {exc}"
+        else:
+            raise AssertionError(f"{name}: no error raised")
+        lines = comm.gather(line)  # printed by rank 0 alone: lines of ranks never interleave
+        if rank == 0:
+            print("\n".join(lines), flush=True)
+    assert ceed.resource == resource
+
+
+def resource_other(resource):
+    return next((r for r in hf.available() if r != "/cpu/self/ref"), "/cpu/self/ref")
+
+
+def group_crash(resource):
+    """An exception on one rank ends every rank (no hang)."""
+    with par.abort_on_error():
+        if rank == comm.size - 1:
+            raise RuntimeError("planted failure on the last rank")
+        comm.Barrier()  # the others wait here for a rank that never arrives
+
+
+GROUPS = {"equal": group_equal, "errors": group_errors, "crash": group_crash}
+
+if __name__ == "__main__":
+    group, resource = sys.argv[1], sys.argv[2]
+    with par.abort_on_error():
+        if resource.startswith("/gpu"):
+            par.bind_device(comm)
+        GROUPS[group](resource)
+    comm.Barrier()
+    if rank == 0:
+        print(f"OK {group}", flush=True)

@@ -1,0 +1,188 @@
+"""The distributed layer under ``mpiexec -n 2`` and ``-n 3``: equal to serial, clear failures.
+
+Each test runs ``tests/mpi/cases.py`` (or the CLI, or the docs example) as an
+``mpiexec`` subprocess with a timeout, so a hang fails the test instead of
+stalling the suite. Serial pieces (partitioners, blocks) are tested in-process.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hofem import meshes
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "mpi" / "cases.py"
+TIMEOUT = 600
+
+mpi4py = pytest.importorskip("mpi4py", reason="the MPI tests need mpi4py: pip install hofem[mpi]")
+MPIEXEC = shutil.which(
+    "mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+)
+needs_mpiexec = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
+RANKS = [2, 3]
+
+
+def mpiexec(n, *args, timeout=TIMEOUT):
+    """Run ``python ARGS`` on ``n`` ranks; return the completed process (never hangs)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    return subprocess.run(
+        [MPIEXEC, "-n", str(n), sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
+def test_distributed_equals_serial(n, ceed):
+    """BP1/BP3, hex and tet boxes and Gmsh files, p = 1..4: apply, CG solution and iterations."""
+    if ceed.resource.startswith("/gpu"):
+        pytest.skip("GPU ranks are tested on the GPU machine (docs/parallel.md)")
+    run = mpiexec(n, str(CASES), "equal", ceed.resource)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "OK equal"
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
+def test_bad_input_fails_on_every_rank(n):
+    run = mpiexec(n, str(CASES), "errors", "/cpu/self/ref")
+    assert run.returncode == 0, run.stdout + run.stderr
+    for name, message in [
+        ("more ranks than cells", f"cannot split a box of 1x1x1 cells into {n} non-empty blocks"),
+        ("mesh smaller than ranks", f"cannot split a mesh of 1 cells into {n} non-empty parts"),
+        ("unreadable file", "/nonexistent/mesh.msh"),
+        ("backends differ", "ranks use different backends"),
+    ]:
+        for rank in range(n):
+            line = next(
+                (l for l in run.stdout.splitlines() if l.startswith(f"rank {rank}: {name}:")), ""
+            )
+            assert "ParallelError: rank " in line and message in line, (name, rank, run.stdout)
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
+def test_exception_on_one_rank_ends_all(n):
+    run = mpiexec(n, str(CASES), "crash", "/cpu/self/ref", timeout=120)
+    assert run.returncode != 0
+    assert f"hofem: error on rank {n - 1}: planted failure on the last rank" in run.stderr
+    assert "OK crash" not in run.stdout
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
+def test_cli_runs_distributed(n, tmp_path):
+    """``mpiexec -n N python -m hofem.bakeoff``: rank 0 prints once, ``ranks`` in the JSON."""
+    args = [
+        "-m",
+        "hofem.bakeoff",
+        "bp3",
+        "--order",
+        "2",
+        "--elements",
+        "3",
+        "--ceed",
+        "/cpu/self/ref",
+    ]
+    run = mpiexec(n, *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert sum(line.startswith("BP3 on 27 hexahedron cells") for line in lines) == 1
+    assert re.search(rf"^{n} ranks \(mpi halos\): owned DOFs per rank", run.stdout, re.M)
+    result = json.loads(lines[-1])
+    serial = json.loads(
+        subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, check=True, cwd=ROOT
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert result["ranks"] == n and serial["ranks"] == 1
+    assert (
+        result["dofs"] == serial["dofs"] and abs(result["iterations"] - serial["iterations"]) <= 1
+    )
+    assert result["l2_error"] == pytest.approx(serial["l2_error"], rel=1e-6)
+    # a file mesh, partitioned
+    mesh = str(meshes.data_path("lshape_hex.msh"))
+    run = mpiexec(
+        n, "-m", "hofem.bakeoff", "bp3", "--order", "2", "--mesh", mesh, "--ceed", "/cpu/self/ref"
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout.strip().splitlines()[-1])["elements"] == 192
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+def test_cli_error_is_one_line_on_every_rank():
+    run = mpiexec(2, "-m", "hofem.bakeoff", "bp3", "--elements", "1", "--ceed", "/cpu/self/ref")
+    assert run.returncode == 2
+    assert run.stderr.strip() == (
+        "python -m hofem.bakeoff: error: rank 0: cannot split a box of 1x1x1 cells into 2 "
+        "non-empty blocks (one per rank): use fewer ranks or more elements (2 ranks failed)"
+    )
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+def test_docs_parallel_example_runs_on_two_ranks(tmp_path):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "parallel.md").read_text(), re.S)
+    script = tmp_path / "example.py"
+    script.write_text(blocks[0])
+    run = mpiexec(2, str(script))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "CG converged" in run.stdout
+
+
+# --- serial pieces ---------------------------------------------------------------------------
+def test_rcb_parts_are_balanced_and_compact():
+    from hofem.parallel.partition import rcb
+
+    points = np.random.default_rng(0).random((1000, 3))
+    for parts in (1, 2, 3, 5, 8):
+        part = rcb(points, parts)
+        counts = np.bincount(part, minlength=parts)
+        assert counts.max() - counts.min() <= 1
+    with pytest.raises(ValueError, match="cannot split 3 cells into 4 non-empty parts"):
+        rcb(points[:3], 4)
+
+
+def test_dual_graph_of_a_box():
+    from hofem.parallel.partition import dual_graph
+
+    xadj, adjncy = dual_graph(meshes.box(3))
+    degree = np.diff(xadj)
+    assert degree.sum() == 2 * 3 * 3 * 3 * 2  # interior faces, counted from both cells
+    assert degree.min() == 3 and degree.max() == 6
+    assert set(adjncy[xadj[13] : xadj[14]]) == {4, 10, 12, 14, 16, 22}  # the centre cell
+
+
+def test_box_blocks_tile_the_box():
+    """The blocks of box_block cover the cells of box exactly, with the same coordinates."""
+    full = meshes.box((4, 3, 2), distort=0.1, order=2)
+    pieces = [
+        meshes.box_block((4, 3, 2), [(0, 2), (0, 3), (0, 2)], distort=0.1, order=2),
+        meshes.box_block((4, 3, 2), [(2, 4), (0, 3), (0, 2)], distort=0.1, order=2),
+    ]
+    cells = np.vstack([ids[m.cells] for m, ids in pieces])
+    assert np.array_equal(np.sort(np.sort(cells, 1), 0), np.sort(np.sort(full.cells, 1), 0))
+    for m, ids in pieces:
+        np.testing.assert_array_equal(m.points, full.points[ids])
+    assert sum(len(m.facets) for m, _ in pieces) == len(full.facets)  # no interface facets
+    with pytest.raises(ValueError, match="is empty"):
+        meshes.box_block(2, [(1, 1), (0, 2), (0, 2)])
