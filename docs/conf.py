@@ -50,6 +50,8 @@ napoleon_use_ivar = True
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": False}
 autodoc_typehints = "none"
+# hofem.parallel imports mpi4py; its reference needs no MPI installation
+autodoc_mock_imports = ["mpi4py"]
 
 _INVENTORIES = {
     "python": "https://docs.python.org/3/",
