@@ -13,13 +13,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ["hofem.qfunctions", "hofem.meshes", "hofem.bakeoff", "hofem.backends"]
 
 
-def test_editable_layout_maps_folders():
-    """The test run itself imports the source folders through the package-dir mapping."""
-    import hofem.meshes
-    import hofem.qfunctions
+def test_subpackages_come_from_one_hofem():
+    """Every sub-package is imported from the directory ``hofem`` itself came from.
 
-    assert Path(hofem.qfunctions.__file__).parent == ROOT / "qfunctions"
-    assert Path(hofem.meshes.__file__).parent == ROOT / "meshes"
+    True for an editable install (the source tree) and for a wheel (site-packages)
+    alike; a mix means one install mode is shadowed by another.
+    """
+    import importlib
+
+    home = Path(hofem.__file__).parent
+    for name in SUBPACKAGES:
+        module = importlib.import_module(name)
+        assert Path(module.__file__).parent == home / name.split(".")[1], name
 
 
 def test_import_does_not_pull_optional_extras():

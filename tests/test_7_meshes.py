@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from hofem.meshes import Mesh, box, data_path, h1_numbering, read, write
 from hofem.meshes import reference as ref
 from hofem.meshes.make_samples import lshape_hex
@@ -381,9 +382,22 @@ def test_read_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.msh"):
         read(tmp_path / "nope.msh")
 
+    with pytest.raises(IsADirectoryError, match="is a directory, not a mesh file"):
+        read(tmp_path)
+
     (tmp_path / "garbage.msh").write_text("not a mesh\n")
-    with pytest.raises(ValueError, match=r"garbage\.msh"):
+    with pytest.raises(ValueError, match=r"garbage\.msh is not a mesh file .*formats tried: gmsh"):
         read(tmp_path / "garbage.msh")
+
+    (tmp_path / "cut.msh").write_text("$MeshFormat\n4.1 0 8\n$EndMeshFormat\n$Nodes\n1 2\n")
+    with pytest.raises(ValueError, match=r"cut\.msh .*gmsh: ValueError: not enough values"):
+        read(tmp_path / "cut.msh")
+
+    (tmp_path / "notes.txt").write_text("not a mesh\n")
+    with pytest.raises(
+        ValueError, match=r"notes\.txt is not a mesh file: no meshio format .*'\.txt'"
+    ):
+        read(tmp_path / "notes.txt")
 
     points = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [0, 1, 1.0]])
     meshio.write(tmp_path / "wedge.vtu", meshio.Mesh(points, [("wedge", [[0, 1, 2, 3, 4, 5]])]))

@@ -3,11 +3,11 @@ curved geometry, and convergence of the BP1/BP3 solves (rates p + 1)."""
 
 import numpy as np
 import pytest
-from hofem.bakeoff.problems import setup, solve
-from hofem.meshes import Mesh, box
 
 import hofem as hf
 from hofem import meshes
+from hofem.bakeoff.problems import setup, solve
+from hofem.meshes import Mesh, box
 
 
 def test_interpolation_matches_elementwise_evaluation(ceed):

@@ -9,11 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from hofem.bakeoff import tune_gemm
 
 import hofem as hf
 from hofem import meshes
 from hofem.backends.cuda import gemm
+from hofem.bakeoff import tune_gemm
 
 N, T = hf.NOTRANSPOSE, hf.TRANSPOSE
 

@@ -10,16 +10,23 @@ A basis action is a *program*: rows of integers, one per 1D contraction (see
 Sizes travel in the program, not in the code, so the compiled kernels do not
 depend on dim, P_1d, Q_1d or num_comp: one kernel per QFunction.
 
-A generated module is written to ``$HOFEM_CACHE_DIR`` (default
+A generated module is written to ``$HOFEM_CACHE_DIR/numba_kernels`` (default
 ``~/.cache/hofem``) under the hash of its source and imported from there, so
-its ``@numba.njit(cache=True)`` kernels are compiled once per machine, not
-once per process.
+its ``@numba.njit(cache=CACHE)`` kernels are compiled once per machine, not
+once per process.  The cache is best effort: a folder that cannot be written
+compiles in memory (one :class:`RuntimeWarning` per process); a corrupt Numba
+cache entry (a truncated file) is removed, warned about and rebuilt; files are
+written atomically, so processes compiling the same kernel at once all succeed.
 """
 
 import hashlib
 import importlib.util
+import io
 import os
+import pickletools
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,21 +39,125 @@ __all__ = [
     "JIT_SERIAL",
     "Source",
     "basis_program",
+    "check_disk_cache",
     "load_module",
     "matrix_stack",
 ]
 
 # elements per SIMD block, and doubles per register tile row of the contractions
 BLK = 8
-JIT_SERIAL = 'numba.njit(cache={cache}, fastmath={{"contract"}}, error_model="numpy")'
-JIT = 'numba.njit(parallel=True, cache={cache}, error_model="numpy")'
+# ``CACHE`` is a global of every generated module: True when it is imported from the
+# cache folder, False when it is compiled in memory (see :func:`load_module`)
+JIT_SERIAL = 'numba.njit(cache=CACHE, fastmath={"contract"}, error_model="numpy")'
+JIT = 'numba.njit(parallel=True, cache=CACHE, error_model="numpy")'
+
+# cache root -> its ``numba_kernels`` folder, or None once it proved unusable
+_CACHE_DIRS = {}
+
+
+def _warn(message):
+    warnings.warn(f"hofem: {message}", RuntimeWarning, stacklevel=4)
+
+
+def _disable(root, path, err):
+    """Compile in memory from now on, saying so once per process."""
+    _CACHE_DIRS[root] = None
+    _warn(
+        f"cannot write the kernel cache {path} ({err}); compiling in memory, so kernels "
+        "compile again in every process (set HOFEM_CACHE_DIR to a writable folder)"
+    )
 
 
 def _cache_dir():
-    root = os.environ.get("HOFEM_CACHE_DIR") or Path.home() / ".cache" / "hofem"
-    path = Path(root) / "numba_kernels"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The writable module cache folder, or None (already warned) when there is none."""
+    root = str(os.environ.get("HOFEM_CACHE_DIR") or Path.home() / ".cache" / "hofem")
+    if root not in _CACHE_DIRS:
+        path = Path(root) / "numba_kernels"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path):  # writable, not only present
+                pass
+        except OSError as err:
+            _disable(root, path, err)
+        else:
+            _CACHE_DIRS[root] = path
+    return _CACHE_DIRS[root]
+
+
+def _write_source(path, source):
+    """Write ``source`` to ``path`` atomically (a reader sees the old file or the new one).
+
+    Returns
+    -------
+    bool
+        False when writing failed (full disk, permissions); already warned.
+    """
+    if path.is_file() and path.read_text() == source:
+        return True
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        _disable(str(path.parent.parent), path.parent, err)
+        return False
+    return True
+
+
+def _entry_is_complete(file):
+    """Whether a Numba index (``.nbi``) or data (``.nbc``) file holds complete pickles.
+
+    An index is two pickles (Numba's version, then the index proper), a data
+    file one.  The opcode streams are walked, not executed: no object is built.
+    """
+    stream = io.BytesIO(file.read_bytes())
+    try:
+        for _ in range(2 if file.suffix == ".nbi" else 1):
+            for _ in pickletools.genops(stream):
+                pass
+    except ValueError:  # "pickle exhausted before seeing STOP", a cut argument
+        return False
+    return not stream.read()
+
+
+def check_disk_cache(module):
+    """Remove corrupt Numba disk-cache entries of ``module``'s kernels, with a warning.
+
+    Numba unpickles its cache files without a guard, so one truncated file (a
+    process killed mid-write, a full disk) would fail every later run.  Each
+    index and data file of the module is read once here, before any kernel
+    compiles; a file whose pickles end early is removed with the rest of the
+    module's entries, which Numba then rebuilds.
+
+    Parameters
+    ----------
+    module : module
+        Imported, kernels not yet compiled; its ``cache=True`` dispatchers say
+        where Numba keeps their files.
+    """
+    folders = set()
+    for obj in vars(module).values():
+        folder = getattr(getattr(obj, "_cache", None), "_cache_path", None)
+        if folder is not None and getattr(obj, "__module__", None) == module.__name__:
+            folders.add(Path(folder))
+    stem = Path(module.__file__).stem
+    for folder in folders:
+        files = sorted(folder.glob(f"{stem}.*.nb[ic]"))
+        for file in files:
+            try:
+                complete = _entry_is_complete(file)
+            except FileNotFoundError:  # replaced by a concurrent writer meanwhile
+                continue
+            if not complete:
+                for stale in files:
+                    stale.unlink(missing_ok=True)
+                _warn(
+                    f"corrupt Numba cache entry {file} (a truncated file); removed, "
+                    "its kernels are compiled again"
+                )
+                break
 
 
 def load_module(source, cache, namespace=None):
@@ -55,10 +166,13 @@ def load_module(source, cache, namespace=None):
     Parameters
     ----------
     source : str
-        Module text; its kernels are decorated with ``cache=True`` when ``cache``.
+        Module text; its kernels are decorated with ``cache=CACHE`` (a global
+        this function sets).
     cache : bool
-        Write the text to the cache directory (file named by its hash) so that
-        Numba's on-disk cache applies; otherwise execute it in a fresh namespace.
+        Write the text to the cache folder (file named by its hash) so that
+        Numba's on-disk cache applies (``CACHE = True``); otherwise, or when
+        the folder cannot be written (one warning), execute it in a fresh
+        namespace (``CACHE = False``).
     namespace : dict, optional
         Globals set before the kernels first compile (e.g. a jitted QFunction
         that cannot be imported by name).
@@ -69,23 +183,22 @@ def load_module(source, cache, namespace=None):
     """
     digest = hashlib.sha1(source.encode()).hexdigest()[:20]
     name = f"hofem_numba_kernel_{digest}"
-    if not cache:
-        module = type(sys)(name)
-        module.__dict__.update(namespace or {})
-        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
-        return module
-    if name in sys.modules:
+    if cache and name in sys.modules:
         return sys.modules[name]
-    path = _cache_dir() / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    module.__dict__.update(namespace or {})
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
+    folder = _cache_dir() if cache else None
+    path = None if folder is None else folder / f"{name}.py"
+    if path is None or not _write_source(path, source):
+        module = type(sys)(name)
+        module.__dict__.update(namespace or {}, CACHE=False)
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        module.__dict__.update(namespace or {}, CACHE=True)
+        spec.loader.exec_module(module)
+        check_disk_cache(module)
+    if cache:
+        sys.modules[name] = module
     return module
 
 

@@ -11,12 +11,13 @@ which Numba leaves off by default, before any kernel that calls them.
 import contextlib
 import functools
 import hashlib
+import sys
 from pathlib import Path
 
 import numba
 import numpy as np
 
-from .numba_codegen import BLK, Source, load_module
+from .numba_codegen import BLK, Source, check_disk_cache, load_module
 
 __all__ = [
     "basis_program",
@@ -35,7 +36,8 @@ __all__ = [
 ]
 
 _JIT = {"parallel": True, "cache": True, "error_model": "numpy", "boundscheck": False}
-_SERIAL = {"cache": True, "fastmath": {"contract"}, "error_model": "numpy", "boundscheck": False}
+_OPTIONS = {"fastmath": {"contract"}, "error_model": "numpy", "boundscheck": False}
+_SERIAL = {"cache": True, **_OPTIONS}
 _TILE_ROWS = (4, 3, 2, 1)
 
 
@@ -75,7 +77,8 @@ def tile_source(rows):
 _tiles = load_module(
     "import numba\n\n"
     + "\n\n".join(
-        f"@numba.njit(inline='always', **{_SERIAL!r})\n{tile_source(rows)}" for rows in _TILE_ROWS
+        f"@numba.njit(inline='always', cache=CACHE, **{_OPTIONS!r})\n{tile_source(rows)}"
+        for rows in _TILE_ROWS
     ),
     cache=True,
 )
@@ -334,3 +337,7 @@ def transpose_map(indices, l_size):
     row_ptr = np.zeros(l_size + 1, dtype=np.int64)
     np.cumsum(np.bincount(flat, minlength=l_size), out=row_ptr[1:])
     return row_ptr, entries
+
+
+# a truncated cache file of the kernels above would fail every run: check before any compiles
+check_disk_cache(sys.modules[__name__])

@@ -385,12 +385,12 @@ def operator_kernel(op):
     src.lines += header
     src("")
     src("")
-    src(f"@{JIT_SERIAL.format(cache=cache)}")
+    src(f"@{JIT_SERIAL}")
     src(f"def block(ctx, meta, s, e0, nb, {arglist}, v):")
     src.lines += body.lines[:1] + [f"    {line}" for line in preamble] + body.lines[1:]
     src("")
     src("")
-    src(f"@{JIT.format(cache=cache)}")
+    src(f"@{JIT}")
     src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
     src("    for colour in range(colour_ptr.shape[0] - 1):")
     src("        for chunk in numba.prange(colour_ptr[colour], colour_ptr[colour + 1]):")

@@ -8,12 +8,12 @@ Every serial oracle is computed on each rank (the problems are small).
 import sys
 
 import numpy as np
-from hofem.bakeoff.distributed import setup_distributed
-from hofem.bakeoff.problems import setup, solve
 
 import hofem as hf
 from hofem import meshes
 from hofem import parallel as par
+from hofem.bakeoff.distributed import setup_distributed
+from hofem.bakeoff.problems import setup, solve
 
 comm = par.world()
 rank = comm.rank

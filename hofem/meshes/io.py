@@ -6,6 +6,8 @@ those reference positions to hofem's corner and lattice nodes gives the
 permutations used here, for linear and quadratic cells alike.
 """
 
+import contextlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +96,38 @@ def _vtk_type(cell_type, order):
     return next(t for t, (c, k, _) in _MESHIO_TYPES.items() if c == cell_type and k == order)
 
 
+def _meshio_read(meshio, path):
+    """``meshio.read`` in each format the suffix names; a ValueError gives every reason.
+
+    meshio prints why a format failed and then exits; the output is kept for
+    the message instead.
+    """
+    suffix = path.suffix.lower()
+    formats = (
+        [_FORMATS[suffix]] if suffix in _FORMATS else meshio.extension_to_filetypes.get(suffix)
+    )
+    if not formats:
+        raise ValueError(
+            f"{path} is not a mesh file: no meshio format has the suffix {suffix or '(none)'!r} "
+            "(Gmsh .msh, VTK .vtu and .vtk, or another meshio format by its suffix)"
+        )
+    reasons = []
+    for fmt in formats:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+                return meshio.read(path, file_format=fmt)
+        except SystemExit:  # meshio printed its reader's reason (if any), then a summary
+            printed = [line for line in said.getvalue().splitlines() if line.strip()][:-1]
+            reasons.append(f"{fmt}: {printed[0] if printed else 'invalid, meshio gives no detail'}")
+        except Exception as err:
+            reasons.append(f"{fmt}: {type(err).__name__}: {err}")
+    raise ValueError(
+        f"{path} is not a mesh file meshio can read ({'; '.join(reasons)}); "
+        f"formats tried: {', '.join(formats)}"
+    )
+
+
 def read(path):
     """Read a mesh file through meshio.
 
@@ -117,8 +151,10 @@ def read(path):
     ------
     FileNotFoundError
         ``path`` does not exist.
+    IsADirectoryError
+        ``path`` is a directory.
     ValueError
-        Unreadable file or format, mixed or unsupported cell types
+        Not a mesh file (meshio's reason and the formats tried), mixed or unsupported cell types
         (supported: line, line3, triangle, triangle6, quad, quad9, tetra,
         tetra10, hexahedron, hexahedron27), or invalid cells (e.g. inverted);
         the message names the file.
@@ -126,13 +162,11 @@ def read(path):
         meshio is not installed.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not a mesh file")
     if not path.is_file():
         raise FileNotFoundError(f"mesh file not found: {path}")
-    meshio = _meshio()
-    try:
-        m = meshio.read(path, file_format=_FORMATS.get(path.suffix.lower()))
-    except (Exception, SystemExit) as err:  # meshio exits when no format guess reads the file
-        raise ValueError(f"cannot read mesh file {path}: {err}") from err
+    m = _meshio_read(_meshio(), path)
 
     dim = max((b.dim for b in m.cells), default=-1)
     volume = [b for b in m.cells if b.dim == dim]
