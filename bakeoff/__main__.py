@@ -1,37 +1,57 @@
-"""``python -m hofem.bakeoff [bp1..bp6] [--order P] [--elements N] ...``: solve a bake-off problem.
+"""``python -m hofem.bakeoff [bp1..bp6 | COMMAND] ...``: the bake-off command line.
 
-Prints a human summary and one JSON line (bp, p, q, elements, dofs,
-iterations, solve seconds, DOFs x iterations / s, relative residual, L2 error).
+With a problem (or nothing: BP3, p = 4), solve one bake-off case and print a
+human summary and one JSON line (bp, p, q, elements, dofs, iterations,
+compile seconds, solve seconds, DOFs x iterations / s of the solve alone,
+relative residual, L2 error).
+
+Commands (``python -m hofem.bakeoff COMMAND --help`` for each):
+
+  sweep           problems x orders x sizes x backends, one JSON line per case
+  plot            figures and a markdown table from a sweep's results file
+  bench-cpu       CPU operator apply and fixed-iteration CG throughput
+  bench-gpu       GPU kernels, operators and CG (CUDA events)
+  tune-gemm       GPU GEMM tuning table for simplex bases
+  anchor-libceed  libCEED's own BP1/BP3 on the same boxes
 """
 
-import argparse
+import importlib
 import json
 import sys
 
 import hofem as hf
 from hofem import meshes
 
-from .problems import PROBLEMS, setup, solve
+from .common import Parser, add_ceed_argument, bp_name, order, positive_float, positive_int
+from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
+
+COMMANDS = {
+    "sweep": "sweep",
+    "plot": "plot",
+    "bench-cpu": "benchmark_cpu",
+    "bench-gpu": "benchmark_gpu",
+    "tune-gemm": "tune_gemm",
+    "anchor-libceed": "anchor_libceed",
+}
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog="python -m hofem.bakeoff",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    """Options of the single-case command."""
+    parser = Parser(prog="python -m hofem.bakeoff", description=__doc__)
     parser.add_argument(
         "bp",
         nargs="?",
         default="bp3",
+        type=bp_name,
         choices=sorted(PROBLEMS),
-        help="problem (default bp3: Poisson, Dirichlet)",
+        metavar="BP",
+        help="problem bp1..bp6 or 1..6 (default bp3: Poisson, Dirichlet)",
     )
-    parser.add_argument("--order", "-p", type=int, default=4, help="polynomial order (default 4)")
+    parser.add_argument("--order", "-p", type=order, default=4, help="polynomial order (default 4)")
     parser.add_argument(
         "--elements",
         "-n",
-        type=int,
+        type=positive_int,
         default=6,
         help="elements per direction of the unit box (default 6)",
     )
@@ -43,15 +63,21 @@ def parse_args(argv):
         help="smooth interior distortion of the box (default 0)",
     )
     parser.add_argument("--mesh", help="mesh file (Gmsh .msh, .vtk, .vtu) instead of the box")
-    parser.add_argument("--ceed", default="/cpu/self", help="backend resource (default /cpu/self)")
-    parser.add_argument("--rtol", type=float, default=1e-8, help="CG relative tolerance")
-    parser.add_argument("--maxiter", type=int, default=None, help="CG iteration limit")
+    add_ceed_argument(parser, "/cpu/self")
+    parser.add_argument(
+        "--rtol",
+        type=positive_float,
+        default=DEFAULT_RTOL,
+        help=f"CG relative tolerance (default {DEFAULT_RTOL:g}: reaches the discretization error)",
+    )
+    parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
     parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
     return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def solve_one(argv):
+    """Build the mesh, set up and solve one case, print the summary; exit status 0/1."""
+    args = parse_args(argv)
     ceed = hf.Ceed(args.ceed)
     if args.mesh:
         mesh = meshes.read(args.mesh)
@@ -69,6 +95,7 @@ def main(argv=None):
         f"{result['bp'].upper()} on {result['elements']} {result['cell']} cells, p = "
         f"{result['p']}, q = {result['q']}, {result['dofs']} DOFs, backend {result['backend']}"
     )
+    print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
     print(
         f"CG {status} in {result['iterations']} iterations, {result['solve_s']:.3f} s "
         f"({result['dofs_x_iter_per_s'] / 1e6:.2f} MDOF x iterations / s)"
@@ -76,6 +103,15 @@ def main(argv=None):
     print(f"relative residual {result['rel_residual']:.2e}, L2 error {result['l2_error']:.3e}")
     print(json.dumps(result))
     return 0 if result["converged"] else 1
+
+
+def main(argv=None):
+    """Dispatch to a command of :data:`COMMANDS`, or solve one case."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in COMMANDS:
+        command = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
+        return command.main(argv[1:])
+    return solve_one(argv)
 
 
 if __name__ == "__main__":

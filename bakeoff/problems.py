@@ -5,6 +5,7 @@ file), with continuous order-p Lagrange elements on Gauss-Lobatto nodes.
 """
 
 import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -12,7 +13,23 @@ import numpy as np
 
 import hofem as hf
 
-__all__ = ["BP", "PROBLEMS", "BakeoffProblem", "setup", "solve"]
+__all__ = [
+    "BP",
+    "DEFAULT_RTOL",
+    "PROBLEMS",
+    "BakeoffProblem",
+    "median_seconds",
+    "memory_estimate",
+    "setup",
+    "solve",
+    "time_apply",
+]
+
+
+# CG relative residual tolerance that reaches the discretization error for p = 1..8
+# (docs/bakeoff.md, "Tolerance"); 1e-8 stops BP1 above it from p = 4 on.
+DEFAULT_RTOL = 1e-12
+CELL_NAMES = {"hexahedron": "hex", "tetra": "tet", "quad": "quad", "triangle": "tri"}
 
 
 @dataclass(frozen=True)
@@ -108,26 +125,45 @@ def setup(bp_name, ceed, order, mesh):
     return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
 
 
-def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
+def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     """Solve with CG and verify against the exact solution.
+
+    A warm-up before the timed solve runs everything the solve runs (the
+    operator, CG's vector kernels and the preconditioner, for two iterations):
+    JIT compilation and caches fill there, and its seconds are reported on
+    their own (``compile_s``), not in ``solve_s``.
 
     Parameters
     ----------
+    problem : BakeoffProblem
+    rtol : float
+        CG relative residual tolerance; the default :data:`DEFAULT_RTOL`
+        reaches the discretization error for p = 1..8.
+    maxiter : int, optional
+        CG iteration limit (default ``10 * size``).
     preconditioner : None or "jacobi"
 
     Returns
     -------
     dict
-        bp, p, q, elements, dofs, iterations, solve seconds, DOFs x iterations / s,
-        relative residual, L2 error, converged, setup seconds, warm-up seconds
-        (the first apply, which includes any JIT compilation; not in the solve time).
+        bp, p, q, cell, elements, dofs, backend, ranks (1), rtol,
+        preconditioner, iterations, converged, setup_s, compile_s (the
+        warm-up, first-run JIT compilation included), solve_s,
+        dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``preconditioner``.
     """
+    if preconditioner not in (None, "jacobi"):
+        raise ValueError(f"preconditioner must be None or 'jacobi', got {preconditioner!r}")
     op, space, ceed = problem.operator, problem.space, problem.space.ceed
-    M = hf.jacobi(op) if preconditioner == "jacobi" else None
     start = time.perf_counter()
-    op(problem.rhs)  # warm-up: JIT compilation and caches stay out of the solve time
+    M = hf.jacobi(op) if preconditioner == "jacobi" else None
+    hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M)  # warm-up: compiles all the solve runs
     ceed.backend.synchronize()
-    warmup = time.perf_counter() - start
+    compile_s = time.perf_counter() - start
     start = time.perf_counter()
     x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M)
     ceed.backend.synchronize()
@@ -144,16 +180,81 @@ def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
         "bp": problem.bp.name,
         "p": space.order,
         "q": q_1d,
-        "cell": space.mesh.cell_type,
+        "cell": CELL_NAMES.get(space.mesh.cell_type, space.mesh.cell_type),
         "elements": space.num_elem,
         "dofs": space.num_dofs,
         "backend": ceed.resource,
+        "ranks": 1,
+        "rtol": rtol,
+        "preconditioner": preconditioner,
         "iterations": info.iterations,
         "converged": info == 0,
+        "setup_s": problem.setup_seconds,
+        "compile_s": compile_s,
         "solve_s": seconds,
         "dofs_x_iter_per_s": space.num_dofs * info.iterations / seconds if seconds else math.nan,
         "rel_residual": residual,
         "l2_error": l2,
-        "setup_s": problem.setup_seconds,
-        "warmup_s": warmup,
     }
+
+
+def median_seconds(func, repeat):
+    """Median wall-clock seconds of ``repeat`` calls of ``func()``."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_apply(problem, repeat=5):
+    """Median seconds of one operator apply (after the solve's warm-up), and DOFs / s.
+
+    Returns
+    -------
+    dict
+        apply_s, apply_dofs_per_s.
+    """
+    op, ceed = problem.operator, problem.space.ceed
+    u = problem.rhs
+    v = ceed.xp.empty_like(u)
+    op.apply(u, v)
+
+    def apply():
+        op.apply(u, v)
+        ceed.backend.synchronize()
+
+    seconds = median_seconds(apply, repeat)
+    return {"apply_s": seconds, "apply_dofs_per_s": problem.space.num_dofs / seconds}
+
+
+def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_elem):
+    """Bytes a bake-off case needs at its peak (set-up), estimated before allocating.
+
+    Counts the stored quadrature data, the geometry at quadrature points while
+    it is built (3 x 3 Jacobians and coordinates), the element vectors and
+    quadrature-point vectors of an apply, the mesh numbering (element to node
+    offsets, several int64 copies) and the CG vectors, with 50% headroom.
+
+    Parameters
+    ----------
+    bp_name : str
+    num_elem, num_nodes : int
+        Elements and (scalar) nodes of the mesh's space.
+    nodes_per_elem, points_per_elem : int
+        Basis nodes and quadrature points per element.
+
+    Returns
+    -------
+    int
+    """
+    bp = PROBLEMS[bp_name]
+    comp = bp.num_comp
+    qdata = 1 if bp.form == "mass" else 6
+    grad = 1 if bp.form == "mass" else 3
+    per_point = qdata + 9 + 3 + 2 * comp * grad  # qdata, dx/dX, x, in/out point values
+    per_node = 3 + 2 * comp + 6  # x, in/out element vectors, numbering (int64)
+    words = num_elem * (points_per_elem * per_point + nodes_per_elem * per_node)
+    words += num_nodes * (3 + 10 * comp)  # coordinates, CG and work vectors
+    return int(1.5 * 8 * words)
