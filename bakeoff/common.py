@@ -231,11 +231,11 @@ def available_memory(ceed):
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def run_metadata(ceed):
-    """Device, threads, hofem version, git hash, date and Python of this run (dict)."""
+def run_metadata(ceed=None):
+    """Device and threads (None without ``ceed``), hofem version, git hash, date, Python."""
     return {
-        "device": device_name(ceed),
-        "threads": threads(),
+        "device": None if ceed is None else device_name(ceed),
+        "threads": None if ceed is None else threads(),
         "hofem_version": hf.__version__,
         "git_hash": git_hash(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
