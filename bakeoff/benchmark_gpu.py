@@ -196,7 +196,7 @@ def bench_tet(ceed, bps, p, dofs, max_points, repeat):
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def main(argv=None):
+def parse_args(argv):
     parser = Parser(prog="python -m hofem.bakeoff bench-gpu", description=__doc__)
     add_ceed_argument(parser, "/gpu/cuda/batched")
     add_problem_arguments(parser, STRUCTURED, range(1, 9), choices=STRUCTURED)
@@ -209,7 +209,11 @@ def main(argv=None):
     parser.add_argument(
         "--tet-points", type=positive_float, default=1.2e8, help="cap on quadrature points (tet)"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     import cupy
 
     ceed = hf.Ceed(args.ceed)
