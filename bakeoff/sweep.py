@@ -5,7 +5,8 @@ Usage::
     python -m hofem.bakeoff sweep --problems bp1 bp3 --orders 1 2 --elements 2 3
         --ceed /cpu/self/ref /cpu/self/numba --out results.jsonl
         [--cells hex tet | --dofs 1e4 1e5 ...] [--rtol R] [--jacobi] [--timeout S]
-        [--max-memory GB] [--progress auto|bar|lines|off] [--retry] [--in-process]
+        [--max-memory GB] [--max-time S] [--progress auto|bar|lines|off] [--retry]
+        [--in-process]
 
 Each case (a problem, order, cell type, box size and backend) is set up on
 the unit box, solved with CG (after a warm-up that compiles everything the
@@ -86,6 +87,11 @@ def parse_args(argv):
         choices=("auto", "bar", "lines", "off"),
         default="auto",
         help="auto: a bar on a terminal, plain lines otherwise",
+    )
+    parser.add_argument(
+        "--max-time",
+        type=positive_float,
+        help="seconds after which no new case starts (run again to resume)",
     )
     parser.add_argument("--retry", action="store_true", help="rerun cases that were not ok")
     parser.add_argument(
@@ -188,8 +194,14 @@ def failed(case, status, reason):
 
 
 def _serve(conn, max_memory):
-    """Worker process: run the cases received on ``conn`` until ``None``."""
-    while (case := conn.recv()) is not None:
+    """Worker process: run the cases received on ``conn`` until ``None`` (or the sweep ends)."""
+    while True:
+        try:
+            case = conn.recv()
+        except EOFError:  # the sweep was killed
+            return
+        if case is None:
+            return
         try:
             record = run_case(case, max_memory)
         except Exception as exc:  # reported in the results line; the sweep goes on
@@ -222,7 +234,9 @@ class Runner:
         if self.process is None:
             context = multiprocessing.get_context("spawn")
             self.conn, child = context.Pipe()
-            self.process = context.Process(target=_serve, args=(child, self.max_memory))
+            self.process = context.Process(
+                target=_serve, args=(child, self.max_memory), daemon=True
+            )
             self.process.start()
             child.close()
         self.conn.send(case)
@@ -325,8 +339,12 @@ def main(argv=None):
     runner = Runner(None if args.in_process else args.timeout, max_memory)
     progress = Progress(len(todo), args.progress)
     bad = 0
+    start = time.perf_counter()
     try:
-        for case in todo:
+        for i, case in enumerate(todo):
+            if args.max_time is not None and time.perf_counter() - start > args.max_time:
+                print(f"--max-time reached: {len(todo) - i} cases left, run again to resume")
+                break
             progress.start(case)
             record = runner.run(case)
             with open(args.out, "a", encoding="utf-8") as f:
