@@ -231,6 +231,11 @@ def available_memory(ceed):
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def utc_now():
+    """The date and time now, UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def run_metadata(ceed=None):
     """Device and threads (None without ``ceed``), hofem version, git hash, date, Python."""
     return {
@@ -238,6 +243,6 @@ def run_metadata(ceed=None):
         "threads": None if ceed is None else threads(),
         "hofem_version": hf.__version__,
         "git_hash": git_hash(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_now(),
         "python": sys.version.split()[0],
     }

@@ -9,11 +9,19 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hofem.bakeoff import __main__ as cli
 from hofem.bakeoff import benchmark_gpu, plot, sweep
-from hofem.bakeoff.problems import DEFAULT_RTOL, setup, solve
+from hofem.bakeoff.problems import (
+    DEFAULT_RTOL,
+    _minus_laplacian_exact,
+    exact_solution,
+    setup,
+    solve,
+)
 from hofem.bakeoff.results import SCHEMA, read_results, schema_errors
 
 import hofem as hf
@@ -246,3 +254,36 @@ def test_plot_markdown_lists_cases_not_run():
     record.update(bp="bp2", p=3, cell="hex", elements_1d=4, ceed="/cpu/self/ref")
     record.update(status="skipped", reason="needs about 1 GB, 0.5 GB available")
     assert "| skipped | needs about 1 GB, 0.5 GB available |" in plot.markdown_table([record])
+
+
+def test_max_time_stops_before_the_next_case(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    argv = ["--problems", "bp1", "--orders", "1", "--elements", "2", "3", "--ceed"]
+    argv += ["/cpu/self/ref", "--out", str(out), "--max-time", "1e-9", "--progress", "off"]
+    assert sweep.main(argv) == 0
+    assert not out.exists()
+    assert "--max-time reached: 2 cases left" in capsys.readouterr().out
+
+
+def test_docs_list_every_results_key():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "bakeoff.md").read_text()
+    rows = {line.split("|")[1].strip(" `") for line in page.splitlines() if line.startswith("| `")}
+    assert set(SCHEMA) <= rows
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_poisson_right_hand_side_is_minus_the_laplacian(dim):
+    x = np.random.default_rng(dim).random((20, dim))
+    h = 1e-4
+    shifts = np.eye(dim) * h
+    laplacian = sum(
+        (exact_solution(x + e) - 2 * exact_solution(x) + exact_solution(x - e)) / h**2
+        for e in shifts
+    )
+    assert np.allclose(_minus_laplacian_exact(x), -laplacian, atol=1e-5)
+
+
+def test_poisson_p1_needs_real_cg_iterations():
+    """The right-hand side is no eigenvector of the uniform p = 1 Laplacian."""
+    result = solve(setup("bp3", hf.Ceed("/cpu/self/ref"), 1, meshes.box(8, 3)))
+    assert result["converged"] and result["iterations"] > 10  # was 1 for prod sin(pi x)
