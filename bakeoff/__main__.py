@@ -21,10 +21,12 @@ import sys
 
 import hofem as hf
 from hofem import meshes
+from hofem.backends import BackendUnavailable
 
 from .common import Parser, add_ceed_argument, bp_name, order, positive_float, positive_int
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
+EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot"}
 COMMANDS = {
     "sweep": "sweep",
     "plot": "plot",
@@ -106,12 +108,28 @@ def solve_one(argv):
 
 
 def main(argv=None):
-    """Dispatch to a command of :data:`COMMANDS`, or solve one case."""
+    """Dispatch to a command of :data:`COMMANDS`, or solve one case.
+
+    A backend or an optional package that this machine lacks ends the
+    command with one line on stderr and exit status 1.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in COMMANDS:
-        command = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
-        return command.main(argv[1:])
-    return solve_one(argv)
+    try:
+        if argv and argv[0] in COMMANDS:
+            command = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
+            return command.main(argv[1:])
+        return solve_one(argv)
+    except BackendUnavailable as exc:
+        print(f"python -m hofem.bakeoff: {exc}", file=sys.stderr)
+    except ModuleNotFoundError as exc:
+        if exc.name not in EXTRAS:
+            raise
+        extra = EXTRAS[exc.name]
+        print(
+            f"python -m hofem.bakeoff: this needs {exc.name}: pip install hofem[{extra}]",
+            file=sys.stderr,
+        )
+    return 1
 
 
 if __name__ == "__main__":

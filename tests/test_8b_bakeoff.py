@@ -287,3 +287,16 @@ def test_poisson_p1_needs_real_cg_iterations():
     """The right-hand side is no eigenvector of the uniform p = 1 Laplacian."""
     result = solve(setup("bp3", hf.Ceed("/cpu/self/ref"), 1, meshes.box(8, 3)))
     assert result["converged"] and result["iterations"] > 10  # was 1 for prod sin(pi x)
+
+
+def test_a_missing_gpu_is_one_line_not_a_traceback(capsys):
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is installed")
+    for argv in (["--ceed", "/gpu/cuda/gen"], ["bench-gpu", "--cases", "basis"]):
+        assert cli.main(argv) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("python -m hofem.bakeoff: ") and "gpu" in line
