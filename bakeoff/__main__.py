@@ -24,6 +24,7 @@ from hofem import meshes
 from hofem.backends import BackendUnavailable
 
 from .common import Parser, add_ceed_argument, bp_name, order, positive_float, positive_int
+from .distributed import launched_under_mpi, setup_distributed
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
 EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot"}
@@ -74,12 +75,94 @@ def parse_args(argv):
     )
     parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
     parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
+    parser.add_argument(
+        "--partition",
+        choices=("rcb", "metis"),
+        default="rcb",
+        help="under mpiexec, how --mesh is partitioned (default rcb; metis needs pymetis)",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("auto", "mpi", "nccl"),
+        default="auto",
+        help="under mpiexec, how halos move (default auto: NCCL between GPUs when available)",
+    )
     return parser.parse_args(argv)
 
 
+def report(result, extra=()):
+    """Print the human summary, ``extra`` lines, and the JSON line."""
+    status = "converged" if result["converged"] else "NOT converged"
+    print(
+        f"{result['bp'].upper()} on {result['elements']} {result['cell']} cells, p = "
+        f"{result['p']}, q = {result['q']}, {result['dofs']} DOFs, backend {result['backend']}"
+    )
+    print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
+    for line in extra:
+        print(line)
+    print(
+        f"CG {status} in {result['iterations']} iterations, {result['solve_s']:.3f} s "
+        f"({result['dofs_x_iter_per_s'] / 1e6:.2f} MDOF x iterations / s)"
+    )
+    print(f"relative residual {result['rel_residual']:.2e}, L2 error {result['l2_error']:.3e}")
+    print(json.dumps(result))
+
+
+def run_distributed(args):
+    """One bake-off case over the ranks of ``MPI.COMM_WORLD``; rank 0 prints."""
+    from hofem import parallel as par
+
+    comm = par.world()
+    if args.ceed.startswith("/gpu"):
+        par.bind_device(comm)
+    ceed = hf.Ceed(args.ceed)
+    problem = setup_distributed(
+        args.bp,
+        ceed,
+        args.order,
+        comm,
+        elements=args.elements,
+        mesh=args.mesh,
+        simplex=args.simplex,
+        distort=args.distort,
+        method=args.partition,
+        transport=args.transport,
+    )
+    result = solve(
+        problem,
+        rtol=args.rtol,
+        maxiter=args.maxiter,
+        preconditioner="jacobi" if args.jacobi else None,
+    )
+    balance = problem.space.balance()
+    result["element_balance"] = balance["element_balance"]
+    result["dof_balance"] = balance["dof_balance"]
+    result["transport"] = problem.space.exchange.transport
+    if comm.rank == 0:
+        dofs = balance["dofs"]
+        report(
+            result,
+            [
+                f"{comm.size} ranks ({result['transport']} halos): owned DOFs per rank "
+                f"{min(dofs)}..{max(dofs)} (balance {balance['dof_balance']:.3f}), cells "
+                f"{min(balance['elements'])}..{max(balance['elements'])} "
+                f"(balance {balance['element_balance']:.3f})"
+            ],
+        )
+    return 0 if result["converged"] else 1
+
+
 def solve_one(argv):
-    """Build the mesh, set up and solve one case, print the summary; exit status 0/1."""
+    """Build the mesh, set up and solve one case, print the summary; exit status 0/1.
+
+    Under ``mpiexec`` the case runs distributed over the ranks (rank 0 prints).
+    """
     args = parse_args(argv)
+    if launched_under_mpi():
+        from hofem.parallel import abort_on_error
+
+        with abort_on_error(prog="python -m hofem.bakeoff"):
+            return run_distributed(args)
     ceed = hf.Ceed(args.ceed)
     if args.mesh:
         mesh = meshes.read(args.mesh)
@@ -92,18 +175,7 @@ def solve_one(argv):
         maxiter=args.maxiter,
         preconditioner="jacobi" if args.jacobi else None,
     )
-    status = "converged" if result["converged"] else "NOT converged"
-    print(
-        f"{result['bp'].upper()} on {result['elements']} {result['cell']} cells, p = "
-        f"{result['p']}, q = {result['q']}, {result['dofs']} DOFs, backend {result['backend']}"
-    )
-    print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
-    print(
-        f"CG {status} in {result['iterations']} iterations, {result['solve_s']:.3f} s "
-        f"({result['dofs_x_iter_per_s'] / 1e6:.2f} MDOF x iterations / s)"
-    )
-    print(f"relative residual {result['rel_residual']:.2e}, L2 error {result['l2_error']:.3e}")
-    print(json.dumps(result))
+    report(result)
     return 0 if result["converged"] else 1
 
 

@@ -14,6 +14,7 @@ from .constants import (
     VECTOR_NONE,
 )
 from .restriction import ElemRestriction
+from .vector_ops import backend_vector_ops
 
 __all__ = ["CompositeOperator", "Operator", "OperatorField", "SubOperator"]
 
@@ -86,6 +87,10 @@ class _OperatorBase:
         if shape[1] or u is not None:
             backend.check_vector(u, "u", (shape[1],))
         backend.check_vector(v, "v", (shape[0],))
+
+    def vector_ops(self):
+        """The :class:`~hofem.vector_ops.VectorOps` :func:`hofem.cg` uses with this operator."""
+        return backend_vector_ops(self.ceed.backend)
 
     def as_linear_operator(self):
         """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying this operator."""
@@ -401,6 +406,10 @@ class SubOperator(_OperatorBase):
     @property
     def shape(self):
         return (self.free.size, self.free.size)
+
+    def vector_ops(self):
+        """The vector operations of the wrapped operator (parallel ones reduce across ranks)."""
+        return self.op.vector_ops()
 
     def _add(self, u, v):
         self._u[self._free] = u

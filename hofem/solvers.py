@@ -119,10 +119,10 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     if x.shape != b.shape:
         raise ValueError(f"x0 must have shape {b.shape}, got {x.shape}")
 
-    b_norm = float(xp.linalg.norm(b))
+    b_norm = ops.norm(b)
     tol = max(rtol * b_norm, atol)
     r = b - matvec(x) if x0 is not None else b.copy()
-    r_norm = float(xp.linalg.norm(r))
+    r_norm = ops.norm(r)
     if r_norm <= tol:
         return x, CGInfo(0, 0, r_norm, "converged")
     z = precond(r) if precond else r
@@ -142,7 +142,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         if callback is not None:
             callback(x)
         if iteration % check_every == 0 or iteration == maxiter:
-            r_norm = float(xp.linalg.norm(r))
+            r_norm = ops.norm(r)
             if bool(breakdown) or not math.isfinite(r_norm):
                 return x, CGInfo(
                     -1,

@@ -1,5 +1,7 @@
 """``H1Space``: continuous Lagrange elements of order p on a mesh (restriction, basis, nodes)."""
 
+import copy
+
 import numpy as np
 
 from .basis import kron_dense
@@ -40,6 +42,10 @@ class H1Space:
         Polynomial order p, 1..8 (higher works but is untested).
     num_comp : int, default 1
         Components of the field (3 for the vector bake-off problems).
+    numbering : hofem.meshes.H1Numbering, optional
+        The node numbering to use instead of :func:`hofem.meshes.h1_numbering`
+        of ``mesh`` (the distributed layer passes each rank's local numbering,
+        owned nodes first); its ``offsets`` follow ``mesh``'s cells.
 
     Attributes
     ----------
@@ -58,7 +64,7 @@ class H1Space:
         interpolated at order p (curved where the mesh is).
     """
 
-    def __init__(self, ceed, mesh, order, num_comp=1):
+    def __init__(self, ceed, mesh, order, num_comp=1, numbering=None):
         from .meshes import h1_numbering
 
         if mesh.cell_type not in _TOPOLOGY:
@@ -73,13 +79,60 @@ class H1Space:
         self.num_comp = int(num_comp)
         self.topology = _TOPOLOGY[mesh.cell_type]
         self.dim = mesh.dim
-        self.numbering = h1_numbering(mesh, self.order)
+        self.numbering = h1_numbering(mesh, self.order) if numbering is None else numbering
+        if self.numbering.offsets.shape[0] != mesh.num_cells or self.numbering.order != self.order:
+            raise ValueError(
+                f"numbering has {self.numbering.offsets.shape[0]} cells of order "
+                f"{self.numbering.order}; the mesh has {mesh.num_cells}, the space order {order}"
+            )
         self.offsets = self.numbering.offsets  # (num_elem, P)
         self.num_elem, self.elem_size = self.offsets.shape
+        self.element_range = (0, self.num_elem)  # cells of the mesh this space integrates over
         self.num_nodes = self.numbering.num_nodes
         self.num_dofs = self.num_nodes * self.num_comp
         self.restriction = self.make_restriction(self.num_comp)
         self.coordinates = ceed.asarray(self._node_coordinates().T.ravel())  # (dim * num_nodes,)
+
+    @property
+    def cell_type(self):
+        """The mesh's cell type (meshio name)."""
+        return self.mesh.cell_type
+
+    @property
+    def vector_size(self):
+        """Size of a solution vector on this process: ``num_dofs`` (the L-vector)."""
+        return self.num_dofs
+
+    def element_subset(self, start, stop):
+        """The same space on the contiguous range of cells ``start:stop`` only.
+
+        Shares the numbering, L-vector size and coordinates with this space;
+        forms built on it (:func:`hofem.mass`, ...) integrate over those cells
+        only, so operators on complementary ranges sum to the whole. The
+        distributed operator builds its interior and boundary parts this way.
+
+        Parameters
+        ----------
+        start, stop : int
+            ``0 <= start < stop <= num_elem``.
+
+        Returns
+        -------
+        H1Space
+
+        Raises
+        ------
+        ValueError
+            An empty or out-of-range subset.
+        """
+        if not 0 <= start < stop <= self.num_elem:
+            raise ValueError(f"element range {start}:{stop} is empty or outside 0:{self.num_elem}")
+        subset = copy.copy(self)
+        subset.offsets = self.offsets[start:stop]  # (stop - start, P), a view
+        subset.num_elem = stop - start
+        subset.element_range = (self.element_range[0] + start, self.element_range[0] + stop)
+        subset.restriction = subset.make_restriction(self.num_comp)
+        return subset
 
     # --- pieces ----------------------------------------------------------------------------
     def make_restriction(self, num_comp):

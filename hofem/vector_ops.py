@@ -8,10 +8,11 @@ vectors' library, so on a GPU nothing synchronizes with the host.
 """
 
 import functools
+import math
 
 import numpy as np
 
-__all__ = ["CupyVectorOps", "VectorOps", "vector_ops"]
+__all__ = ["CupyVectorOps", "VectorOps", "backend_vector_ops", "vector_ops"]
 
 
 class VectorOps:
@@ -29,6 +30,10 @@ class VectorOps:
     def dot(self, a, b):
         """``a . b`` as a 0-d array."""
         return self.xp.vdot(a, b)
+
+    def norm(self, a):
+        """``||a||`` as a host float (one synchronization on a GPU)."""
+        return math.sqrt(float(self.dot(a, a)))
 
     def _alpha(self, rz, pAp, breakdown):
         xp = self.xp
@@ -108,16 +113,28 @@ def _cupy_ops():
     return CupyVectorOps()
 
 
+def backend_vector_ops(backend):
+    """The :class:`VectorOps` of a backend: its own ``vector_ops()``, else its array library's."""
+    if hasattr(backend, "vector_ops"):
+        return backend.vector_ops()
+    return VectorOps(np) if backend.xp is np else _cupy_ops()
+
+
 def vector_ops(A, b):
     """The :class:`VectorOps` for solving ``A x = b``.
 
-    ``A``'s backend's ``vector_ops()`` when it has one, else by ``b``'s library.
+    ``A.vector_ops()`` when ``A`` has it (hofem operators; distributed
+    operators reduce across ranks), else ``A``'s backend's, else by ``b``'s
+    library.
 
     Raises
     ------
     TypeError
         ``b`` is neither a NumPy nor a CuPy array.
     """
+    own = getattr(A, "vector_ops", None)
+    if callable(own):
+        return own()
     backend = getattr(getattr(A, "ceed", None), "backend", None)
     if hasattr(backend, "vector_ops"):
         return backend.vector_ops()

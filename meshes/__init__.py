@@ -5,7 +5,7 @@ Pure NumPy (+ meshio for files); imports nothing from the rest of hofem.
 
 from pathlib import Path
 
-from .box import box
+from .box import box, box_block
 from .io import read, write
 from .mesh import Mesh, boundary_facets
 from .numbering import H1Numbering, h1_numbering
@@ -15,6 +15,7 @@ __all__ = [
     "Mesh",
     "boundary_facets",
     "box",
+    "box_block",
     "data_path",
     "h1_numbering",
     "read",

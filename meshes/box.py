@@ -60,6 +60,39 @@ def box(n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
         Bad ``dim``, ``n``, ``order`` or ``bounds``, or cells inverted by a too
         large ``distort``.
     """
+    mesh, _ = box_block(n, None, dim, simplex, order, distort, bounds)
+    return mesh
+
+
+def box_block(n, block=None, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
+    """The cells of one block of the :func:`box` grid, built without the rest of the box.
+
+    The distributed layer builds each rank's block this way, so no process
+    ever holds the whole mesh. Cells, vertices and the geometry are exactly
+    those of :func:`box` (same arguments) restricted to the block; the facets
+    are the block's facets on the *box* boundary (with the box's tags), never
+    the faces it shares with neighbouring blocks.
+
+    Parameters
+    ----------
+    n, dim, simplex, order, distort, bounds
+        As for :func:`box`.
+    block : sequence of ``dim`` pairs ``(start, stop)``, optional
+        Grid-cell index range per direction, ``0 <= start < stop <= n_d``;
+        default the whole grid.
+
+    Returns
+    -------
+    mesh : Mesh
+        The block, with local vertex ids ``0..num_points - 1``.
+    vertex_ids : ndarray of int64, shape ``(mesh.num_points,)``
+        The id of each local vertex in the whole box (x fastest).
+
+    Raises
+    ------
+    ValueError
+        As :func:`box`, or a block outside the grid or empty.
+    """
     if dim not in (1, 2, 3):
         raise ValueError(f"dim must be 1, 2 or 3, got {dim!r}")
     n = (n,) * dim if isinstance(n, numbers.Integral) else tuple(n)
@@ -71,11 +104,17 @@ def box(n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
     if bounds.shape != (dim, 2) or np.any(bounds[:, 1] <= bounds[:, 0]):
         raise ValueError(f"bounds must be {dim} pairs (lo, hi) with lo < hi, got {bounds.tolist()}")
     lo, length = bounds[:, 0], bounds[:, 1] - bounds[:, 0]  # (dim,), (dim,)
-
     n = np.array(n, dtype=np.int64)  # (dim,)
-    grid = _grid(n + 1)  # (num_points, dim): integer grid index of each vertex
-    strides = np.cumprod(np.concatenate([[1], n[:-1] + 1]))  # (dim,)
-    origins = _grid(n) @ strides  # (num_grid_cells,): vertex id of each grid cell's corner 0
+    block = np.array([(0, m) for m in n] if block is None else block, dtype=np.int64)
+    if block.shape != (dim, 2) or np.any(block[:, 0] < 0) or np.any(block[:, 1] > n):
+        raise ValueError(f"block must be {dim} ranges (start, stop) inside n = {n.tolist()}")
+    if np.any(block[:, 1] <= block[:, 0]):
+        raise ValueError(f"block {block.tolist()} is empty")
+
+    m = block[:, 1] - block[:, 0]  # (dim,) cells of the block per direction
+    grid = _grid(m + 1) + block[:, 0]  # (num_points, dim): global grid index of each vertex
+    strides = np.cumprod(np.concatenate([[1], m[:-1] + 1]))  # (dim,) local vertex strides
+    origins = _grid(m) @ strides  # (num_grid_cells,): local vertex id of each cell's corner 0
     corner_offsets = ref.tensor_lattice(1, dim) @ strides  # (2**dim,)
     cells = origins[:, None] + corner_offsets[None, :]  # (num_grid_cells, 2**dim)
     cell_type = {1: "line", 2: "quad", 3: "hexahedron"}[dim]
@@ -89,6 +128,8 @@ def box(n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
     for d in range(dim):
         tags[np.all(facet_grid[:, :, d] == 0, axis=1)] = 2 * d + 1
         tags[np.all(facet_grid[:, :, d] == n[d], axis=1)] = 2 * d + 2
+    on_box = tags > 0  # faces shared with neighbouring blocks are not boundary
+    facets, tags = facets[on_box], tags[on_box]
 
     t = grid / n  # (num_points, dim) in [0, 1]
     undistorted = bounds[:, 0] * (1.0 - t) + bounds[:, 1] * t  # (num_points, dim), exact ends
@@ -99,7 +140,9 @@ def box(n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
         linear = np.einsum("gv,cvi->cgi", shape, undistorted[cells])  # (num_cells, nodes, dim)
         geometry = _distortion(linear, lo, length, distort)  # (num_cells, num_geom_nodes, dim)
     tag_names = {name: t for name, t in BOX_TAG_NAMES.items() if t <= 2 * dim}
-    return Mesh(points, cell_type, cells, facets, tags, tag_names, geometry)
+    global_strides = np.cumprod(np.concatenate([[1], n[:-1] + 1]))  # (dim,)
+    vertex_ids = grid @ global_strides  # (num_points,)
+    return Mesh(points, cell_type, cells, facets, tags, tag_names, geometry), vertex_ids
 
 
 def _grid(m):

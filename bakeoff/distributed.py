@@ -1,0 +1,91 @@
+"""The bake-off problems over MPI ranks: a box built block by block, or a partitioned mesh file.
+
+``mpiexec -n N python -m hofem.bakeoff bp3 ...`` comes here (see
+:func:`launched_under_mpi`); results equal the serial run's up to the CG
+stopping test, and only rank 0 prints.
+"""
+
+import os
+import time
+
+import hofem as hf
+
+from .problems import PROBLEMS, BakeoffProblem, _rhs_function
+
+__all__ = ["launched_under_mpi", "setup_distributed"]
+
+_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+
+
+def launched_under_mpi():
+    """True when this process is one of several started by ``mpiexec``/``srun``.
+
+    Read from the launchers' environment variables (Open MPI, MPICH/Hydra,
+    PMIx), so serial runs never import mpi4py.
+    """
+    for name in _SIZE_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 1:
+            return True
+    return False
+
+
+def setup_distributed(
+    bp_name,
+    ceed,
+    order,
+    comm,
+    elements=6,
+    mesh=None,
+    simplex=False,
+    distort=0.0,
+    method="rcb",
+    transport="auto",
+):
+    """Build a bake-off problem distributed over the ranks of ``comm`` (collective).
+
+    Parameters
+    ----------
+    bp_name : str
+        "bp1" .. "bp6".
+    ceed : hofem.Ceed
+        This rank's backend (the same resource on every rank).
+    order : int
+    comm : mpi4py.MPI.Comm
+    elements : int
+        Cells per direction of the unit box, when ``mesh`` is None.
+    mesh : str or pathlib.Path or hofem.meshes.Mesh, optional
+        A mesh (file) read on rank 0, partitioned with ``method`` and scattered.
+    simplex, distort
+        As for :func:`hofem.meshes.box`.
+    method : {"rcb", "metis"}
+    transport : {"auto", "mpi", "nccl"}
+
+    Returns
+    -------
+    BakeoffProblem
+        ``space`` is a :class:`hofem.parallel.ParH1Space`, ``operator`` acts on
+        T-vectors (free DOFs only for Dirichlet problems).
+    """
+    from hofem import parallel as par
+
+    bp = PROBLEMS[bp_name]
+    comm.Barrier()
+    start = time.perf_counter()
+    if mesh is None:
+        local_mesh = par.box_local(comm, elements, 3, simplex=simplex, distort=distort)
+    else:
+        local_mesh = par.distribute_mesh(comm, mesh, method)
+    space = par.ParH1Space(ceed, local_mesh, order, bp.num_comp, comm, transport)
+    form = par.mass if bp.form == "mass" else par.diffusion
+    op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode)
+    f, exact = _rhs_function(bp)
+    rhs = space.load_vector(f, q_extra=1)
+    free = None
+    if bp.dirichlet:
+        free = space.free_dofs()
+        op = hf.restrict_dofs(op, free)
+        rhs = rhs[ceed.asarray(free)]
+    ceed.backend.synchronize()
+    comm.Barrier()
+    return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)

@@ -1,0 +1,126 @@
+"""Communicators, errors every rank agrees on, and binding one GPU to each rank."""
+
+import os
+import sys
+import traceback
+
+from mpi4py import MPI
+
+__all__ = ["ParallelError", "abort_on_error", "bind_device", "check_all", "world"]
+
+
+class ParallelError(RuntimeError):
+    """An error raised on every rank of a communicator, with the failing rank's message."""
+
+
+def world():
+    """``MPI.COMM_WORLD``."""
+    return MPI.COMM_WORLD
+
+
+def check_all(comm, error=None):
+    """Agree on errors collectively: raise the first rank's error on every rank.
+
+    Every rank of ``comm`` must call this at the same point (it is a
+    collective). A rank passes the exception it caught, or None.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    error : BaseException or str or None
+
+    Raises
+    ------
+    ParallelError
+        On every rank when any rank passed an error; the message is
+        ``"rank k: <message>"`` for the lowest such rank ``k`` (and how many
+        ranks failed).
+    """
+    message = None if error is None else str(error) or type(error).__name__
+    messages = comm.allgather(message)
+    failed = [(rank, m) for rank, m in enumerate(messages) if m is not None]
+    if failed:
+        rank, first = failed[0]
+        more = f" ({len(failed)} ranks failed)" if len(failed) > 1 else ""
+        raise ParallelError(f"rank {rank}: {first}{more}")
+
+
+class abort_on_error:
+    """Context manager: an exception on one rank ends every rank, never a hang.
+
+    A :class:`ParallelError` (raised on every rank alike) is printed once, by
+    rank 0, and the ranks exit with status ``status``. Any other exception is
+    printed by the rank that raised it, prefixed with its rank, and
+    ``comm.Abort(status)`` stops all ranks (the others may be waiting in a
+    collective that the failed rank will never enter).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm, optional
+        Default ``MPI.COMM_WORLD``.
+    status : int, default 1
+    prog : str, default "hofem"
+        Prefix of the printed line.
+    """
+
+    def __init__(self, comm=None, status=1, prog="hofem"):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.status = status
+        self.prog = prog
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            return False
+        rank = self.comm.rank
+        if isinstance(exc, ParallelError):
+            if rank == 0:
+                print(f"{self.prog}: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(self.status)
+        if os.environ.get("HOFEM_TRACEBACK"):
+            traceback.print_exception(exc_type, exc, tb)
+        print(f"{self.prog}: error on rank {rank}: {exc}", file=sys.stderr, flush=True)
+        self.comm.Abort(self.status)
+        return False  # not reached
+
+
+def bind_device(comm):
+    """Make the node-local rank ``i`` of ``comm`` use GPU ``i`` (CuPy's current device).
+
+    Ranks are grouped by node with ``MPI.COMM_TYPE_SHARED``; with more ranks
+    on a node than GPUs, GPUs are shared round-robin (with a warning, since
+    that is rarely what is wanted).
+
+    Returns
+    -------
+    int
+        The device id this rank uses.
+
+    Raises
+    ------
+    ImportError
+        CuPy is missing (``pip install hofem[gpu]``).
+    RuntimeError
+        No CUDA device on this node.
+    """
+    try:
+        import cupy
+    except ImportError as err:
+        raise ImportError("GPU ranks need CuPy: pip install hofem[gpu]") from err
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    local_rank, local_size = node.rank, node.size
+    node.Free()
+    count = cupy.cuda.runtime.getDeviceCount()
+    if count == 0:
+        raise RuntimeError(f"rank {comm.rank}: no CUDA device on this node")
+    if local_size > count and local_rank == 0:
+        print(
+            f"hofem: warning: {local_size} ranks share {count} GPUs on this node; "
+            "start one rank per GPU",
+            file=sys.stderr,
+        )
+    device = local_rank % count
+    cupy.cuda.Device(device).use()
+    return device

@@ -1,0 +1,159 @@
+"""Each rank's part of the mesh: a block of the box built in place, or a file mesh scattered."""
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..meshes import box_block
+from ..meshes import read as read_mesh
+from ..meshes.mesh import Mesh
+from .comm import check_all
+from .partition import partition
+
+__all__ = ["LocalMesh", "box_local", "distribute_mesh"]
+
+
+@dataclass(frozen=True, eq=False)
+class LocalMesh:
+    """One rank's cells of a distributed mesh.
+
+    Attributes
+    ----------
+    mesh : hofem.meshes.Mesh
+        The rank's cells with local vertex ids; its facets are the rank's
+        facets on the boundary of the *global* mesh (with their tags), never
+        the faces shared with other ranks.
+    vertex_ids : ndarray of int64, shape ``(mesh.num_points,)``
+        Global id of each local vertex: equal ids on two ranks are the same
+        vertex. This is what the distributed numbering matches.
+    num_global_cells : int
+    """
+
+    mesh: Mesh
+    vertex_ids: np.ndarray
+    num_global_cells: int
+
+
+def _block_grid(n, size):
+    """Ranks per direction ``(dim,)``, product ``size``, fitting ``n``: the most cubic blocks."""
+    dim = len(n)
+    best, best_cost = None, None
+    for dims in itertools.product(range(1, size + 1), repeat=dim):
+        if np.prod(dims) != size or any(d > m for d, m in zip(dims, n, strict=True)):
+            continue
+        block = [-(-m // d) for d, m in zip(dims, n, strict=True)]  # largest block extent
+        cost = (np.prod(block), sum(np.prod(block) / b for b in block))  # volume, then surface
+        if best_cost is None or cost < best_cost:
+            best, best_cost = dims, cost
+    return best
+
+
+def box_local(comm, n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
+    """This rank's block of :func:`hofem.meshes.box`, built without the rest of the box.
+
+    The grid of ``n`` cells per direction is cut into ``prod(dims) = comm.size``
+    blocks (the most cube-like split whose block counts fit ``n``); rank ``r``
+    takes block ``r`` (x fastest). Arguments are those of
+    :func:`hofem.meshes.box`.
+
+    Returns
+    -------
+    LocalMesh
+
+    Raises
+    ------
+    hofem.parallel.ParallelError
+        On every rank: bad box arguments, or no split of the grid into
+        ``comm.size`` non-empty blocks (more ranks than cells per direction
+        allow); the message says what would fit.
+    """
+    error, result = None, None
+    try:
+        n_d = (n,) * dim if isinstance(n, (int, np.integer)) else tuple(n)
+        if len(n_d) != dim or any(not isinstance(m, (int, np.integer)) or m < 1 for m in n_d):
+            raise ValueError(f"n must be a positive int or {dim} positive ints, got {n!r}")
+        dims = _block_grid(n_d, comm.size)
+        if dims is None:
+            raise ValueError(
+                f"cannot split a box of {'x'.join(map(str, n_d))} cells into {comm.size} "
+                f"non-empty blocks (one per rank): use fewer ranks or more elements"
+            )
+        coords = np.unravel_index(comm.rank, dims[::-1])[::-1]  # x fastest
+        block = [(m * c // d, m * (c + 1) // d) for m, c, d in zip(n_d, coords, dims, strict=True)]
+        mesh, vertex_ids = box_block(n_d, block, dim, simplex, order, distort, bounds)
+        num_cells = int(np.prod(n_d)) * (math.factorial(dim) if simplex and dim > 1 else 1)
+        result = LocalMesh(mesh, vertex_ids, num_cells)
+    except (ValueError, TypeError) as exc:
+        error = exc
+    check_all(comm, error)
+    return result
+
+
+def _piece(mesh, cells):
+    """The sub-mesh of ``mesh`` on ``cells`` (sorted global ids) as a picklable dict."""
+    vertices, local_cells = np.unique(mesh.cells[cells], return_inverse=True)
+    facet_cells = mesh.facet_cells()[:, 0]  # (num_facets,)
+    keep = np.isin(facet_cells, cells)
+    facets = np.searchsorted(vertices, mesh.facets[keep])
+    return {
+        "points": mesh.points[vertices],
+        "cell_type": mesh.cell_type,
+        "cells": local_cells.reshape(len(cells), -1),
+        "facets": facets,
+        "facet_tags": mesh.facet_tags[keep],
+        "tag_names": mesh.tag_names,
+        "geometry": None if mesh.geometry is None else mesh.geometry[cells],
+        "source": mesh.source,
+        "vertex_ids": vertices,
+        "num_global_cells": mesh.num_cells,
+    }
+
+
+def distribute_mesh(comm, mesh, method="rcb"):
+    """Partition a mesh on rank 0 and send each rank its cells.
+
+    Only rank 0 reads and holds the whole mesh; the others receive their part.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    mesh : hofem.meshes.Mesh or str or pathlib.Path
+        On rank 0: the mesh or a file to read (:func:`hofem.meshes.read`).
+        Ignored on the other ranks.
+    method : {"rcb", "metis"}
+        See :func:`hofem.parallel.partition.partition`.
+
+    Returns
+    -------
+    LocalMesh
+
+    Raises
+    ------
+    hofem.parallel.ParallelError
+        On every rank: unreadable file, bad mesh, more ranks than cells, a
+        missing partitioner, an empty part.
+    """
+    error, pieces = None, None
+    if comm.rank == 0:
+        try:
+            if not isinstance(mesh, Mesh):
+                mesh = read_mesh(mesh)
+            part = partition(mesh, comm.size, method)
+            pieces = [_piece(mesh, np.flatnonzero(part == r)) for r in range(comm.size)]
+        except (ValueError, TypeError, OSError, ImportError) as exc:
+            error = exc
+    check_all(comm, error)
+    piece = comm.scatter(pieces, root=0)
+    local = Mesh(
+        piece["points"],
+        piece["cell_type"],
+        piece["cells"],
+        piece["facets"],
+        piece["facet_tags"],
+        piece["tag_names"],
+        piece["geometry"],
+        source=piece["source"],
+    )
+    return LocalMesh(local, piece["vertex_ids"], piece["num_global_cells"])

@@ -1,0 +1,313 @@
+"""P and Pᵀ: owners -> ghosts and ghosts summed into owners, over MPI or NCCL.
+
+Each direction is a :class:`Channel` with one contiguous send and one
+contiguous receive buffer, split in segments per neighbour rank. An MPI
+channel posts persistent requests (``Send_init``/``Recv_init``) once and
+restarts them every exchange; on a GPU it stages through pinned host buffers
+(the MPI of many sites, and of the lent GPU machines, is not CUDA-aware). A
+NCCL channel sends device buffers directly, on its own stream, so the interior
+elements run while the halo moves.
+"""
+
+import itertools
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["Exchange", "MpiChannel", "NcclChannel", "nccl_communicator"]
+
+_NCCL = {}
+
+
+def nccl_communicator(comm):
+    """The NCCL communicator of ``comm``'s ranks (one per communicator, made on first use).
+
+    Rank 0 makes the unique id and broadcasts it over MPI. NVLink multicast
+    (``NCCL_NVLS_ENABLE``) is left off unless the environment sets it.
+    """
+    import os
+
+    from cupy.cuda import nccl
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    key = (comm.py2f(), comm.size, comm.rank)
+    if key not in _NCCL:
+        uid = comm.bcast(nccl.get_unique_id() if comm.rank == 0 else None, root=0)
+        _NCCL[key] = nccl.NcclCommunicator(comm.size, uid, comm.rank)
+    return _NCCL[key]
+
+
+def _segments(sizes):
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return list(itertools.pairwise(offsets))
+
+
+class MpiChannel:
+    """Point-to-point exchange of float64 buffers over MPI, persistent requests.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    xp : module
+        NumPy, or CuPy (buffers staged through pinned host memory).
+    send_ranks, send_sizes, recv_ranks, recv_sizes : sequences of int
+    tag : int
+
+    Attributes
+    ----------
+    send_buf : array (sum(send_sizes),) of ``xp``
+        Fill it, then :meth:`start`.
+    recv_buf : array (sum(recv_sizes),) of ``xp``
+        Valid after :meth:`finish`.
+    """
+
+    def __init__(self, comm, xp, send_ranks, send_sizes, recv_ranks, recv_sizes, tag):
+        self.xp = xp
+        self.device = xp is not np
+        if self.device:
+            import cupyx
+
+            host_send = cupyx.empty_pinned(int(sum(send_sizes)))
+            host_recv = cupyx.empty_pinned(int(sum(recv_sizes)))
+            self.send_buf = xp.empty(host_send.size)
+            self.recv_buf = xp.empty(host_recv.size)
+        else:
+            host_send = self.send_buf = np.empty(int(sum(send_sizes)))
+            host_recv = self.recv_buf = np.empty(int(sum(recv_sizes)))
+        self._host_send, self._host_recv = host_send, host_recv
+        self._requests = [
+            comm.Recv_init([host_recv[a:b], MPI.DOUBLE], source=int(q), tag=tag)
+            for q, (a, b) in zip(recv_ranks, _segments(recv_sizes), strict=True)
+            if b > a
+        ] + [
+            comm.Send_init([host_send[a:b], MPI.DOUBLE], dest=int(q), tag=tag)
+            for q, (a, b) in zip(send_ranks, _segments(send_sizes), strict=True)
+            if b > a
+        ]
+
+    def start(self):
+        """Send ``send_buf`` (after the pending device work that filled it)."""
+        if self.device and self._host_send.size:
+            self.send_buf.get(out=self._host_send)
+        if self._requests:
+            MPI.Prequest.Startall(self._requests)
+
+    def finish(self):
+        """Wait for the exchange; return ``recv_buf``."""
+        if self._requests:
+            MPI.Request.Waitall(self._requests)
+        if self.device and self._host_recv.size:
+            self.recv_buf.set(self._host_recv)
+        return self.recv_buf
+
+    def free(self):
+        for request in self._requests:
+            request.Free()
+        self._requests = []
+
+
+class NcclChannel:
+    """Point-to-point exchange of float64 device buffers through NCCL, on a side stream.
+
+    Same interface as :class:`MpiChannel`. :meth:`start` orders the side
+    stream after the work already queued on the current stream (which filled
+    ``send_buf``); :meth:`finish` orders the current stream after the transfer,
+    without a host synchronization.
+    """
+
+    def __init__(self, comm, xp, send_ranks, send_sizes, recv_ranks, recv_sizes, tag):
+        import cupy
+
+        self._nccl = nccl_communicator(comm)
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._ready, self._done = cupy.cuda.Event(), cupy.cuda.Event()
+        self.send_buf = xp.empty(int(sum(send_sizes)))
+        self.recv_buf = xp.empty(int(sum(recv_sizes)))
+        self._sends = [
+            (int(q), a, b - a)
+            for q, (a, b) in zip(send_ranks, _segments(send_sizes), strict=True)
+            if b > a
+        ]
+        self._recvs = [
+            (int(q), a, b - a)
+            for q, (a, b) in zip(recv_ranks, _segments(recv_sizes), strict=True)
+            if b > a
+        ]
+
+    def start(self):
+        from cupy.cuda import nccl
+
+        if not (self._sends or self._recvs):
+            return
+        self._ready.record()
+        self._stream.wait_event(self._ready)
+        stream = self._stream.ptr
+        nccl.groupStart()
+        for q, a, n in self._recvs:
+            self._nccl.recv(self.recv_buf.data.ptr + 8 * a, n, nccl.NCCL_FLOAT64, q, stream)
+        for q, a, n in self._sends:
+            self._nccl.send(self.send_buf.data.ptr + 8 * a, n, nccl.NCCL_FLOAT64, q, stream)
+        nccl.groupEnd()
+        self._done.record(self._stream)
+
+    def finish(self):
+        import cupy
+
+        if self._sends or self._recvs:
+            cupy.cuda.get_current_stream().wait_event(self._done)
+        return self.recv_buf
+
+    def free(self):
+        """Nothing to release (buffers are freed with the object)."""
+
+
+def transport_names(xp):
+    """Transports usable with arrays of ``xp``: ``["mpi"]``, plus ``"nccl"`` with CuPy's NCCL."""
+    if xp is np:
+        return ["mpi"]
+    try:
+        from cupy.cuda import nccl
+
+        nccl.get_version()
+    except Exception:
+        return ["mpi"]
+    return ["nccl", "mpi"]
+
+
+class Exchange:
+    """The P operator of a distributed space and its transpose, on backend arrays.
+
+    T-vectors hold the owned DOFs, component-major ``(num_comp, num_owned)``;
+    L-vectors the local nodes, owned first, ``(num_comp, num_nodes)``.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        Duplicated, so exchanges never match another library's messages.
+    numbering : ParNumbering
+    num_comp : int
+    xp : module
+        NumPy or CuPy: where the vectors live.
+    transport : {"auto", "mpi", "nccl"}
+        ``"auto"``: NCCL for CuPy arrays when CuPy has NCCL, else MPI (host
+        staged on a GPU).
+
+    Raises
+    ------
+    ValueError
+        Unknown transport, or ``"nccl"`` for host arrays or without NCCL.
+    """
+
+    def __init__(self, comm, numbering, num_comp, xp, transport="auto"):
+        names = transport_names(xp)
+        if transport == "auto":
+            transport = names[0]
+        if transport not in names:
+            raise ValueError(
+                f"transport {transport!r} is not available for these arrays; choose from {names}"
+            )
+        self.comm = comm.Dup()
+        self.transport = transport
+        self.xp = xp
+        self.num_comp = num_comp
+        self.num_owned = numbering.num_owned
+        self.num_nodes = numbering.num_nodes
+        own, nodes = self.num_owned, self.num_nodes
+        comp = np.arange(num_comp, dtype=np.int64)[:, None]
+        send = [(comp * own + s[None, :]).ravel() for s in numbering.send_nodes]
+        ghost_start = own + np.concatenate([[0], np.cumsum(numbering.recv_counts)])
+        ghost = [
+            (comp * nodes + np.arange(a, b)[None, :]).ravel()
+            for a, b in itertools.pairwise(ghost_start)
+        ]
+        send_sizes = [len(s) for s in send]
+        recv_sizes = [len(g) for g in ghost]
+        empty = np.empty(0, dtype=np.int64)
+        self._send_t = xp.asarray(np.concatenate(send) if send else empty)  # T indices
+        self._ghost_l = xp.asarray(np.concatenate(ghost) if ghost else empty)  # L indices
+        self._send_segments = [(self._send_t[a:b], (a, b)) for a, b in _segments(send_sizes)]
+        channel = NcclChannel if transport == "nccl" else MpiChannel
+        s_ranks, r_ranks = numbering.send_ranks, numbering.recv_ranks
+        self._forward = channel(self.comm, xp, s_ranks, send_sizes, r_ranks, recv_sizes, 21)
+        self._reverse = channel(self.comm, xp, r_ranks, recv_sizes, s_ranks, send_sizes, 22)
+        self._sum = self._nccl_sum if transport == "nccl" else self._mpi_sum
+
+    @property
+    def t_size(self):
+        return self.num_comp * self.num_owned
+
+    @property
+    def l_size(self):
+        return self.num_comp * self.num_nodes
+
+    # --- P ---------------------------------------------------------------------------------
+    def start_prolong(self, x_t, x_l):
+        """Begin ``x_l = P x_t``: owned entries copied, owners' values on their way to ghosts."""
+        xp, nc = self.xp, self.num_comp
+        x_l.reshape(nc, self.num_nodes)[:, : self.num_owned] = x_t.reshape(nc, self.num_owned)
+        if self._send_t.size:
+            xp.take(x_t, self._send_t, out=self._forward.send_buf)
+        self._forward.start()
+
+    def finish_prolong(self, x_l):
+        """Complete :meth:`start_prolong`: ghost entries of ``x_l`` received."""
+        received = self._forward.finish()
+        if self._ghost_l.size:
+            x_l[self._ghost_l] = received
+
+    def prolong(self, x_t, x_l=None):
+        """``P x_t`` (an L-vector), into ``x_l`` when given.
+
+        Parameters
+        ----------
+        x_t : array (t_size,)
+        x_l : array (l_size,), optional
+        """
+        x_l = self.xp.empty(self.l_size) if x_l is None else x_l
+        self.start_prolong(x_t, x_l)
+        self.finish_prolong(x_l)
+        return x_l
+
+    # --- Pᵀ --------------------------------------------------------------------------------
+    def prolong_transpose_add(self, y_l, y_t):
+        """``y_t += Pᵀ y_l``: owned entries plus the ghosts' contributions from other ranks."""
+        xp, nc = self.xp, self.num_comp
+        if self._ghost_l.size:
+            xp.take(y_l, self._ghost_l, out=self._reverse.send_buf)
+        self._reverse.start()
+        y_t.reshape(nc, self.num_owned)[...] += y_l.reshape(nc, self.num_nodes)[:, : self.num_owned]
+        received = self._reverse.finish()
+        for index, (a, b) in self._send_segments:  # indices unique within one neighbour
+            y_t[index] += received[a:b]
+
+    def prolong_transpose(self, y_l):
+        """``Pᵀ y_l`` as a new T-vector."""
+        y_t = self.xp.zeros(self.t_size)
+        self.prolong_transpose_add(y_l, y_t)
+        return y_t
+
+    # --- reductions ------------------------------------------------------------------------
+    def allreduce(self, value):
+        """Sum of a 0-d array (or float) over the ranks, as a 0-d array of ``xp``."""
+        return self._sum(value)
+
+    def _mpi_sum(self, value):
+        total = self.comm.allreduce(float(value), op=MPI.SUM)
+        return self.xp.asarray(total)
+
+    def _nccl_sum(self, value):
+        import cupy
+        from cupy.cuda import nccl
+
+        out = cupy.array(value, dtype=np.float64)  # (), a copy reduced in place
+        stream = cupy.cuda.get_current_stream().ptr
+        nccl_communicator(self.comm).allReduce(
+            out.data.ptr, out.data.ptr, 1, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, stream
+        )
+        return out
+
+    def free(self):
+        """Release the persistent requests and the duplicated communicator."""
+        self._forward.free()
+        self._reverse.free()
+        self.comm.Free()

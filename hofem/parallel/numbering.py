@@ -1,0 +1,299 @@
+"""Global H1 numbering across ranks: owned nodes contiguous per rank, ghosts, neighbour lists.
+
+Every rank numbers its own cells' nodes with :func:`hofem.meshes.h1_numbering`.
+A node can be shared with another rank only if all the vertices of its key
+(the ``(vertex, weight)`` pairs of :mod:`hofem.meshes.numbering`) are shared,
+so ranks first learn which vertices they share and with whom (a rendezvous
+through the vertex's home rank ``id % size``), then send each neighbour the
+canonical keys (global vertex ids) of their candidate nodes. The keys both
+ranks hold are the nodes they share; listed in sorted key order, they are the
+same list on both sides, so no further ids need to travel. Each shared node is
+owned by one of its ranks, chosen by a hash of its key (the same choice on
+every rank, balanced in expectation). The local L-vector lists owned nodes
+first (the T-vector is its head) and ghosts after, grouped by owner rank and in
+the owner's send order, so a received buffer is the ghost block as it is.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ..meshes import h1_numbering
+from ..meshes.numbering import H1Numbering
+
+__all__ = ["ParNumbering", "distributed_numbering"]
+
+_HASH = np.array(
+    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
+    dtype=np.uint64,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class ParNumbering:
+    """One rank's view of a global H1 node numbering.
+
+    Attributes
+    ----------
+    local : hofem.meshes.H1Numbering
+        Offsets into the local node order: owned nodes ``0..num_owned - 1``,
+        then ghosts.
+    num_owned : int
+    num_nodes : int
+        Local nodes, owned and ghosts.
+    first_global : int
+        Global id of owned node 0 (owned node ``i`` is ``first_global + i``).
+    num_global : int
+    send_ranks : ndarray of int32, shape ``(num_send,)``
+        Ranks that ghost some of this rank's owned nodes, ascending.
+    send_nodes : list of ndarray of int64
+        ``send_nodes[k]``: owned local nodes that ``send_ranks[k]`` ghosts, in
+        its ghost order.
+    recv_ranks : ndarray of int32, shape ``(num_recv,)``
+        Owners of this rank's ghosts, ascending.
+    recv_counts : ndarray of int64, shape ``(num_recv,)``
+        Ghosts from each owner; ghosts of ``recv_ranks[k]`` are the local nodes
+        ``num_owned + sum(recv_counts[:k]) + arange(recv_counts[k])``.
+    ghost_global : ndarray of int64, shape ``(num_nodes - num_owned,)``
+    """
+
+    local: H1Numbering
+    num_owned: int
+    num_nodes: int
+    first_global: int
+    num_global: int
+    send_ranks: np.ndarray
+    send_nodes: list
+    recv_ranks: np.ndarray
+    recv_counts: np.ndarray
+    ghost_global: np.ndarray
+
+    @property
+    def global_ids(self):
+        """Global id of every local node, ``(num_nodes,)`` int64."""
+        owned = np.arange(self.first_global, self.first_global + self.num_owned, dtype=np.int64)
+        return np.concatenate([owned, self.ghost_global])
+
+
+def _mix(h):
+    """A 64-bit finalizer (murmur3's) so that every bit of ``h`` (uint64) decides the result."""
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xFF51AFD7ED558CCD)
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+def _alltoallv(comm, data, dest):
+    """Send row ``i`` of ``data`` (int64 ``(n, w)``) to rank ``dest[i]``; return rows, sources."""
+    size = comm.size
+    order = np.argsort(dest, kind="stable")
+    send = np.ascontiguousarray(data[order], dtype=np.int64)  # (n, w)
+    width = send.shape[1]
+    counts = np.bincount(dest, minlength=size).astype(np.int64) * width  # (size,)
+    recv_counts = np.empty(size, dtype=np.int64)
+    comm.Alltoall(counts, recv_counts)
+    recv = np.empty(int(recv_counts.sum()), dtype=np.int64)
+    displ = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rdispl = np.concatenate([[0], np.cumsum(recv_counts)[:-1]])
+    comm.Alltoallv([send, (counts, displ), MPI.INT64_T], [recv, (recv_counts, rdispl), MPI.INT64_T])
+    source = np.repeat(np.arange(size), recv_counts // width)
+    return recv.reshape(-1, width), source
+
+
+def _vertex_sharers(comm, vertex_ids):
+    """Which other ranks hold each local vertex (rendezvous at the home rank ``id % size``).
+
+    Returns
+    -------
+    pairs : ndarray of int64, shape ``(m, 2)``
+        ``(local vertex, other rank)`` for every vertex held by another rank too.
+    """
+    size = comm.size
+    received, source = _alltoallv(comm, vertex_ids[:, None], vertex_ids % size)
+    gid = received[:, 0]
+    order = np.lexsort((source, gid))
+    gid, source = gid[order], source[order]
+    start = np.flatnonzero(np.concatenate([[True], gid[1:] != gid[:-1]]))  # group starts
+    count = np.diff(np.concatenate([start, [len(gid)]]))
+    replies, dest = [], []
+    for k in np.unique(count[count > 1]):
+        first = start[count == k]  # groups of k ranks
+        ranks = source[first[:, None] + np.arange(k)]  # (groups, k)
+        for a in range(k):
+            for b in range(k):
+                if a != b:
+                    replies.append(np.column_stack([gid[first], ranks[:, b]]))
+                    dest.append(ranks[:, a])
+    if replies:
+        replies, dest = np.concatenate(replies), np.concatenate(dest)
+    else:
+        replies, dest = np.empty((0, 2), dtype=np.int64), np.empty(0, dtype=np.int64)
+    pairs, _ = _alltoallv(comm, replies, dest)
+    sorter = np.argsort(vertex_ids)
+    local = sorter[np.searchsorted(vertex_ids, pairs[:, 0], sorter=sorter)]
+    return np.column_stack([local, pairs[:, 1]])
+
+
+def _exchange_rows(comm, ranks, rows):
+    """Send ``rows[k]`` (int64 ``(n_k, w)``) to ``ranks[k]`` and receive theirs, pairwise."""
+    width = rows[0].shape[1] if rows else 0
+    counts = [np.array([len(r)], dtype=np.int64) for r in rows]
+    recv_counts = [np.empty(1, dtype=np.int64) for _ in ranks]
+    reqs = [comm.Irecv(c, source=int(q), tag=11) for c, q in zip(recv_counts, ranks, strict=True)]
+    reqs += [comm.Isend(c, dest=int(q), tag=11) for c, q in zip(counts, ranks, strict=True)]
+    MPI.Request.Waitall(reqs)
+    received = [np.empty((int(c[0]), width), dtype=np.int64) for c in recv_counts]
+    reqs = [comm.Irecv(r, source=int(q), tag=12) for r, q in zip(received, ranks, strict=True)]
+    sends = [np.ascontiguousarray(r) for r in rows]
+    reqs += [comm.Isend(r, dest=int(q), tag=12) for r, q in zip(sends, ranks, strict=True)]
+    MPI.Request.Waitall(reqs)
+    return received
+
+
+def _row_ids(a, b):
+    """For rows of ``a`` (sorted, unique): True where the row is also a row of ``b``."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros(len(a), dtype=bool)
+    void = np.dtype((np.void, a.dtype.itemsize * a.shape[1]))
+    return np.isin(np.ascontiguousarray(a).view(void).ravel(), np.ascontiguousarray(b).view(void))
+
+
+def distributed_numbering(comm, local_mesh, order):
+    """Number the order-``order`` H1 nodes of a distributed mesh consistently across ranks.
+
+    Collective over ``comm``.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    local_mesh : LocalMesh
+        This rank's cells with global vertex ids.
+    order : int
+
+    Returns
+    -------
+    ParNumbering
+    """
+    mesh, vertex_ids = local_mesh.mesh, np.asarray(local_mesh.vertex_ids, dtype=np.int64)
+    base = h1_numbering(mesh, order)
+    offsets = base.offsets  # (num_cells, P)
+    weights = base.node_weights  # (P, num_corners)
+    num_corners = weights.shape[1]
+    support = np.count_nonzero(weights, axis=1)  # (P,)
+    max_weight = int(weights.max())
+    num_nodes = base.num_nodes
+
+    # one (cell, local node) occurrence of every node
+    first = np.empty(num_nodes, dtype=np.int64)
+    first[offsets.ravel()] = np.arange(offsets.size)
+    cell, lnode = np.divmod(first, offsets.shape[1])  # (num_nodes,)
+
+    pairs = _vertex_sharers(comm, vertex_ids)  # (m, 2) local vertex, other rank
+    neighbors = np.unique(pairs[:, 1]).astype(np.int32)  # (nn,)
+    shared_with = np.zeros((mesh.num_points, len(neighbors)), dtype=bool)
+    shared_with[pairs[:, 0], np.searchsorted(neighbors, pairs[:, 1])] = True
+
+    # candidate nodes: every support vertex shared; their canonical keys (global vertex, weight)
+    width = max(int(support[support < num_corners].max(initial=1)), 1)
+    cand, keys, cand_with = [], [], []
+    for s in range(1, num_corners):
+        nodes = np.flatnonzero(support[lnode] == s)  # (n_s,) local node ids
+        if nodes.size == 0:
+            continue
+        w = weights[lnode[nodes]]  # (n_s, num_corners)
+        corner = np.argsort(w == 0, axis=1, kind="stable")[:, :s]  # (n_s, s)
+        verts = np.take_along_axis(mesh.cells[cell[nodes]], corner, axis=1)  # (n_s, s)
+        with_q = shared_with[verts].all(axis=1)  # (n_s, nn)
+        keep = with_q.any(axis=1)
+        nodes, verts, corner, with_q = nodes[keep], verts[keep], corner[keep], with_q[keep]
+        key = np.sort(
+            vertex_ids[verts] * (max_weight + 1) + np.take_along_axis(w[keep], corner, axis=1),
+            axis=1,
+        )
+        padded = np.full((len(nodes), width), -1, dtype=np.int64)
+        padded[:, :s] = key
+        cand.append(nodes)
+        keys.append(padded)
+        cand_with.append(with_q)
+    if cand:
+        cand, keys, cand_with = np.concatenate(cand), np.concatenate(keys), np.vstack(cand_with)
+    else:
+        cand = np.empty(0, dtype=np.int64)
+        keys = np.empty((0, width), dtype=np.int64)
+        cand_with = np.empty((0, len(neighbors)), dtype=bool)
+    key_order = np.lexsort(keys.T[::-1])  # candidates in canonical key order
+    cand, keys, cand_with = cand[key_order], keys[key_order], cand_with[key_order]
+
+    # which candidates each neighbour holds too
+    theirs = _exchange_rows(comm, neighbors, [keys[cand_with[:, k]] for k in range(len(neighbors))])
+    holds = np.zeros_like(cand_with)  # (n_cand, nn): the neighbour holds this node
+    for k, rows in enumerate(theirs):
+        mine = np.flatnonzero(cand_with[:, k])
+        holds[mine, k] = _row_ids(keys[mine], rows)
+
+    # owner among the holders (this rank included) by a hash of the key
+    ranks = np.append(neighbors, comm.rank).astype(np.int32)  # (nn + 1,)
+    rank_order = np.argsort(ranks)
+    members = np.column_stack([holds, np.ones(len(cand), dtype=bool)])[:, rank_order]
+    count = members.sum(axis=1)  # (n_cand,)
+    h = _mix((keys.astype(np.uint64) * _HASH[np.arange(width) % len(_HASH)]).sum(axis=1))
+    pick = (h % count.astype(np.uint64)).astype(np.int64)  # index among the sorted holders
+    position = np.cumsum(members, axis=1) - 1
+    owner_col = np.argmax(members & (position == pick[:, None]), axis=1)
+    owner = ranks[rank_order][owner_col]  # (n_cand,)
+    shared = count > 1
+
+    # local order: owned nodes (original order), then ghosts by owner, in key order
+    is_ghost = np.zeros(num_nodes, dtype=bool)
+    ghost = shared & (owner != comm.rank)
+    is_ghost[cand[ghost]] = True
+    num_owned = int(num_nodes - is_ghost.sum())
+    ghost_nodes = cand[ghost]  # key order
+    ghost_owner = owner[ghost]
+    by_owner = np.argsort(ghost_owner, kind="stable")  # stable: key order within an owner
+    ghost_nodes, ghost_owner = ghost_nodes[by_owner], ghost_owner[by_owner]
+    new_id = np.empty(num_nodes, dtype=np.int64)
+    new_id[~is_ghost] = np.arange(num_owned)
+    new_id[ghost_nodes] = num_owned + np.arange(len(ghost_nodes))
+    recv_ranks, recv_counts = np.unique(ghost_owner, return_counts=True)
+
+    send_ranks, send_nodes = [], []
+    for k, q in enumerate(neighbors):
+        mine = holds[:, k] & (owner == comm.rank)  # key order
+        if mine.any():
+            send_ranks.append(q)
+            send_nodes.append(new_id[cand[mine]])
+
+    num_global = comm.allreduce(num_owned)
+    first_global = comm.exscan(num_owned)  # None on rank 0
+    numbering = ParNumbering(
+        local=H1Numbering(mesh, base.order, new_id[offsets], num_nodes, base.node_lattice, weights),
+        num_owned=num_owned,
+        num_nodes=num_nodes,
+        first_global=int(first_global or 0),
+        num_global=int(num_global),
+        send_ranks=np.array(send_ranks, dtype=np.int32),
+        send_nodes=send_nodes,
+        recv_ranks=recv_ranks.astype(np.int32),
+        recv_counts=recv_counts.astype(np.int64),
+        ghost_global=np.empty(0, dtype=np.int64),
+    )
+    ghost_global = _ghost_global_ids(comm, numbering)
+    return ParNumbering(**{**numbering.__dict__, "ghost_global": ghost_global})
+
+
+def _ghost_global_ids(comm, numbering):
+    """Global ids of the ghosts, sent by their owners along the send lists."""
+    first = numbering.first_global
+    sends = [(first + nodes)[:, None] for nodes in numbering.send_nodes]
+    reqs, received = [], []
+    for q, count in zip(numbering.recv_ranks, numbering.recv_counts, strict=True):
+        buf = np.empty(int(count), dtype=np.int64)
+        received.append(buf)
+        reqs.append(comm.Irecv(buf, source=int(q), tag=13))
+    for q, buf in zip(numbering.send_ranks, sends, strict=True):
+        reqs.append(comm.Isend(np.ascontiguousarray(buf), dest=int(q), tag=13))
+    MPI.Request.Waitall(reqs)
+    return np.concatenate(received) if received else np.empty(0, dtype=np.int64)

@@ -1,0 +1,130 @@
+"""``ParOperator``: ``y_T = Pᵀ A_local P x_T``, the halo exchange hidden behind interior work."""
+
+import math
+
+from ..forms import diffusion as _diffusion
+from ..forms import mass as _mass
+from ..operator import _OperatorBase
+
+__all__ = ["ParOperator", "ParallelVectorOps", "diffusion", "mass"]
+
+
+class ParallelVectorOps:
+    """CG's vector work on T-vectors: a rank's own :class:`~hofem.vector_ops.VectorOps`
+    for the updates, and every inner product summed over the ranks.
+
+    Parameters
+    ----------
+    inner : hofem.vector_ops.VectorOps
+    allreduce : callable
+        0-d array -> its sum over the ranks (a 0-d array of the same library).
+    """
+
+    def __init__(self, inner, allreduce):
+        self.inner = inner
+        self.xp = inner.xp
+        self._sum = allreduce
+
+    def dot(self, a, b):
+        return self._sum(self.inner.dot(a, b))
+
+    def norm(self, a):
+        return math.sqrt(float(self.dot(a, a)))
+
+    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+        self.inner.update_xr(rz, pAp, breakdown, p, Ap, x, r)
+
+    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+        return self._sum(self.inner.update_xr_rr(rz, pAp, breakdown, p, Ap, x, r))
+
+    def update_p(self, z, rz_new, rz, p):
+        self.inner.update_p(z, rz_new, rz, p)
+
+
+class ParOperator(_OperatorBase):
+    """A distributed square operator on the T-vectors of a :class:`ParH1Space`.
+
+    ``build(space)`` makes an ordinary hofem operator on an
+    :class:`hofem.H1Space` (e.g. ``hofem.diffusion``); it is called on the
+    rank's interior cells (touching no ghost node) and on the rest, and an
+    application overlaps communication with the interior work:
+
+    1. start ``P`` (owned values to the ranks that ghost them);
+    2. apply the interior cells;
+    3. finish ``P``, apply the cells that touch ghosts;
+    4. ``Pᵀ``: ghost contributions summed into their owners.
+
+    Works with :func:`hofem.cg` (inner products are summed over the ranks),
+    :func:`hofem.jacobi`, :func:`hofem.restrict_dofs` (with T-vector indices
+    such as ``space.free_dofs()``) and :meth:`as_linear_operator`.
+
+    Parameters
+    ----------
+    space : ParH1Space
+    build : callable
+        ``build(h1_space) -> Operator`` on the L-vectors of that space.
+
+    Attributes
+    ----------
+    interior, boundary : Operator or None
+        The local operators on the two cell ranges (None where a range is empty).
+    """
+
+    def __init__(self, space, build):
+        local, k = space.local, space.num_interior
+        self.space = space
+        self.ceed = space.ceed
+        self.interior = build(local.element_subset(0, k)) if k > 0 else None
+        self.boundary = (
+            build(local.element_subset(k, local.num_elem)) if k < local.num_elem else None
+        )
+        for op in (self.interior, self.boundary):
+            if op is not None and op.shape != (local.num_dofs, local.num_dofs):
+                raise ValueError(
+                    f"build(space) returned an operator of shape {op.shape}; it must be square "
+                    f"on the space's L-vector ({local.num_dofs})"
+                )
+        xp = self.ceed.xp
+        self._x = xp.zeros(local.num_dofs)  # (l_size,) P x
+        self._y = xp.zeros(local.num_dofs)  # (l_size,) A P x
+
+    @property
+    def shape(self):
+        n = self.space.num_owned_dofs
+        return (n, n)
+
+    def _add(self, u, v):
+        exchange, x, y = self.space.exchange, self._x, self._y
+        exchange.start_prolong(u, x)
+        y[...] = 0.0
+        if self.interior is not None:
+            self.interior.apply_add(x, y)
+        exchange.finish_prolong(x)
+        if self.boundary is not None:
+            self.boundary.apply_add(x, y)
+        exchange.prolong_transpose_add(y, v)
+
+    def linear_assemble_diagonal(self):
+        """Diagonal of the global matrix on the owned DOFs: local diagonals summed with ``Pᵀ``."""
+        diag = self.ceed.xp.zeros(self.space.local.num_dofs)
+        for op in (self.interior, self.boundary):
+            if op is not None:
+                diag += op.linear_assemble_diagonal()
+        return self.space.exchange.prolong_transpose(diag)
+
+    def vector_ops(self):
+        """Inner products summed over the ranks (see :class:`ParallelVectorOps`)."""
+        return ParallelVectorOps(super().vector_ops(), self.space.exchange.allreduce)
+
+    def __repr__(self):
+        return f"ParOperator(shape={self.shape}, space={self.space!r})"
+
+
+def mass(space, **kwargs):
+    """Distributed :func:`hofem.mass` on a :class:`ParH1Space` (same keyword arguments)."""
+    return ParOperator(space, lambda s: _mass(s, **kwargs))
+
+
+def diffusion(space, **kwargs):
+    """Distributed :func:`hofem.diffusion` on a :class:`ParH1Space` (same keyword arguments)."""
+    return ParOperator(space, lambda s: _diffusion(s, **kwargs))
