@@ -92,7 +92,7 @@ def test_malformed_table_names_the_file(tmp_path, content, match):
     path.write_text(content)
     with pytest.raises(ValueError, match=match) as info:
         gemm.select(N, 4, 27, 10, path)
-    assert str(path) in str(info.value) and "tune_gemm" in str(info.value)
+    assert str(path) in str(info.value) and "bakeoff tune-gemm" in str(info.value)
 
 
 def test_select_rejects_bad_arguments(table):

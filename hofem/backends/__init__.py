@@ -15,7 +15,7 @@ as ``/cpu/self`` resolves to the available backend of highest priority.
 
 import importlib
 
-__all__ = ["BackendUnavailable", "available", "register", "resolve"]
+__all__ = ["BackendUnavailable", "available", "register", "registered", "resolve"]
 
 
 class BackendUnavailable(RuntimeError):
@@ -56,6 +56,17 @@ def _load(resource):
     except ImportError as exc:
         raise BackendUnavailable(f"backend {resource!r} is unavailable: {exc}") from exc
     return backend_cls
+
+
+def registered():
+    """Return the full resource names of all registered backends, available here or not.
+
+    Returns
+    -------
+    list of str
+        Sorted by resource name.
+    """
+    return sorted(_REGISTRY)
 
 
 def available():

@@ -1,38 +1,62 @@
-"""``python -m hofem.bakeoff [bp1..bp6] [--order P] [--elements N] ...``: solve a bake-off problem.
+"""``python -m hofem.bakeoff [bp1..bp6 | COMMAND] ...``: the bake-off command line.
 
-Prints a human summary and one JSON line (bp, p, q, elements, dofs,
-iterations, solve seconds, DOFs x iterations / s, relative residual, L2 error).
+With a problem (or nothing: BP3, p = 4), solve one bake-off case and print a
+human summary and one JSON line (bp, p, q, elements, dofs, iterations,
+compile seconds, solve seconds, DOFs x iterations / s of the solve alone,
+relative residual, L2 error).
+
+Commands (``python -m hofem.bakeoff COMMAND --help`` for each):
+
+  sweep           problems x orders x sizes x backends, one JSON line per case
+  plot            figures and a markdown table from a sweep's results file
+  bench-cpu       CPU operator apply and fixed-iteration CG throughput
+  bench-gpu       GPU kernels, operators and CG (CUDA events)
+  bench-parallel  distributed weak/strong scaling (under mpiexec)
+  tune-gemm       GPU GEMM tuning table for simplex bases
+  anchor-libceed  libCEED's own BP1/BP3 on the same boxes
 """
 
-import argparse
+import importlib
 import json
 import sys
 
 import hofem as hf
 from hofem import meshes
+from hofem.backends import BackendUnavailable
 
+from .common import Parser, add_ceed_argument, bp_name, order, positive_float, positive_int
 from .distributed import launched_under_mpi, setup_distributed
-from .problems import PROBLEMS, setup, solve
+from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
+
+EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot"}
+COMMANDS = {
+    "sweep": "sweep",
+    "plot": "plot",
+    "bench-cpu": "benchmark_cpu",
+    "bench-gpu": "benchmark_gpu",
+    "bench-parallel": "benchmark_parallel",
+    "tune-gemm": "tune_gemm",
+    "anchor-libceed": "anchor_libceed",
+}
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog="python -m hofem.bakeoff",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    """Options of the single-case command."""
+    parser = Parser(prog="python -m hofem.bakeoff", description=__doc__)
     parser.add_argument(
         "bp",
         nargs="?",
         default="bp3",
+        type=bp_name,
         choices=sorted(PROBLEMS),
-        help="problem (default bp3: Poisson, Dirichlet)",
+        metavar="BP",
+        help="problem bp1..bp6 or 1..6 (default bp3: Poisson, Dirichlet)",
     )
-    parser.add_argument("--order", "-p", type=int, default=4, help="polynomial order (default 4)")
+    parser.add_argument("--order", "-p", type=order, default=4, help="polynomial order (default 4)")
     parser.add_argument(
         "--elements",
         "-n",
-        type=int,
+        type=positive_int,
         default=6,
         help="elements per direction of the unit box (default 6)",
     )
@@ -44,9 +68,14 @@ def parse_args(argv):
         help="smooth interior distortion of the box (default 0)",
     )
     parser.add_argument("--mesh", help="mesh file (Gmsh .msh, .vtk, .vtu) instead of the box")
-    parser.add_argument("--ceed", default="/cpu/self", help="backend resource (default /cpu/self)")
-    parser.add_argument("--rtol", type=float, default=1e-8, help="CG relative tolerance")
-    parser.add_argument("--maxiter", type=int, default=None, help="CG iteration limit")
+    add_ceed_argument(parser, "/cpu/self")
+    parser.add_argument(
+        "--rtol",
+        type=positive_float,
+        default=DEFAULT_RTOL,
+        help=f"CG relative tolerance (default {DEFAULT_RTOL:g}: reaches the discretization error)",
+    )
+    parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
     parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
     parser.add_argument(
         "--partition",
@@ -70,6 +99,7 @@ def report(result, extra=()):
         f"{result['bp'].upper()} on {result['elements']} {result['cell']} cells, p = "
         f"{result['p']}, q = {result['q']}, {result['dofs']} DOFs, backend {result['backend']}"
     )
+    print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
     for line in extra:
         print(line)
     print(
@@ -124,8 +154,12 @@ def run_distributed(args):
     return 0 if result["converged"] else 1
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def solve_one(argv):
+    """Build the mesh, set up and solve one case, print the summary; exit status 0/1.
+
+    Under ``mpiexec`` the case runs distributed over the ranks (rank 0 prints).
+    """
+    args = parse_args(argv)
     if launched_under_mpi():
         from hofem.parallel import abort_on_error
 
@@ -145,6 +179,31 @@ def main(argv=None):
     )
     report(result)
     return 0 if result["converged"] else 1
+
+
+def main(argv=None):
+    """Dispatch to a command of :data:`COMMANDS`, or solve one case.
+
+    A backend or an optional package that this machine lacks ends the
+    command with one line on stderr and exit status 1.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv and argv[0] in COMMANDS:
+            command = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
+            return command.main(argv[1:])
+        return solve_one(argv)
+    except BackendUnavailable as exc:
+        print(f"python -m hofem.bakeoff: {exc}", file=sys.stderr)
+    except ModuleNotFoundError as exc:
+        if exc.name not in EXTRAS:
+            raise
+        extra = EXTRAS[exc.name]
+        print(
+            f"python -m hofem.bakeoff: this needs {exc.name}: pip install hofem[{extra}]",
+            file=sys.stderr,
+        )
+    return 1
 
 
 if __name__ == "__main__":

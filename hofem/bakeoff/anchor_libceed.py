@@ -2,31 +2,30 @@
 
 Usage::
 
-    PYTHONPATH=/path/to/libceed python -m hofem.bakeoff.anchor_libceed
-        [--bp 1 3] [--order 1 ... 8] [--dofs 3e5 2e6] [--repeat N]
-        [--resource /cpu/self/avx/blocked]
+    PYTHONPATH=/path/to/libceed python -m hofem.bakeoff anchor-libceed
+        [--problems bp1 bp3] [--orders 1 ... 8] [--dofs 3e5 2e6] [--repeat N]
+        [--ceed /cpu/self/avx/blocked]
 
 Builds BP1 (mass) and BP3 (Poisson) with libCEED's own gallery QFunctions
 on the structured box of :mod:`hofem.bakeoff.structured` (same offsets,
 coordinates, p + 2 Gauss points) and prints one JSON line per case with the
 apply DOFs/s (median of ``--repeat`` timed applies after a warm-up), in the
-format of :mod:`hofem.bakeoff.benchmark_cpu`.  The resource falls back to
+format of ``python -m hofem.bakeoff bench-cpu``.  The resource falls back to
 ``/cpu/self/opt/blocked`` when AVX is unavailable; the line reports the one used.
 
 libCEED is optional (``pip install libceed==0.12.0``, e.g. into a separate
 environment whose ``site-packages`` is put on ``PYTHONPATH``).
 """
 
-import argparse
 import json
 
 import numpy as np
 
-from .benchmark_cpu import add_case_arguments, box_side, median_seconds
+from .common import Parser, add_case_arguments, box_side, median_seconds
 from .structured import box_coordinates, box_offsets
 
-_QFUNCTIONS = {1: ("Mass3DBuild", "MassApply", 1, "u", "v"),
-               3: ("Poisson3DBuild", "Poisson3DApply", 6, "du", "dv")}  # fmt: skip
+_QFUNCTIONS = {"bp1": ("Mass3DBuild", "MassApply", 1, "u", "v"),
+               "bp3": ("Poisson3DBuild", "Poisson3DApply", 6, "du", "dv")}  # fmt: skip
 RESOURCES = ("/cpu/self/avx/blocked", "/cpu/self/opt/blocked")
 
 
@@ -104,16 +103,15 @@ def run_case(ceed, bp, p, dofs, repeat):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m hofem.bakeoff anchor-libceed", description=__doc__)
     add_case_arguments(parser)
-    parser.add_argument("--resource", default=RESOURCES[0])
+    parser.add_argument(
+        "--ceed", choices=RESOURCES, default=RESOURCES[0], help="libCEED resource (falls back)"
+    )
     args = parser.parse_args(argv)
-    ceed = open_ceed((args.resource, *RESOURCES[1:]))
+    ceed = open_ceed((args.ceed, *RESOURCES))
     for dofs in args.dofs:
-        for bp in args.bp:
-            for p in args.order:
+        for bp in args.problems:
+            for p in args.orders:
                 print(json.dumps(run_case(ceed, bp, p, dofs, args.repeat)), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m hofem.bakeoff.benchmark_cpu [--bp 1 3] [--order 1 2 ... 8] [--dofs 3e5 2e6]
-                                          [--ceed /cpu/self/numba] [--repeat N]
+    python -m hofem.bakeoff bench-cpu [--problems bp1 bp3] [--orders 1 2 ... 8]
+        [--dofs 3e5 2e6] [--ceed /cpu/self/numba] [--repeat N]
 
 Prints one JSON line per case with the apply DOFs/s (median of ``--repeat``
 timed applies after a warm-up) and CG DOFs x iterations/s (20 iterations,
@@ -13,63 +13,37 @@ seconds.  Threads: ``NUMBA_NUM_THREADS`` (reported as ``threads``); set
 ``OPENBLAS_NUM_THREADS=1`` with several Numba threads (OpenBLAS threads
 spinning after CG's dot products compete with Numba's for the cores).
 
-The libCEED anchor on the same boxes is :mod:`hofem.bakeoff.anchor_libceed`.
+The libCEED anchor on the same boxes is ``python -m hofem.bakeoff anchor-libceed``.
 
 The problem is a 3D hex box of continuous Q_p elements (p + 1 Gauss-Lobatto
 nodes, q = p + 2 Gauss points per direction), built directly from the
 algebra layer on a structured grid (:mod:`hofem.bakeoff.structured`).
 """
 
-import argparse
 import json
-import statistics
 import time
 
 import numpy as np
 
 import hofem as hf
 
+from .common import (
+    Parser,
+    add_case_arguments,
+    add_ceed_argument,
+    box_side,
+    median_seconds,
+    threads,
+)
 from .structured import box_operator
 
 CG_ITERATIONS = 20
 
 
-def threads():
-    """Threads the backend uses: Numba's current count, 1 when Numba is absent."""
-    try:
-        import numba
-    except ImportError:
-        return 1
-    return numba.get_num_threads()
-
-
-def box_side(dofs, p):
-    """Elements per side of the order-``p`` box with about ``dofs`` nodes."""
-    return max(1, round((dofs ** (1 / 3) - 1) / p))
-
-
-def median_seconds(func, repeat):
-    """Median wall-clock seconds of ``repeat`` calls of ``func()``."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def add_case_arguments(parser):
-    """The ``--bp --order --dofs --repeat`` options shared with the libCEED anchor."""
-    parser.add_argument("--bp", type=int, nargs="+", default=[1, 3], choices=[1, 3])
-    parser.add_argument("--order", type=int, nargs="+", default=list(range(1, 9)))
-    parser.add_argument("--dofs", type=float, nargs="+", default=[3e5, 2e6])
-    parser.add_argument("--repeat", type=int, default=10)
-
-
 def run_case(ceed, bp, p, dofs, repeat):
     """Time one case; return the result line and the compile line (dicts)."""
     n = box_side(dofs, p)
-    op, parts = box_operator(ceed, "mass" if bp == 1 else "diffusion", n, p)
+    op, parts = box_operator(ceed, "mass" if bp == "bp1" else "diffusion", n, p)
     num_nodes, num_elem = parts["num_nodes"], parts["offsets"].shape[0]
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
     v = ceed.xp.zeros(num_nodes)
@@ -92,18 +66,15 @@ def run_case(ceed, bp, p, dofs, repeat):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m hofem.bakeoff bench-cpu", description=__doc__)
     add_case_arguments(parser)
-    parser.add_argument("--ceed", default="/cpu/self/numba")
+    add_ceed_argument(parser, "/cpu/self/numba")
     args = parser.parse_args(argv)
     ceed = hf.Ceed(args.ceed)
     for dofs in args.dofs:
-        for bp in args.bp:
-            for p in args.order:
+        for bp in args.problems:
+            for p in args.orders:
                 result, compile_line = run_case(ceed, bp, p, dofs, args.repeat)
                 print(json.dumps(result), flush=True)
                 print(json.dumps(compile_line), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,4 +1,4 @@
-"""Distributed bake-off scaling: ``mpiexec -n N python -m hofem.bakeoff.benchmark_parallel``.
+"""Distributed scaling: ``mpiexec -n N python -m hofem.bakeoff bench-parallel``.
 
 For each (problem, order, size) it builds the distributed box problem
 (:func:`hofem.bakeoff.distributed.setup_distributed`), times ``--iterations``
@@ -10,33 +10,28 @@ local DOF (CuPy's pool), and the DOF balance.
 
 ``--dofs`` is the total problem size (strong scaling) or, with ``--per-rank``,
 the size on each rank (weak scaling). The box has ``round(((dofs)^(1/3) - 1) / p)``
-elements per direction.
+elements per direction. Started without ``mpiexec`` it runs on one rank.
 """
 
-import argparse
 import json
 import resource
 import time
 
 import hofem as hf
 
+from .common import Parser, add_ceed_argument, add_problem_arguments, positive_float, positive_int
 from .distributed import setup_distributed
-from .problems import PROBLEMS
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m hofem.bakeoff.benchmark_parallel")
-    parser.add_argument("--bp", nargs="+", default=["bp1", "bp3"], choices=sorted(PROBLEMS))
-    parser.add_argument("--order", nargs="+", type=int, default=[4, 6])
-    parser.add_argument("--dofs", nargs="+", type=float, default=[1e6])
+    parser = Parser(prog="python -m hofem.bakeoff bench-parallel", description=__doc__)
+    add_problem_arguments(parser, ("bp1", "bp3"), (4, 6))
+    parser.add_argument("--dofs", nargs="+", type=positive_float, default=[1e6])
     parser.add_argument("--per-rank", action="store_true", help="--dofs is per rank (weak)")
-    parser.add_argument("--ceed", default="/cpu/self")
-    parser.add_argument("--iterations", type=int, default=50)
+    add_ceed_argument(parser, "/cpu/self")
+    parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
-    args = parser.parse_args(argv)
-    if any(p < 1 for p in args.order) or any(d <= 0 for d in args.dofs) or args.iterations < 1:
-        parser.error("orders, sizes and iterations must be positive")
-    return args
+    return parser.parse_args(argv)
 
 
 def run_case(comm, ceed, bp, p, dofs, iterations, transport):
@@ -99,18 +94,15 @@ def main(argv=None):
 
     args = parse_args(argv)
     comm = par.world()
-    with par.abort_on_error(prog="benchmark_parallel"):
+    with par.abort_on_error(prog="python -m hofem.bakeoff bench-parallel"):
         if args.ceed.startswith("/gpu"):
             par.bind_device(comm)
         ceed = hf.Ceed(args.ceed)
-        for bp in args.bp:
-            for p in args.order:
+        for bp in args.problems:
+            for p in args.orders:
                 for dofs in args.dofs:
                     total = dofs * comm.size if args.per_rank else dofs
                     result = run_case(comm, ceed, bp, p, total, args.iterations, args.transport)
                     if comm.rank == 0:
                         print(json.dumps(result), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

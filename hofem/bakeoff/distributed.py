@@ -82,7 +82,7 @@ def setup_distributed(
     space = par.ParH1Space(ceed, local_mesh, order, bp.num_comp, comm, transport)
     form = par.mass if bp.form == "mass" else par.diffusion
     op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode)
-    f, exact = _rhs_function(bp, space.dim)
+    f, exact = _rhs_function(bp)
     rhs = space.load_vector(f, q_extra=1)
     free = None
     if bp.dirichlet:

@@ -5,6 +5,7 @@ file), with continuous order-p Lagrange elements on Gauss-Lobatto nodes.
 """
 
 import math
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -12,7 +13,24 @@ import numpy as np
 
 import hofem as hf
 
-__all__ = ["BP", "PROBLEMS", "BakeoffProblem", "setup", "solve"]
+__all__ = [
+    "BP",
+    "DEFAULT_RTOL",
+    "PROBLEMS",
+    "BakeoffProblem",
+    "median_seconds",
+    "memory_estimate",
+    "setup",
+    "solve",
+    "time_apply",
+]
+
+
+# CG relative residual tolerance at which the L2 error is the discretization error, or
+# its rounding floor (about 1e-13), for p = 1..8: 1e-8 stops BP1 above it from p = 4 on,
+# 1e-12 from p = 7 on (docs/bakeoff.md, "Tolerance").
+DEFAULT_RTOL = 1e-14
+CELL_NAMES = {"hexahedron": "hex", "tetra": "tet", "quad": "quad", "triangle": "tri"}
 
 
 @dataclass(frozen=True)
@@ -38,11 +56,33 @@ PROBLEMS = {
 
 
 def exact_solution(x):
-    """Manufactured solution ``(n, 3)`` points -> ``(n,)``: zero on the unit box's boundary."""
-    return np.prod(np.sin(np.pi * x), axis=1)
+    """Manufactured solution ``(n, dim)`` points -> ``(n,)``: zero on the unit box's boundary.
+
+    ``u = prod_i sin(pi x_i) (1 + prod_i x_i)``: the factor ``1 + prod x_i`` keeps the
+    right-hand side off the discrete operator's eigenvectors (for ``prod sin`` alone,
+    CG on a uniform p = 1 mesh converges in a handful of iterations).
+    """
+    return np.prod(np.sin(np.pi * x), axis=1) * (1 + np.prod(x, axis=1))
 
 
-def _rhs_function(bp, dim):
+def _minus_laplacian_exact(x):
+    """``-laplace u`` of :func:`exact_solution`, ``(n, dim)`` -> ``(n,)``.
+
+    With ``s = prod sin(pi x_i)`` and the harmonic ``g = 1 + prod x_i``:
+    ``-laplace(s g) = dim pi^2 s g - 2 grad s . grad g``.
+    """
+    dim = x.shape[1]
+    sines, cosines = np.sin(np.pi * x), np.cos(np.pi * x)  # (n, dim)
+    f = dim * np.pi**2 * exact_solution(x)
+    for i in range(dim):
+        others = [j for j in range(dim) if j != i]
+        ds = np.pi * cosines[:, i] * np.prod(sines[:, others], axis=1)
+        dg = np.prod(x[:, others], axis=1)
+        f -= 2 * ds * dg
+    return f
+
+
+def _rhs_function(bp):
     """Right-hand side f of the strong problem, and the exact solution, for ``num_comp``."""
     if bp.form == "mass":  # M u = b with b = (u, v): any smooth u
 
@@ -50,11 +90,8 @@ def _rhs_function(bp, dim):
             return np.exp(x[:, 0]) * np.cos(x[:, 1:].sum(axis=1)) + x[:, 0] * x[:, -1]
 
         f = exact
-    else:  # -laplace u = dim pi^2 u
-        exact = exact_solution
-
-        def f(x):
-            return dim * np.pi**2 * exact_solution(x)
+    else:  # -laplace u = f
+        exact, f = exact_solution, _minus_laplacian_exact
 
     if bp.num_comp == 1:
         return f, exact
@@ -98,7 +135,7 @@ def setup(bp_name, ceed, order, mesh):
     space = hf.H1Space(ceed, mesh, order, num_comp=bp.num_comp)
     form = hf.mass if bp.form == "mass" else hf.diffusion
     op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode)
-    f, exact = _rhs_function(bp, mesh.dim)
+    f, exact = _rhs_function(bp)
     rhs = space.load_vector(f, q_extra=1)
     free = None
     if bp.dirichlet:
@@ -108,20 +145,39 @@ def setup(bp_name, ceed, order, mesh):
     return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
 
 
-def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
+def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     """Solve with CG and verify against the exact solution.
+
+    A warm-up before the timed solve runs everything the solve runs (the
+    operator, CG's vector kernels and the preconditioner, for two iterations):
+    JIT compilation and caches fill there, and its seconds are reported on
+    their own (``compile_s``), not in ``solve_s``.
 
     Parameters
     ----------
+    problem : BakeoffProblem
+    rtol : float
+        CG relative residual tolerance; the default :data:`DEFAULT_RTOL`
+        reaches the discretization error for p = 1..8.
+    maxiter : int, optional
+        CG iteration limit (default ``10 * size``).
     preconditioner : None or "jacobi"
 
     Returns
     -------
     dict
-        bp, p, q, elements, dofs, iterations, solve seconds, DOFs x iterations / s,
-        relative residual, L2 error, converged, setup seconds, warm-up seconds
-        (the first apply, which includes any JIT compilation; not in the solve time).
+        bp, p, q, cell, elements, dofs, backend, ranks (MPI ranks: 1 when serial), rtol,
+        preconditioner, iterations, converged, setup_s, compile_s (the
+        warm-up, first-run JIT compilation included), solve_s,
+        dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``preconditioner``.
     """
+    if preconditioner not in (None, "jacobi"):
+        raise ValueError(f"preconditioner must be None or 'jacobi', got {preconditioner!r}")
     op, space, ceed = problem.operator, problem.space, problem.space.ceed
     comm = getattr(space, "comm", None)  # distributed spaces: time all ranks together
 
@@ -130,12 +186,12 @@ def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
         if comm is not None:
             comm.Barrier()
 
-    M = hf.jacobi(op) if preconditioner == "jacobi" else None
     synchronize()
     start = time.perf_counter()
-    op(problem.rhs)  # warm-up: JIT compilation and caches stay out of the solve time
+    M = hf.jacobi(op) if preconditioner == "jacobi" else None
+    hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M)  # warm-up: compiles all the solve runs
     synchronize()
-    warmup = time.perf_counter() - start
+    compile_s = time.perf_counter() - start
     start = time.perf_counter()
     x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M)
     synchronize()
@@ -153,17 +209,82 @@ def solve(problem, rtol=1e-8, maxiter=None, preconditioner=None):
         "bp": problem.bp.name,
         "p": space.order,
         "q": q_1d,
-        "cell": space.cell_type,
+        "cell": CELL_NAMES.get(space.cell_type, space.cell_type),
         "elements": space.num_elem,
         "dofs": space.num_dofs,
         "backend": ceed.resource,
+        "ranks": 1 if comm is None else comm.size,
+        "rtol": rtol,
+        "preconditioner": preconditioner,
         "iterations": info.iterations,
         "converged": info == 0,
+        "setup_s": problem.setup_seconds,
+        "compile_s": compile_s,
         "solve_s": seconds,
         "dofs_x_iter_per_s": space.num_dofs * info.iterations / seconds if seconds else math.nan,
         "rel_residual": residual,
         "l2_error": l2,
-        "setup_s": problem.setup_seconds,
-        "warmup_s": warmup,
-        "ranks": 1 if comm is None else comm.size,
     }
+
+
+def median_seconds(func, repeat):
+    """Median wall-clock seconds of ``repeat`` calls of ``func()``."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_apply(problem, repeat=5):
+    """Median seconds of one operator apply (after the solve's warm-up), and DOFs / s.
+
+    Returns
+    -------
+    dict
+        apply_s, apply_dofs_per_s.
+    """
+    op, ceed = problem.operator, problem.space.ceed
+    u = problem.rhs
+    v = ceed.xp.empty_like(u)
+    op.apply(u, v)
+
+    def apply():
+        op.apply(u, v)
+        ceed.backend.synchronize()
+
+    seconds = median_seconds(apply, repeat)
+    return {"apply_s": seconds, "apply_dofs_per_s": problem.space.num_dofs / seconds}
+
+
+def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_elem):
+    """Bytes a bake-off case needs at its peak (set-up), estimated before allocating.
+
+    Counts the stored quadrature data, the geometry at quadrature points while
+    it is built (3 x 3 Jacobians and coordinates), the element vectors and
+    quadrature-point vectors of an apply, the mesh numbering (element to node
+    offsets, several int64 copies) and the CG vectors, times 3: the peaks measured on
+    ``/cpu/self/ref`` (maximum resident set) were 2.2 to 2.8 times these arrays.
+
+    Parameters
+    ----------
+    bp_name : str
+    num_elem, num_nodes : int
+        Elements and (scalar) nodes of the mesh's space.
+    nodes_per_elem, points_per_elem : int
+        Basis nodes and quadrature points per element.
+
+    Returns
+    -------
+    int
+    """
+    bp = PROBLEMS[bp_name]
+    comp = bp.num_comp
+    qdata = 1 if bp.form == "mass" else 6
+    grad = 1 if bp.form == "mass" else 3
+    per_point = qdata + 9 + 3 + 2 * comp * grad  # qdata, dx/dX, x, in/out point values
+    per_node = 3 + 2 * comp + 6  # x, in/out element vectors, numbering (int64)
+    words = num_elem * (points_per_elem * per_point + nodes_per_elem * per_node)
+    words += num_nodes * (3 + 10 * comp)  # coordinates, CG and work vectors
+    return int(3 * 8 * words)

@@ -14,10 +14,9 @@ when it beats the plain GEMM by ``--margin``.
 
 Usage::
 
-    python -m hofem.bakeoff.tune_gemm [--out PATH] [--repeat N] [--max-bytes B]
+    python -m hofem.bakeoff tune-gemm [--out PATH] [--repeat N] [--max-bytes B]
 """
 
-import argparse
 import datetime
 import json
 import sys
@@ -25,7 +24,7 @@ import sys
 import hofem as hf
 from hofem.backends.cuda import gemm
 
-from .benchmark_gpu import emit, time_events
+from .common import Parser, emit, positive_float, positive_int, tet_shape, time_events
 
 SEED_SHAPES = ((27, 64), (125, 216), (729, 1000))  # (P, Q) of the seeds, tuned at SEED_COLUMNS
 SEED_COLUMNS = 10_000
@@ -34,15 +33,6 @@ TARGET_DOFS = 1e7
 # batched candidates: at least MIN_ETA columns per GEMM, at most MAX_BATCH GEMMs
 MIN_ETA = 16
 MAX_BATCH = 1 << 14
-
-
-def tet_shape(p):
-    """(P, Q) of the tet basis of order ``p`` with the bake-off rule of ``H1Space.basis()``.
-
-    ``q_extra = 1``: a simplex rule exact to degree ``2 (p + 2) - 1``.
-    """
-    b = hf.Ceed("/cpu/self/ref").BasisH1Lagrange(hf.TET, 1, p, 2 * (p + 2) - 1)
-    return b.num_nodes, b.num_qpts
 
 
 def tet_columns(p):
@@ -136,7 +126,7 @@ def metadata(args, argv):
         "cuda_runtime": runtime.runtimeGetVersion(),
         "cuda_driver": runtime.driverGetVersion(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python -m hofem.bakeoff.tune_gemm " + " ".join(argv),
+        "command": "python -m hofem.bakeoff tune-gemm " + " ".join(argv),
         "repeat": args.repeat,
         "margin": args.margin,
         "max_bytes": args.max_bytes,
@@ -156,12 +146,16 @@ def write_table(path, meta, entries):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m hofem.bakeoff tune-gemm", description=__doc__)
     parser.add_argument("--out", default=str(gemm.TABLE_PATH), help="table file to write")
-    parser.add_argument("--repeat", type=int, default=10, help="timed calls per configuration")
-    parser.add_argument("--margin", type=float, default=0.02, help="batched must win by this")
     parser.add_argument(
-        "--max-bytes", type=float, default=1e9, help="cap on x + y bytes per case (sets n)"
+        "--repeat", type=positive_int, default=10, help="timed calls per configuration"
+    )
+    parser.add_argument(
+        "--margin", type=positive_float, default=0.02, help="batched must win by this"
+    )
+    parser.add_argument(
+        "--max-bytes", type=positive_float, default=1e9, help="cap on x + y bytes per case (sets n)"
     )
     args = parser.parse_args(argv)
     import cupy
@@ -183,7 +177,4 @@ def main(argv=None):
     gemm.load_table.cache_clear()
     gemm.load_table(str(args.out))  # what was written reads back
     print(f"wrote {len(entries)} entries to {args.out}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

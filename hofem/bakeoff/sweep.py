@@ -1,0 +1,361 @@
+"""``python -m hofem.bakeoff sweep``: problems x orders x sizes x backends, verified, resumable.
+
+Usage::
+
+    python -m hofem.bakeoff sweep --problems bp1 bp3 --orders 1 2 --elements 2 3
+        --ceed /cpu/self/ref /cpu/self/numba --out results.jsonl
+        [--cells hex tet | --dofs 1e4 1e5 ...] [--rtol R] [--jacobi] [--timeout S]
+        [--max-memory GB] [--max-time S] [--progress auto|bar|lines|off] [--retry]
+        [--in-process]
+
+Each case (a problem, order, cell type, box size and backend) is set up on
+the unit box, solved with CG (after a warm-up that compiles everything the
+solve runs), verified against the exact solution (L2 error) and timed; one
+JSON line per case is appended to ``--out`` (schema: :data:`results.SCHEMA`,
+docs/bakeoff.md).  Cases already in the file are skipped, so an interrupted
+sweep resumes where it stopped (``--retry`` reruns the skipped, timed-out
+and failed ones).  Before a case allocates anything its peak memory is
+estimated; one that would not fit in the free host (or GPU) memory, or in
+``--max-memory``, is recorded as skipped with the reason.  Cases run in a
+worker process that is killed after ``--timeout`` seconds (recorded as a
+timeout) and replaced; a worker that dies takes only its case with it.
+
+Progress goes to stderr: a bar with elapsed time and ETA on a terminal (tqdm,
+``pip install hofem[plot]``), one plain line per case otherwise.  At the end,
+the observed L2 convergence rates of each size series (expected p + 1).
+"""
+
+import datetime
+import json
+import multiprocessing
+import sys
+import time
+
+import hofem as hf
+from hofem import meshes
+
+from .common import (
+    Parser,
+    add_ceed_argument,
+    add_problem_arguments,
+    available_memory,
+    box_side,
+    positive_float,
+    positive_int,
+    run_metadata,
+    tet_shape,
+    utc_now,
+)
+from .problems import DEFAULT_RTOL, PROBLEMS, memory_estimate, setup, solve, time_apply
+from .results import SCHEMA, SCHEMA_VERSION, case_key, convergence_rates, read_results
+
+CELLS = ("hex", "tet")
+
+
+def parse_args(argv):
+    parser = Parser(prog="python -m hofem.bakeoff sweep", description=__doc__)
+    add_problem_arguments(parser, sorted(PROBLEMS), range(1, 5))
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument(
+        "--elements",
+        "-n",
+        nargs="+",
+        type=positive_int,
+        metavar="N",
+        help="box cells per direction (default 2 4)",
+    )
+    sizes.add_argument(
+        "--dofs",
+        nargs="+",
+        type=positive_float,
+        metavar="D",
+        help="target DOFs instead: cells per direction chosen per order",
+    )
+    add_ceed_argument(parser, "/cpu/self", many=True)
+    parser.add_argument("--cells", nargs="+", choices=CELLS, default=["hex"], help="(hex)")
+    parser.add_argument("--out", default="results.jsonl", help="results file, appended to")
+    parser.add_argument(
+        "--rtol", type=positive_float, default=DEFAULT_RTOL, help=f"CG (default {DEFAULT_RTOL:g})"
+    )
+    parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
+    parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed applies (5)")
+    parser.add_argument(
+        "--timeout", type=positive_float, default=600.0, help="seconds per case (600)"
+    )
+    parser.add_argument(
+        "--max-memory", type=positive_float, help="GB a case may use (default: what is free)"
+    )
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "bar", "lines", "off"),
+        default="auto",
+        help="auto: a bar on a terminal, plain lines otherwise",
+    )
+    parser.add_argument(
+        "--max-time",
+        type=positive_float,
+        help="seconds after which no new case starts (run again to resume)",
+    )
+    parser.add_argument("--retry", action="store_true", help="rerun cases that were not ok")
+    parser.add_argument(
+        "--in-process", action="store_true", help="run cases here: no worker, no timeout"
+    )
+    args = parser.parse_args(argv)
+    if args.elements is None and args.dofs is None:
+        args.elements = [2, 4]
+    return args
+
+
+def cases(args):
+    """The sweep's cases (dicts), in the order they run: backend, problem, cell, order, size."""
+    out = []
+    for ceed in args.ceed:
+        for bp in args.problems:
+            for cell in args.cells:
+                for p in args.orders:
+                    sizes = args.elements or sorted({box_side(d, p) for d in args.dofs})
+                    for n in sizes:
+                        out.append(
+                            {
+                                "bp": bp,
+                                "p": p,
+                                "cell": cell,
+                                "elements_1d": n,
+                                "ceed": ceed,
+                                "ranks": 1,
+                                "rtol": args.rtol,
+                                "preconditioner": "jacobi" if args.jacobi else None,
+                                "maxiter": args.maxiter,
+                                "repeat": args.repeat,
+                            }
+                        )
+    return out
+
+
+def base_record(case):
+    """A results line for ``case`` with what is known before running it (results None)."""
+    bp, p, n = PROBLEMS[case["bp"]], case["p"], case["elements_1d"]
+    if case["cell"] == "tet":
+        num_elem, (P, Q) = 6 * n**3, tet_shape(p)
+    else:
+        num_elem, P, Q = n**3, (p + 1) ** 3, (p + 1 + bp.q_extra) ** 3
+    num_nodes = (n * p + 1) ** 3  # hex and Kuhn tets of order p alike
+    record = dict.fromkeys(SCHEMA)
+    record.update({k: case[k] for k in ("bp", "p", "cell", "elements_1d", "ceed", "ranks")})
+    record.update(rtol=case["rtol"], preconditioner=case["preconditioner"])
+    record.update(
+        schema=SCHEMA_VERSION,
+        q=p + 1 + bp.q_extra,
+        elements=num_elem,
+        dofs=num_nodes * bp.num_comp,
+        memory_estimate_bytes=memory_estimate(case["bp"], num_elem, num_nodes, P, Q),
+    )
+    record.update(run_metadata(None))
+    return record
+
+
+def run_case(case, max_memory=None):
+    """Set up, solve, verify and time one case; its results line (dict).
+
+    The case is skipped (status "skipped", with the reason) when its memory
+    estimate exceeds the free memory or ``max_memory`` bytes.
+    """
+    record = base_record(case)
+    ceed = hf.Ceed(case["ceed"])
+    record.update(run_metadata(ceed), backend=ceed.resource)
+    free = available_memory(ceed)
+    budget = free if max_memory is None else min(free, max_memory)
+    if record["memory_estimate_bytes"] > budget:
+        record.update(
+            status="skipped",
+            reason=f"needs about {record['memory_estimate_bytes'] / 1e9:.3g} GB, "
+            f"{budget / 1e9:.3g} GB available",
+        )
+        return record
+    mesh = meshes.box(case["elements_1d"], 3, simplex=case["cell"] == "tet")
+    problem = setup(case["bp"], ceed, case["p"], mesh)
+    result = solve(
+        problem,
+        rtol=case["rtol"],
+        maxiter=case["maxiter"],
+        preconditioner=case["preconditioner"],
+    )
+    result.update(time_apply(problem, case["repeat"]))
+    record.update({k: v for k, v in result.items() if k in SCHEMA})
+    record.update(status="ok", date=utc_now())
+    return record
+
+
+def failed(case, status, reason):
+    """The results line of a case that did not finish."""
+    record = base_record(case)
+    record.update(status=status, reason=reason)
+    return record
+
+
+def _serve(conn, max_memory):
+    """Worker process: run the cases received on ``conn`` until ``None`` (or the sweep ends)."""
+    while True:
+        try:
+            case = conn.recv()
+        except EOFError:  # the sweep was killed
+            return
+        if case is None:
+            return
+        try:
+            record = run_case(case, max_memory)
+        except Exception as exc:  # reported in the results line; the sweep goes on
+            record = failed(case, "failed", f"{type(exc).__name__}: {exc}")
+        conn.send(record)
+
+
+class Runner:
+    """Runs cases in a worker process (kept between cases: compiled kernels stay warm).
+
+    Parameters
+    ----------
+    timeout : float or None
+        Seconds per case; None runs the cases in this process (no timeout).
+    max_memory : float or None
+        Bytes a case may use.
+    """
+
+    def __init__(self, timeout, max_memory):
+        self.timeout, self.max_memory = timeout, max_memory
+        self.process = self.conn = None
+
+    def run(self, case):
+        """The results line of ``case``."""
+        if self.timeout is None:
+            try:
+                return run_case(case, self.max_memory)
+            except Exception as exc:
+                return failed(case, "failed", f"{type(exc).__name__}: {exc}")
+        if self.process is None:
+            context = multiprocessing.get_context("spawn")
+            self.conn, child = context.Pipe()
+            self.process = context.Process(
+                target=_serve, args=(child, self.max_memory), daemon=True
+            )
+            self.process.start()
+            child.close()
+        self.conn.send(case)
+        if not self.conn.poll(self.timeout):
+            self.close(kill=True)
+            return failed(case, "timeout", f"took longer than {self.timeout:g} s")
+        try:
+            return self.conn.recv()
+        except EOFError:
+            self.process.join()
+            code = self.process.exitcode
+            self.close(kill=True)
+            return failed(case, "failed", f"worker died (exit code {code}; out of memory?)")
+
+    def close(self, kill=False):
+        """Stop the worker: ask it to finish, or kill it."""
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.conn.send(None)
+        self.process.join()
+        self.conn.close()
+        self.process = self.conn = None
+
+
+def _label(case):
+    return f"{case['bp']} p={case['p']} {case['cell']} n={case['elements_1d']} {case['ceed']}"
+
+
+def _summary(record):
+    if record["status"] != "ok":
+        return f"{record['status']}: {record['reason']}"
+    state = "" if record["converged"] else ", NOT converged"
+    return (
+        f"{record['iterations']} it{state}, {record['dofs_x_iter_per_s'] / 1e6:.3g} "
+        f"MDOF x it/s, L2 error {record['l2_error']:.2e}"
+    )
+
+
+def _clock(seconds):
+    return str(datetime.timedelta(seconds=round(seconds)))
+
+
+class Progress:
+    """Progress on stderr: a tqdm bar, plain lines (elapsed, ETA), or nothing."""
+
+    def __init__(self, total, mode):
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.bar = None
+        if mode == "bar":
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                mode = "lines"
+            else:
+                self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
+        self.mode, self.total, self.done = mode, total, 0
+        self.start_time = time.perf_counter()
+
+    def start(self, case):
+        if self.bar is not None:
+            self.bar.set_description(_label(case))
+
+    def finish(self, case, record):
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            if record["status"] != "ok":
+                self.bar.write(f"{_label(case)}: {_summary(record)}", file=sys.stderr)
+        elif self.mode == "lines":
+            elapsed = time.perf_counter() - self.start_time
+            eta = elapsed / self.done * (self.total - self.done)
+            print(
+                f"[{self.done}/{self.total}] {_label(case)}: {_summary(record)} "
+                f"({_clock(elapsed)} elapsed, ETA {_clock(eta)})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    done = {
+        case_key(r)
+        for r in read_results(args.out)
+        if not (args.retry and r.get("status") != "ok") and all(k in r for k in SCHEMA)
+    }
+    todo = [c for c in cases(args) if case_key(c) not in done]
+    skipped = len(cases(args)) - len(todo)
+    if args.progress != "off":
+        print(f"{len(todo)} cases to run, {skipped} already in {args.out}", file=sys.stderr)
+    max_memory = None if args.max_memory is None else args.max_memory * 1e9
+    runner = Runner(None if args.in_process else args.timeout, max_memory)
+    progress = Progress(len(todo), args.progress)
+    bad = 0
+    start = time.perf_counter()
+    try:
+        for i, case in enumerate(todo):
+            if args.max_time is not None and time.perf_counter() - start > args.max_time:
+                print(f"--max-time reached: {len(todo) - i} cases left, run again to resume")
+                break
+            progress.start(case)
+            record = runner.run(case)
+            with open(args.out, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            bad += record["status"] in ("failed", "timeout") or record["converged"] is False
+            progress.finish(case, record)
+    finally:
+        progress.close()
+        runner.close()
+    for (bp, p, cell, ceed, *_), pairs in convergence_rates(read_results(args.out)).items():
+        rates = ", ".join(f"{n1}->{n2}: {rate:.2f}" for n1, n2, rate in pairs)
+        print(f"{bp} p={p} {cell} {ceed}: L2 rate {rates} (expected {p + 1})")
+    return 1 if bad else 0
