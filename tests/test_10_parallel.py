@@ -103,7 +103,7 @@ def test_cli_runs_distributed(n, tmp_path):
     run = mpiexec(n, *args)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.strip().splitlines()
-    assert sum(line.startswith("BP3 on 27 hexahedron cells") for line in lines) == 1
+    assert sum(line.startswith("BP3 on 27 hex cells") for line in lines) == 1
     assert re.search(rf"^{n} ranks \(mpi halos\): owned DOFs per rank", run.stdout, re.M)
     result = json.loads(lines[-1])
     serial = json.loads(
