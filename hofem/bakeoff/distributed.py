@@ -8,9 +8,7 @@ stopping test, and only rank 0 prints.
 import os
 import time
 
-import hofem as hf
-
-from .problems import PROBLEMS, BakeoffProblem, _rhs_function
+from .problems import PROBLEMS, BakeoffProblem, assemble
 
 __all__ = ["launched_under_mpi", "setup_distributed"]
 
@@ -80,15 +78,7 @@ def setup_distributed(
     else:
         local_mesh = par.distribute_mesh(comm, mesh, method)
     space = par.ParH1Space(ceed, local_mesh, order, bp.num_comp, comm, transport)
-    form = par.mass if bp.form == "mass" else par.diffusion
-    op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode)
-    f, exact = _rhs_function(bp)
-    rhs = space.load_vector(f, q_extra=1)
-    free = None
-    if bp.dirichlet:
-        free = space.free_dofs()
-        op = hf.restrict_dofs(op, free)
-        rhs = rhs[ceed.asarray(free)]
+    op, rhs, exact, free = assemble(bp, space, par.mass, par.diffusion)
     ceed.backend.synchronize()
     comm.Barrier()
     return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)

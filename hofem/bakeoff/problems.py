@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_RTOL",
     "PROBLEMS",
     "BakeoffProblem",
+    "assemble",
     "median_seconds",
     "memory_estimate",
     "setup",
@@ -133,7 +134,29 @@ def setup(bp_name, ceed, order, mesh):
     bp = PROBLEMS[bp_name]
     start = time.perf_counter()
     space = hf.H1Space(ceed, mesh, order, num_comp=bp.num_comp)
-    form = hf.mass if bp.form == "mass" else hf.diffusion
+    op, rhs, exact, free = assemble(bp, space, hf.mass, hf.diffusion)
+    return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
+
+
+def assemble(bp, space, mass, diffusion):
+    """The operator, right-hand side, exact solution and free DOFs of ``bp`` on ``space``.
+
+    Parameters
+    ----------
+    bp : BP
+    space : hofem.H1Space or hofem.parallel.ParH1Space
+    mass, diffusion : callable
+        The forms for that space (``hofem.mass`` / ``hofem.diffusion``, or the
+        distributed ones of :mod:`hofem.parallel`).
+
+    Returns
+    -------
+    op : operator on the free DOFs (all DOFs without Dirichlet conditions)
+    rhs : array of the backend
+    exact : callable
+    free : ndarray of int or None
+    """
+    form = mass if bp.form == "mass" else diffusion
     op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode)
     f, exact = _rhs_function(bp)
     rhs = space.load_vector(f, q_extra=1)
@@ -141,8 +164,8 @@ def setup(bp_name, ceed, order, mesh):
     if bp.dirichlet:
         free = space.free_dofs()
         op = hf.restrict_dofs(op, free)
-        rhs = rhs[ceed.asarray(free)]
-    return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
+        rhs = rhs[space.ceed.asarray(free)]
+    return op, rhs, exact, free
 
 
 def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
