@@ -190,11 +190,14 @@ class H1Space:
         return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
 
     def _node_coordinates(self):
-        """(num_nodes, dim) physical node coordinates."""
+        """(num_nodes, dim) physical node coordinates (computed in chunks of cells)."""
+        interp = self._geometry_interp()  # (P, G)
         cell_x = self.mesh.cell_coordinates()  # (num_elem, G, dim)
-        elem_x = np.einsum("pg,egd->epd", self._geometry_interp(), cell_x)  # (num_elem, P, dim)
         x = np.empty((self.num_nodes, self.dim))
-        x[self.offsets.ravel()] = elem_x.reshape(-1, self.dim)
+        chunk = max(1, (1 << 20) // interp.shape[0])
+        for a in range(0, self.num_elem, chunk):
+            elem_x = np.matmul(interp, cell_x[a : a + chunk])  # (chunk, P, dim), BLAS
+            x[self.offsets[a : a + chunk].ravel()] = elem_x.reshape(-1, self.dim)
         return x
 
     def node_coordinates(self):

@@ -1,5 +1,7 @@
 """The ``Mesh`` container: vertices, one cell type, tagged boundary facets."""
 
+import copy
+
 import numpy as np
 
 from . import reference as ref
@@ -191,6 +193,36 @@ class Mesh:
         """
         return self.points[self.cells] if self.geometry is None else self.geometry
 
+    def permute_cells(self, order):
+        """The same mesh with its cells in the order ``order`` (a permutation).
+
+        Cell ``i`` of the result is cell ``order[i]`` of this mesh; facets, tags
+        and geometry follow. Nothing is re-validated: a permutation keeps a
+        valid mesh valid.
+
+        Parameters
+        ----------
+        order : ndarray of int, shape ``(num_cells,)``
+
+        Returns
+        -------
+        Mesh
+        """
+        order = np.asarray(order, dtype=np.int64)
+        if order.shape != (self.num_cells,) or not np.array_equal(
+            np.sort(order), np.arange(self.num_cells)
+        ):
+            raise ValueError(f"order must be a permutation of the {self.num_cells} cells")
+        new = copy.copy(self)
+        new.cells = self.cells[order]
+        new.geometry = None if self.geometry is None else self.geometry[order]
+        position = np.empty_like(order)
+        position[order] = np.arange(self.num_cells)
+        new._facet_cells = np.column_stack(
+            [position[self._facet_cells[:, 0]], self._facet_cells[:, 1]]
+        )
+        return new
+
     def cell_facets(self):
         """Vertex ids of every local facet of every cell.
 
@@ -259,7 +291,8 @@ class Mesh:
         nodes = ref.geometry_nodes(self.cell_type, k)  # (num_geom_nodes, dim)
         dphi = ref.lagrange_derivatives(self.cell_type, k, nodes)  # (dim, nodes, nodes)
         x = self.cell_coordinates()  # (num_cells, num_geom_nodes, gdim)
-        jac = np.einsum("dqn,cni->cqid", dphi, x)  # (num_cells, num_geom_nodes, gdim, dim)
+        jac = np.stack([np.matmul(dphi[d], x) for d in range(self.dim)], axis=-1)
+        # (num_cells, num_geom_nodes, gdim, dim), one BLAS product per reference direction
         det = np.linalg.det(jac)  # (num_cells, num_geom_nodes)
         scale = np.ptp(x, axis=1).max(axis=1) ** self.dim  # (num_cells,)
         bad = np.any(det <= 1e-12 * scale[:, None], axis=1)  # (num_cells,)

@@ -21,7 +21,8 @@ except ImportError as err:  # pragma: no cover - exercised without the extra onl
 from .comm import ParallelError, abort_on_error, bind_device, check_all, world
 from .distribute import LocalMesh, box_local, distribute_mesh
 from .exchange import Exchange
-from .numbering import ParNumbering, distributed_numbering
+from .layout import ParNumbering
+from .numbering import distributed_numbering
 from .operator import ParallelVectorOps, ParOperator, diffusion, mass
 from .partition import balance, dual_graph, partition, rcb
 from .space import ParH1Space

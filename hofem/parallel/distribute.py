@@ -29,11 +29,17 @@ class LocalMesh:
         Global id of each local vertex: equal ids on two ranks are the same
         vertex. This is what the distributed numbering matches.
     num_global_cells : int
+    box_cuts : tuple of ndarray or None
+        For a block of a box of tensor cells (:func:`box_local`): the cell
+        indices where the blocks start along each direction, ``(ranks_d + 1,)``
+        each; the numbering is then computed in closed form
+        (:func:`~hofem.parallel.box_numbering.box_numbering`).
     """
 
     mesh: Mesh
     vertex_ids: np.ndarray
     num_global_cells: int
+    box_cuts: tuple = None
 
 
 def _block_grid(n, size):
@@ -81,10 +87,12 @@ def box_local(comm, n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
                 f"non-empty blocks (one per rank): use fewer ranks or more elements"
             )
         coords = np.unravel_index(comm.rank, dims[::-1])[::-1]  # x fastest
-        block = [(m * c // d, m * (c + 1) // d) for m, c, d in zip(n_d, coords, dims, strict=True)]
+        cuts = tuple(np.arange(d + 1) * m // d for m, d in zip(n_d, dims, strict=True))
+        block = [(cut[c], cut[c + 1]) for cut, c in zip(cuts, coords, strict=True)]
         mesh, vertex_ids = box_block(n_d, block, dim, simplex, order, distort, bounds)
-        num_cells = int(np.prod(n_d)) * (math.factorial(dim) if simplex and dim > 1 else 1)
-        result = LocalMesh(mesh, vertex_ids, num_cells)
+        tensor = not simplex or dim == 1
+        num_cells = int(np.prod(n_d)) * (1 if tensor else math.factorial(dim))
+        result = LocalMesh(mesh, vertex_ids, num_cells, cuts if tensor else None)
     except (ValueError, TypeError) as exc:
         error = exc
     check_all(comm, error)

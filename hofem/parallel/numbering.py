@@ -14,13 +14,13 @@ first (the T-vector is its head) and ghosts after, grouped by owner rank and in
 the owner's send order, so a received buffer is the ghost block as it is.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 from mpi4py import MPI
 
 from ..meshes import h1_numbering
 from ..meshes.numbering import H1Numbering
+from .box_numbering import box_numbering
+from .layout import ParNumbering
 
 __all__ = ["ParNumbering", "distributed_numbering"]
 
@@ -28,52 +28,6 @@ _HASH = np.array(
     [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
     dtype=np.uint64,
 )
-
-
-@dataclass(frozen=True, eq=False)
-class ParNumbering:
-    """One rank's view of a global H1 node numbering.
-
-    Attributes
-    ----------
-    local : hofem.meshes.H1Numbering
-        Offsets into the local node order: owned nodes ``0..num_owned - 1``,
-        then ghosts.
-    num_owned : int
-    num_nodes : int
-        Local nodes, owned and ghosts.
-    first_global : int
-        Global id of owned node 0 (owned node ``i`` is ``first_global + i``).
-    num_global : int
-    send_ranks : ndarray of int32, shape ``(num_send,)``
-        Ranks that ghost some of this rank's owned nodes, ascending.
-    send_nodes : list of ndarray of int64
-        ``send_nodes[k]``: owned local nodes that ``send_ranks[k]`` ghosts, in
-        its ghost order.
-    recv_ranks : ndarray of int32, shape ``(num_recv,)``
-        Owners of this rank's ghosts, ascending.
-    recv_counts : ndarray of int64, shape ``(num_recv,)``
-        Ghosts from each owner; ghosts of ``recv_ranks[k]`` are the local nodes
-        ``num_owned + sum(recv_counts[:k]) + arange(recv_counts[k])``.
-    ghost_global : ndarray of int64, shape ``(num_nodes - num_owned,)``
-    """
-
-    local: H1Numbering
-    num_owned: int
-    num_nodes: int
-    first_global: int
-    num_global: int
-    send_ranks: np.ndarray
-    send_nodes: list
-    recv_ranks: np.ndarray
-    recv_counts: np.ndarray
-    ghost_global: np.ndarray
-
-    @property
-    def global_ids(self):
-        """Global id of every local node, ``(num_nodes,)`` int64."""
-        owned = np.arange(self.first_global, self.first_global + self.num_owned, dtype=np.int64)
-        return np.concatenate([owned, self.ghost_global])
 
 
 def _mix(h):
@@ -169,13 +123,17 @@ def distributed_numbering(comm, local_mesh, order):
     ----------
     comm : mpi4py.MPI.Comm
     local_mesh : LocalMesh
-        This rank's cells with global vertex ids.
+        This rank's cells with global vertex ids. Blocks of a box of tensor
+        cells (``box_cuts`` set) are numbered in closed form by
+        :func:`~hofem.parallel.box_numbering.box_numbering`, the same contract.
     order : int
 
     Returns
     -------
     ParNumbering
     """
+    if local_mesh.box_cuts is not None:
+        return box_numbering(comm, local_mesh, order)
     mesh, vertex_ids = local_mesh.mesh, np.asarray(local_mesh.vertex_ids, dtype=np.int64)
     base = h1_numbering(mesh, order)
     offsets = base.offsets  # (num_cells, P)

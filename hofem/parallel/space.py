@@ -5,7 +5,6 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from ..meshes.mesh import Mesh
 from ..meshes.numbering import H1Numbering
 from ..space import H1Space
 from .comm import check_all
@@ -29,17 +28,7 @@ def _interior_first(numbering):
     mesh = base.mesh
     touches = np.any(base.offsets >= numbering.num_owned, axis=1)  # (num_cells,)
     order = np.argsort(touches, kind="stable")
-    geometry = None if mesh.geometry is None else mesh.geometry[order]
-    mesh = Mesh(
-        mesh.points,
-        mesh.cell_type,
-        mesh.cells[order],
-        mesh.facets,
-        mesh.facet_tags,
-        mesh.tag_names,
-        geometry,
-        source=mesh.source,
-    )
+    mesh = mesh.permute_cells(order)
     local = H1Numbering(
         mesh, base.order, base.offsets[order], base.num_nodes, base.node_lattice, base.node_weights
     )

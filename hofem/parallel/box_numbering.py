@@ -1,0 +1,146 @@
+"""The distributed numbering of a box of tensor cells in closed form (no keys, no messages).
+
+A box split into blocks by :func:`hofem.parallel.box_local` numbers its order-p
+nodes on the global lattice of ``n_d p + 1`` points per direction. Ownership is
+half-open: along each direction a block owns the lattice points from its first
+cell's lower face up to, not including, its last cell's upper face (the last
+block also owns the box's upper face), so every rank ghosts only points on its
+upper faces. Blocks form a tensor grid, so owners, owned counts and the owners'
+numbering are arithmetic on one-dimensional arrays that every rank can do for
+every other rank: the whole :class:`~hofem.parallel.ParNumbering` costs
+``O(local nodes)`` time and a few integers of memory per node, and no messages.
+The contract is that of :func:`~hofem.parallel.numbering.distributed_numbering`
+(owned first, in the owner's lexicographic order; ghosts grouped by owner in the
+owner's order), so everything downstream is shared.
+"""
+
+import numpy as np
+
+from ..meshes import reference as ref
+from ..meshes.numbering import H1Numbering
+from .layout import ParNumbering
+
+__all__ = ["box_numbering"]
+
+
+def _lattice_cuts(cuts, p):
+    """Owned lattice ranges per block along one direction: starts ``(k + 1,)`` (last = end)."""
+    starts = np.asarray(cuts, dtype=np.int64) * p
+    starts[-1] += 1  # the last block owns the upper face of the box
+    return starts
+
+
+def _block_rank(coords, dims):
+    """Rank of block coordinates (x fastest), broadcasting over the leading axes."""
+    rank = np.zeros(np.broadcast(*coords).shape, dtype=np.int64)
+    stride = 1
+    for c, k in zip(coords, dims, strict=True):
+        rank = rank + c * stride
+        stride *= k
+    return rank
+
+
+def _outer(vectors):
+    """Broadcastable views of 1-D arrays for a lattice with x fastest (x is the last axis)."""
+    dim = len(vectors)
+    return [
+        v.reshape([-1 if a == dim - 1 - d else 1 for a in range(dim)])
+        for d, v in enumerate(vectors)
+    ]
+
+
+def box_numbering(comm, local_mesh, order):
+    """:class:`~hofem.parallel.ParNumbering` of a block of a tensor-cell box.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    local_mesh : LocalMesh
+        From :func:`hofem.parallel.box_local` (``box_cuts`` set), tensor cells.
+    order : int
+
+    Returns
+    -------
+    ParNumbering
+    """
+    mesh, p, rank = local_mesh.mesh, int(order), comm.rank
+    cuts = [np.asarray(c, dtype=np.int64) for c in local_mesh.box_cuts]  # cell cuts per direction
+    dims = [len(c) - 1 for c in cuts]
+    dim = len(cuts)
+    me = np.unravel_index(rank, dims[::-1])[::-1]  # this rank's block coordinates, x fastest
+    starts = [_lattice_cuts(c, p) for c in cuts]  # owned lattice ranges per block, per direction
+    widths = [np.diff(s) for s in starts]  # (k,) owned points per block, per direction
+    per_block = np.prod(np.meshgrid(*widths, indexing="ij"), axis=0)  # (k_x, k_y, k_z)
+    first = np.concatenate([[0], np.cumsum(per_block.ravel(order="F"))])  # by rank, x fastest
+
+    lo = [c[m] * p for c, m in zip(cuts, me, strict=True)]  # this rank's lattice points [lo, hi)
+    hi = [c[m + 1] * p + 1 for c, m in zip(cuts, me, strict=True)]
+    axis = [np.arange(a, b, dtype=np.int64) for a, b in zip(lo, hi, strict=True)]
+    blk = [np.searchsorted(s, g, side="right") - 1 for s, g in zip(starts, axis, strict=True)]
+    rel = [g - s[b] for g, s, b in zip(axis, starts, blk, strict=True)]
+    wid = [w[b] for w, b in zip(widths, blk, strict=True)]
+    # global id = first[owner] + rel_x + w_x (rel_y + w_y rel_z): broadcast to the local lattice
+    b3, r3, w3 = _outer(blk), _outer(rel), _outer(wid)
+    owner = _block_rank(b3, dims).ravel()  # (num_nodes,) x fastest
+    offset, stride = 0, 1
+    for d in range(dim):
+        offset = offset + r3[d] * stride
+        stride = stride * w3[d]
+    gid = first[owner] + np.broadcast_to(offset, [len(a) for a in axis][::-1]).ravel()
+    num_nodes = gid.size
+
+    mine = owner == rank
+    num_owned = int(np.count_nonzero(mine))
+    ghost = np.flatnonzero(~mine)
+    ghost = ghost[np.lexsort((gid[ghost], owner[ghost]))]  # by owner, then the owner's order
+    local_id = np.empty(num_nodes, dtype=np.int64)
+    local_id[mine] = np.arange(num_owned)  # lexicographic: the owner's (my) order
+    local_id[ghost] = num_owned + np.arange(len(ghost))
+    recv_ranks, recv_counts = np.unique(owner[ghost], return_counts=True)
+
+    # what each other block ghosts of mine: my owned points inside its lattice box
+    send_ranks, send_nodes = [], []
+    my_lo = [s[m] for s, m in zip(starts, me, strict=True)]
+    my_hi = [s[m + 1] for s, m in zip(starts, me, strict=True)]
+    for q in range(comm.size):
+        qc = np.unravel_index(q, dims[::-1])[::-1]
+        a = [max(c[k] * p, l) for c, k, l in zip(cuts, qc, my_lo, strict=True)]
+        b = [min(c[k + 1] * p + 1, h) for c, k, h in zip(cuts, qc, my_hi, strict=True)]
+        if q == rank or any(y <= x for x, y in zip(a, b, strict=True)):
+            continue
+        points = [np.arange(x, y, dtype=np.int64) - l for x, y, l in zip(a, b, my_lo, strict=True)]
+        width = [h - l for l, h in zip(my_lo, my_hi, strict=True)]
+        index, stride = 0, 1
+        for d, v in enumerate(_outer(points)):
+            index = index + v * stride
+            stride *= width[d]
+        send_ranks.append(q)
+        send_nodes.append(np.ravel(index))  # ascending: the ghost order on q
+
+    # offsets: box_block's cells run x fastest over the block, corner 0 lowest, so node
+    # (a, b, c) of the cell with corner 0 at local lattice point o is o + (a, b, c)
+    shape = [len(a) for a in axis]
+    cell_origin = [
+        (np.arange(c[m + 1] - c[m], dtype=np.int64) * p) for c, m in zip(cuts, me, strict=True)
+    ]
+    origin, stride = 0, 1
+    for d, v in enumerate(_outer(cell_origin)):
+        origin = origin + v * stride
+        stride *= shape[d]
+    origin = np.ravel(origin)  # (num_cells,) local lattice index of each cell's corner 0
+    node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
+    node_index = node @ np.cumprod([1, *shape[:-1]])  # (P,)
+    offsets = local_id[origin[:, None] + node_index[None, :]]  # (num_cells, P)
+    local = H1Numbering(mesh, p, offsets, num_nodes, node, ref.corner_weights(mesh.cell_type, p))
+    return ParNumbering(
+        local=local,
+        num_owned=num_owned,
+        num_nodes=num_nodes,
+        first_global=int(first[rank]),
+        num_global=int(first[-1]),
+        send_ranks=np.array(send_ranks, dtype=np.int32),
+        send_nodes=send_nodes,
+        recv_ranks=recv_ranks.astype(np.int32),
+        recv_counts=recv_counts.astype(np.int64),
+        ghost_global=gid[ghost],
+    )
