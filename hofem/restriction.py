@@ -94,19 +94,19 @@ class ElemRestriction:
             raise ValueError(
                 f"offsets must have shape (num_elem, elem_size) = {shape}, got {offsets.shape}"
             )
-        offsets = offsets.reshape(shape).astype(np.int64)
+        offsets = offsets.reshape(shape)
         last = (self.num_comp - 1) * self.comp_stride
-        bad = (offsets < 0) | (offsets + last >= self.l_size)
-        if bad.any():
+        if offsets.size and (int(offsets.min()) < 0 or int(offsets.max()) + last >= self.l_size):
+            bad = (offsets < 0) | (offsets.astype(np.int64) + last >= self.l_size)
             k, i = (int(a[0]) for a in np.nonzero(bad))
             raise ValueError(
                 f"offsets[{k}, {i}] = {offsets[k, i]} is out of range: entries must satisfy "
                 f"0 <= offset and offset + (num_comp - 1) * comp_stride = offset + {last} "
                 f"< l_size = {self.l_size}"
             )
-        comp = np.arange(self.num_comp, dtype=np.int64) * self.comp_stride
-        indices = offsets[:, None, :] + comp[None, :, None]  # (num_elem, num_comp, elem_size)
-        return indices.astype(index_dtype(self.l_size))
+        dtype = index_dtype(self.l_size)  # in range, so every index fits: no int64 temporary
+        comp = np.arange(self.num_comp, dtype=dtype) * dtype(self.comp_stride)
+        return offsets.astype(dtype)[:, None, :] + comp[None, :, None]  # (num_elem, num_comp, P)
 
     def _signs(self, orients):
         shape = (self.num_elem, self.elem_size)
