@@ -30,14 +30,16 @@ def _lattice_cuts(cuts, p):
     return starts
 
 
-def _block_rank(coords, dims):
-    """Rank of block coordinates (x fastest), broadcasting over the leading axes."""
-    rank = np.zeros(np.broadcast(*coords).shape, dtype=np.int64)
-    stride = 1
-    for c, k in zip(coords, dims, strict=True):
-        rank = rank + c * stride
-        stride *= k
-    return rank
+def _lexicographic(coords, widths):
+    """``c_x + w_x (c_y + w_y c_z)``: the x-fastest index of ``coords`` in boxes ``widths``.
+
+    Each entry may be a scalar or an array; the terms broadcast.
+    """
+    index, stride = 0, 1
+    for c, w in zip(coords, widths, strict=True):
+        index = index + c * stride
+        stride = stride * w
+    return index
 
 
 def _outer(vectors):
@@ -81,12 +83,9 @@ def box_numbering(comm, local_mesh, order):
     wid = [w[b] for w, b in zip(widths, blk, strict=True)]
     # global id = first[owner] + rel_x + w_x (rel_y + w_y rel_z): broadcast to the local lattice
     b3, r3, w3 = _outer(blk), _outer(rel), _outer(wid)
-    owner = _block_rank(b3, dims).ravel()  # (num_nodes,) x fastest
-    offset, stride = 0, 1
-    for d in range(dim):
-        offset = offset + r3[d] * stride
-        stride = stride * w3[d]
-    gid = first[owner] + np.broadcast_to(offset, [len(a) for a in axis][::-1]).ravel()
+    full = [len(a) for a in axis][::-1]  # the local lattice as an array, (z, y, x)
+    owner = np.broadcast_to(_lexicographic(b3, dims), full).ravel()  # (num_nodes,) x fastest
+    gid = first[owner] + np.broadcast_to(_lexicographic(r3, w3), full).ravel()
     num_nodes = gid.size
 
     mine = owner == rank
@@ -110,12 +109,8 @@ def box_numbering(comm, local_mesh, order):
             continue
         points = [np.arange(x, y, dtype=np.int64) - l for x, y, l in zip(a, b, my_lo, strict=True)]
         width = [h - l for l, h in zip(my_lo, my_hi, strict=True)]
-        index, stride = 0, 1
-        for d, v in enumerate(_outer(points)):
-            index = index + v * stride
-            stride *= width[d]
         send_ranks.append(q)
-        send_nodes.append(np.ravel(index))  # ascending: the ghost order on q
+        send_nodes.append(np.ravel(_lexicographic(_outer(points), width)))  # the order on q
 
     # offsets: box_block's cells run x fastest over the block, corner 0 lowest, so node
     # (a, b, c) of the cell with corner 0 at local lattice point o is o + (a, b, c)
@@ -123,13 +118,9 @@ def box_numbering(comm, local_mesh, order):
     cell_origin = [
         (np.arange(c[m + 1] - c[m], dtype=np.int64) * p) for c, m in zip(cuts, me, strict=True)
     ]
-    origin, stride = 0, 1
-    for d, v in enumerate(_outer(cell_origin)):
-        origin = origin + v * stride
-        stride *= shape[d]
-    origin = np.ravel(origin)  # (num_cells,) local lattice index of each cell's corner 0
+    origin = np.ravel(_lexicographic(_outer(cell_origin), shape))  # (num_cells,) corner 0
     node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
-    node_index = node @ np.cumprod([1, *shape[:-1]])  # (P,)
+    node_index = _lexicographic(node.T, shape)  # (P,)
     offsets = local_id[origin[:, None] + node_index[None, :]]  # (num_cells, P)
     local = H1Numbering(mesh, p, offsets, num_nodes, node, ref.corner_weights(mesh.cell_type, p))
     return ParNumbering(

@@ -44,6 +44,11 @@ def check_space(ceed, space, serial):
     y_l = ceed.asarray(rng.standard_normal(space.local.num_dofs))
     x_l = space.prolong(x_t)
     assert np.array_equal(ceed.to_numpy(space.restrict(x_l)), ceed.to_numpy(x_t))
+    own = space.numbering.num_owned  # P of the owners' global ids gives every local node's id
+    ids = np.arange(space.first_dof, space.first_dof + own, dtype=np.float64)
+    ids = np.tile(ids, space.num_comp)
+    local_ids = ceed.to_numpy(space.prolong(ceed.asarray(ids))).reshape(space.num_comp, -1)
+    assert np.array_equal(local_ids[0], space.numbering.global_ids)
     lhs = global_sum(ceed.xp.vdot(x_l, y_l))
     rhs = global_sum(ceed.xp.vdot(x_t, space.prolong_transpose(y_l)))
     assert abs(lhs - rhs) <= 1e-12 * abs(lhs), (lhs, rhs)
