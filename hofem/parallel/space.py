@@ -1,5 +1,6 @@
 """``ParH1Space``: an H1 space distributed over MPI ranks (T-vectors, P, boundary DOFs)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -105,8 +106,10 @@ class ParH1Space:
         self.order = int(order)
         self.num_comp = int(num_comp)
         self.vertex_ids = local_mesh.vertex_ids
-        self.numbering = distributed_numbering(comm, local_mesh, self.order)
-        mesh, local_numbering, self.num_interior = _interior_first(self.numbering)
+        numbering = distributed_numbering(comm, local_mesh, self.order)
+        mesh, local_numbering, self.num_interior = _interior_first(numbering)
+        # keep the reordered cells only (the unpermuted offsets are dead weight)
+        self.numbering = dataclasses.replace(numbering, local=local_numbering)
         self.local = H1Space(ceed, mesh, self.order, self.num_comp, numbering=local_numbering)
         self.dim = self.local.dim
         self.exchange = Exchange(comm, self.numbering, self.num_comp, ceed.xp, transport)
