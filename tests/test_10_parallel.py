@@ -186,3 +186,30 @@ def test_box_blocks_tile_the_box():
     assert sum(len(m.facets) for m, _ in pieces) == len(full.facets)  # no interface facets
     with pytest.raises(ValueError, match="is empty"):
         meshes.box_block(2, [(1, 1), (0, 2), (0, 2)])
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
+def test_sweep_under_mpiexec(n, tmp_path):
+    """``mpiexec -n N python -m hofem.bakeoff sweep``: ranks in every line, resumable, verified."""
+    from hofem.bakeoff.results import convergence_rates, read_results, schema_errors
+
+    out = tmp_path / "results.jsonl"
+    sweep = ["-m", "hofem.bakeoff", "sweep", "--problems", "bp1", "bp3", "--orders", "1", "2"]
+    sweep += ["--elements", "1", "3", "4", "--ceed", "/cpu/self/ref", "--out", str(out)]
+    run = mpiexec(n, *sweep)
+    records = read_results(out)
+    assert len(records) == 12, run.stdout + run.stderr
+    assert run.returncode == 1  # the n = 1 boxes cannot be split: recorded as failed
+    for record in records:
+        assert record["ranks"] == n and not schema_errors(record)
+        if record["elements_1d"] == 1:
+            assert record["status"] == "failed" and "cannot split a box" in record["reason"]
+        else:
+            assert record["status"] == "ok" and record["converged"]
+    for (bp, p, *_), pairs in convergence_rates(records).items():
+        assert pairs[-1][2] > p + 1 - 0.5, (bp, p, pairs)
+    again = mpiexec(n, *sweep, "--progress", "lines")
+    assert f"0 cases to run on {n} ranks, 12 already in" in again.stderr
+    assert len(read_results(out)) == 12

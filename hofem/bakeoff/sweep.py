@@ -20,6 +20,9 @@ estimated; one that would not fit in the free host (or GPU) memory, or in
 worker process that is killed after ``--timeout`` seconds (recorded as a
 timeout) and replaced; a worker that dies takes only its case with it.
 
+Under ``mpiexec`` every case runs distributed over all the ranks (``ranks`` is
+part of each line and of the resume key; see :func:`main_distributed`).
+
 Progress goes to stderr: a bar with elapsed time and ETA on a terminal (tqdm,
 ``pip install hofem[plot]``), one plain line per case otherwise.  At the end,
 the observed L2 convergence rates of each size series (expected p + 1).
@@ -46,6 +49,7 @@ from .common import (
     tet_shape,
     utc_now,
 )
+from .distributed import launched_under_mpi, setup_distributed
 from .problems import DEFAULT_RTOL, PROBLEMS, memory_estimate, setup, solve, time_apply
 from .results import SCHEMA, SCHEMA_VERSION, case_key, convergence_rates, read_results
 
@@ -107,7 +111,7 @@ def parse_args(argv):
     return args
 
 
-def cases(args):
+def cases(args, ranks=1):
     """The sweep's cases (dicts), in the order they run: backend, problem, cell, order, size."""
     out = []
     for ceed in args.ceed:
@@ -123,7 +127,7 @@ def cases(args):
                                 "cell": cell,
                                 "elements_1d": n,
                                 "ceed": ceed,
-                                "ranks": 1,
+                                "ranks": ranks,
                                 "rtol": args.rtol,
                                 "preconditioner": "jacobi" if args.jacobi else None,
                                 "maxiter": args.maxiter,
@@ -155,26 +159,36 @@ def base_record(case):
     return record
 
 
-def run_case(case, max_memory=None):
+def run_case(case, max_memory=None, comm=None):
     """Set up, solve, verify and time one case; its results line (dict).
 
     The case is skipped (status "skipped", with the reason) when its memory
-    estimate exceeds the free memory or ``max_memory`` bytes.
+    estimate exceeds the free memory or ``max_memory`` bytes. With ``comm``
+    (under ``mpiexec``) every rank of it runs the case together, distributed
+    (:func:`~hofem.bakeoff.distributed.setup_distributed`); the estimate is
+    then per rank.
     """
     record = base_record(case)
     ceed = hf.Ceed(case["ceed"])
     record.update(run_metadata(ceed), backend=ceed.resource)
     free = available_memory(ceed)
     budget = free if max_memory is None else min(free, max_memory)
-    if record["memory_estimate_bytes"] > budget:
+    ranks = 1 if comm is None else comm.size
+    if comm is not None:  # the same decision on every rank
+        budget = comm.allreduce(budget, op=_min())
+    if record["memory_estimate_bytes"] / ranks > budget:
         record.update(
             status="skipped",
             reason=f"needs about {record['memory_estimate_bytes'] / 1e9:.3g} GB, "
             f"{budget / 1e9:.3g} GB available",
         )
         return record
-    mesh = meshes.box(case["elements_1d"], 3, simplex=case["cell"] == "tet")
-    problem = setup(case["bp"], ceed, case["p"], mesh)
+    simplex = case["cell"] == "tet"
+    if comm is None:
+        problem = setup(case["bp"], ceed, case["p"], meshes.box(case["elements_1d"], 3, simplex))
+    else:
+        n = case["elements_1d"]
+        problem = setup_distributed(case["bp"], ceed, case["p"], comm, n, simplex=simplex)
     result = solve(
         problem,
         rtol=case["rtol"],
@@ -185,6 +199,12 @@ def run_case(case, max_memory=None):
     record.update({k: v for k, v in result.items() if k in SCHEMA})
     record.update(status="ok", date=utc_now())
     return record
+
+
+def _min():
+    from mpi4py import MPI
+
+    return MPI.MIN
 
 
 def failed(case, status, reason):
@@ -327,6 +347,8 @@ class Progress:
 
 def main(argv=None):
     args = parse_args(argv)
+    if launched_under_mpi():
+        return main_distributed(args)
     done = {
         case_key(r)
         for r in read_results(args.out)
@@ -358,4 +380,63 @@ def main(argv=None):
     for (bp, p, cell, ceed, *_), pairs in convergence_rates(read_results(args.out)).items():
         rates = ", ".join(f"{n1}->{n2}: {rate:.2f}" for n1, n2, rate in pairs)
         print(f"{bp} p={p} {cell} {ceed}: L2 rate {rates} (expected {p + 1})")
+    return 1 if bad else 0
+
+
+def main_distributed(args):
+    """The sweep on the ranks of ``mpiexec``: every case distributed over all of them.
+
+    Rank 0 reads and appends the results file and reports progress; each case
+    is set up and solved by all ranks together, in this process (``--timeout``
+    does not apply: a rank cannot be replaced mid-collective; ``--max-time``
+    does). A case that fails on every rank alike (a
+    :class:`~hofem.parallel.ParallelError`, e.g. more ranks than the box has
+    cells) is recorded as failed; any other error ends all ranks.
+    """
+    from hofem import parallel as par
+
+    comm = par.world()
+    with par.abort_on_error(prog="python -m hofem.bakeoff sweep"):
+        if any(c.startswith("/gpu") for c in args.ceed):
+            par.bind_device(comm)
+        everything = cases(args, comm.size)
+        todo = None
+        if comm.rank == 0:
+            done = {
+                case_key(r)
+                for r in read_results(args.out)
+                if not (args.retry and r.get("status") != "ok") and all(k in r for k in SCHEMA)
+            }
+            todo = [c for c in everything if case_key(c) not in done]
+            if args.progress != "off":
+                print(
+                    f"{len(todo)} cases to run on {comm.size} ranks, "
+                    f"{len(everything) - len(todo)} already in {args.out}",
+                    file=sys.stderr,
+                )
+        todo = comm.bcast(todo, root=0)
+        max_memory = None if args.max_memory is None else args.max_memory * 1e9
+        progress = Progress(len(todo), args.progress if comm.rank == 0 else "off")
+        bad, start = 0, time.perf_counter()
+        for i, case in enumerate(todo):
+            elapsed = comm.bcast(time.perf_counter() - start, root=0)
+            if args.max_time is not None and elapsed > args.max_time:
+                if comm.rank == 0:
+                    print(f"--max-time reached: {len(todo) - i} cases left, run again to resume")
+                break
+            progress.start(case)
+            try:
+                record = run_case(case, max_memory, comm)
+            except par.ParallelError as exc:
+                record = failed(case, "failed", str(exc))
+            if comm.rank == 0:
+                with open(args.out, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+            bad += record["status"] in ("failed", "timeout") or record["converged"] is False
+            progress.finish(case, record)
+        progress.close()
+        if comm.rank == 0:
+            for (bp, p, cell, ceed, *_), pairs in convergence_rates(read_results(args.out)).items():
+                rates = ", ".join(f"{n1}->{n2}: {rate:.2f}" for n1, n2, rate in pairs)
+                print(f"{bp} p={p} {cell} {ceed}: L2 rate {rates} (expected {p + 1})")
     return 1 if bad else 0
