@@ -213,3 +213,22 @@ def test_sweep_under_mpiexec(n, tmp_path):
     again = mpiexec(n, *sweep, "--progress", "lines")
     assert f"0 cases to run on {n} ranks, 12 already in" in again.stderr
     assert len(read_results(out)) == 12
+
+
+def test_metis_cuts_fewer_facets_than_rcb():
+    """On an unstructured mesh METIS's parts share fewer facets; both cover every cell."""
+    pytest.importorskip("pymetis", reason="METIS partitions need pymetis")
+    from hofem.parallel.partition import dual_graph, partition
+
+    mesh = meshes.read(meshes.data_path("lshape_hex.msh"))
+    xadj, adjncy = dual_graph(mesh)
+    rows = np.repeat(np.arange(mesh.num_cells), np.diff(xadj))
+    cuts = {}
+    for method in ("rcb", "metis"):
+        part = partition(mesh, 4, method)
+        assert np.array_equal(np.unique(part), np.arange(4))
+        assert np.bincount(part).max() <= 1.1 * mesh.num_cells / 4
+        cuts[method] = np.count_nonzero(part[rows] != part[adjncy]) // 2
+    assert 0 < cuts["metis"] <= cuts["rcb"], cuts
+    with pytest.raises(ValueError, match="partition method must be one of"):
+        partition(mesh, 2, "scotch")

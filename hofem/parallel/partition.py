@@ -125,7 +125,7 @@ def partition(mesh, num_parts, method="rcb"):
             "partition method 'metis' needs pymetis: pip install pymetis (or use 'rcb')"
         ) from err
     xadj, adjncy = dual_graph(mesh)
-    _, part = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy)
+    _, part = pymetis.part_graph(num_parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy))
     part = np.asarray(part, dtype=np.int32)
     empty = np.setdiff1d(np.arange(num_parts), part)
     if empty.size:
