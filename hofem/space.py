@@ -93,7 +93,7 @@ class H1Space:
         self.num_nodes = self.numbering.num_nodes
         self.num_dofs = self.num_nodes * self.num_comp
         self.restriction = self.make_restriction(self.num_comp)
-        self.coordinates = ceed.asarray(self._node_coordinates().T.ravel())  # (dim * num_nodes,)
+        self.coordinates = ceed.asarray(self._node_coordinates().ravel())  # (dim * num_nodes,)
 
     @property
     def cell_type(self):
@@ -190,14 +190,18 @@ class H1Space:
         return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
 
     def _node_coordinates(self):
-        """(num_nodes, dim) physical node coordinates (computed in chunks of cells)."""
+        """(dim, num_nodes) physical node coordinates, component-major like the L-vector.
+
+        Computed in chunks of cells, written straight into the component-major
+        array (no transposed copy of the whole field).
+        """
         interp = self._geometry_interp()  # (P, G)
         cell_x = self.mesh.cell_coordinates()  # (num_elem, G, dim)
-        x = np.empty((self.num_nodes, self.dim))
+        x = np.empty((self.dim, self.num_nodes))
         chunk = max(1, (1 << 20) // interp.shape[0])
         for a in range(0, self.num_elem, chunk):
             elem_x = np.matmul(interp, cell_x[a : a + chunk])  # (chunk, P, dim), BLAS
-            x[self.offsets[a : a + chunk].ravel()] = elem_x.reshape(-1, self.dim)
+            x[:, self.offsets[a : a + chunk].ravel()] = elem_x.reshape(-1, self.dim).T
         return x
 
     def node_coordinates(self):
