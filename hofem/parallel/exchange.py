@@ -1,8 +1,8 @@
 """P and Pᵀ: owners -> ghosts and ghosts summed into owners, over MPI or NCCL.
 
-Each direction is a :class:`Channel` with one contiguous send and one
-contiguous receive buffer, split in segments per neighbour rank. An MPI
-channel posts persistent requests (``Send_init``/``Recv_init``) once and
+Each direction is a channel (:class:`MpiChannel` or :class:`NcclChannel`) with
+one contiguous send and one contiguous receive buffer, split in segments per
+neighbour rank. An MPI channel posts persistent requests (``Send_init``/``Recv_init``) once and
 restarts them every exchange; on a GPU it stages through pinned host buffers
 (the MPI of many sites, and of the lent GPU machines, is not CUDA-aware). A
 NCCL channel sends device buffers directly, on its own stream, so the interior
@@ -242,7 +242,6 @@ class Exchange:
         s_ranks, r_ranks = numbering.send_ranks, numbering.recv_ranks
         self._forward = channel(self.comm, xp, s_ranks, send_sizes, r_ranks, recv_sizes, 21)
         self._reverse = channel(self.comm, xp, r_ranks, recv_sizes, s_ranks, send_sizes, 22)
-        self._sum = self._nccl_sum if transport == "nccl" else self._mpi_sum
 
     @property
     def t_size(self):
@@ -300,14 +299,13 @@ class Exchange:
 
     # --- reductions ------------------------------------------------------------------------
     def allreduce(self, value):
-        """Sum of a 0-d array (or float) over the ranks, as a 0-d array of ``xp``."""
-        return self._sum(value)
+        """Sum of a 0-d array (or float) over the ranks, as a 0-d array of ``xp``.
 
-    def _mpi_sum(self, value):
-        total = self.comm.allreduce(float(value), op=MPI.SUM)
-        return self.xp.asarray(total)
-
-    def _nccl_sum(self, value):
+        Over NCCL the sum stays on the device (no host synchronization); over
+        MPI the value goes through the host.
+        """
+        if self.transport == "mpi":
+            return self.xp.asarray(self.comm.allreduce(float(value), op=MPI.SUM))
         import cupy
         from cupy.cuda import nccl
 
@@ -319,7 +317,10 @@ class Exchange:
         return out
 
     def free(self):
-        """Release the persistent requests and the duplicated communicator."""
+        """Release the persistent requests, the NCCL communicator and the duplicated one."""
         self._forward.free()
         self._reverse.free()
+        nccl = _NCCL.pop((self.comm.py2f(), self.comm.size, self.comm.rank), None)
+        if nccl is not None:
+            nccl.destroy()
         self.comm.Free()
