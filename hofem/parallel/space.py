@@ -17,11 +17,10 @@ __all__ = ["ParH1Space"]
 
 
 def _interior_first(numbering):
-    """Cells touching no ghost node first: the local mesh and numbering reordered so.
+    """Cells touching no ghost node first: the local numbering (and its mesh) reordered so.
 
     Returns
     -------
-    mesh : Mesh
     local : H1Numbering
     num_interior : int
     """
@@ -33,7 +32,7 @@ def _interior_first(numbering):
     local = H1Numbering(
         mesh, base.order, base.offsets[order], base.num_nodes, base.node_lattice, base.node_weights
     )
-    return mesh, local, int(np.count_nonzero(~touches))
+    return local, int(np.count_nonzero(~touches))
 
 
 class ParH1Space:
@@ -105,11 +104,11 @@ class ParH1Space:
         self.ceed = ceed
         self.order = int(order)
         self.num_comp = int(num_comp)
-        self.vertex_ids = local_mesh.vertex_ids
         numbering = distributed_numbering(comm, local_mesh, self.order)
-        mesh, local_numbering, self.num_interior = _interior_first(numbering)
+        local_numbering, self.num_interior = _interior_first(numbering)
         # keep the reordered cells only (the unpermuted offsets are dead weight)
         self.numbering = dataclasses.replace(numbering, local=local_numbering)
+        mesh = local_numbering.mesh
         self.local = H1Space(ceed, mesh, self.order, self.num_comp, numbering=local_numbering)
         self.dim = self.local.dim
         self.exchange = Exchange(comm, self.numbering, self.num_comp, ceed.xp, transport)
@@ -180,13 +179,10 @@ class ParH1Space:
         -------
         ndarray (n,), int64, sorted
         """
-        own, nodes = self.numbering.num_owned, self.numbering.num_nodes
-        flag = np.zeros(nodes)
-        flag[self.local.numbering.boundary_nodes(tags)] = 1.0
-        scalar = Exchange(self.comm, self.numbering, 1, np, "mpi")
-        owned = np.flatnonzero(scalar.prolong_transpose(flag) > 0)
-        scalar.free()
-        return (owned[None, :] + own * np.arange(self.num_comp)[:, None]).ravel()
+        flag = np.zeros((self.num_comp, self.numbering.num_nodes))  # an L-vector
+        flag[:, self.local.numbering.boundary_nodes(tags)] = 1.0
+        summed = self.exchange.prolong_transpose(self.ceed.asarray(flag.ravel()))
+        return np.flatnonzero(self.ceed.to_numpy(summed) > 0)
 
     def free_dofs(self, tags=None):
         """Sorted T-vector indices not in :meth:`boundary_dofs` ``(tags)``."""
