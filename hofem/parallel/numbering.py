@@ -22,7 +22,7 @@ from ..meshes.numbering import H1Numbering
 from .box_numbering import box_numbering
 from .layout import ParNumbering
 
-__all__ = ["ParNumbering", "distributed_numbering"]
+__all__ = ["distributed_numbering"]
 
 _HASH = np.array(
     [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5],
@@ -106,7 +106,7 @@ def _exchange_rows(comm, ranks, rows):
     return received
 
 
-def _row_ids(a, b):
+def _rows_in(a, b):
     """For rows of ``a`` (sorted, unique): True where the row is also a row of ``b``."""
     if len(a) == 0 or len(b) == 0:
         return np.zeros(len(a), dtype=bool)
@@ -189,7 +189,7 @@ def distributed_numbering(comm, local_mesh, order):
     holds = np.zeros_like(cand_with)  # (n_cand, nn): the neighbour holds this node
     for k, rows in enumerate(theirs):
         mine = np.flatnonzero(cand_with[:, k])
-        holds[mine, k] = _row_ids(keys[mine], rows)
+        holds[mine, k] = _rows_in(keys[mine], rows)
 
     # owner among the holders (this rank included) by a hash of the key
     ranks = np.append(neighbors, comm.rank).astype(np.int32)  # (nn + 1,)
@@ -225,33 +225,34 @@ def distributed_numbering(comm, local_mesh, order):
             send_nodes.append(new_id[cand[mine]])
 
     num_global = comm.allreduce(num_owned)
-    first_global = comm.exscan(num_owned)  # None on rank 0
-    numbering = ParNumbering(
+    first_global = int(comm.exscan(num_owned) or 0)  # exscan gives None on rank 0
+    send_ranks = np.array(send_ranks, dtype=np.int32)
+    recv_ranks = recv_ranks.astype(np.int32)
+    return ParNumbering(
         local=H1Numbering(mesh, base.order, new_id[offsets], num_nodes, base.node_lattice, weights),
         num_owned=num_owned,
         num_nodes=num_nodes,
-        first_global=int(first_global or 0),
+        first_global=first_global,
         num_global=int(num_global),
-        send_ranks=np.array(send_ranks, dtype=np.int32),
+        send_ranks=send_ranks,
         send_nodes=send_nodes,
-        recv_ranks=recv_ranks.astype(np.int32),
+        recv_ranks=recv_ranks,
         recv_counts=recv_counts.astype(np.int64),
-        ghost_global=np.empty(0, dtype=np.int64),
+        ghost_global=_ghost_global_ids(
+            comm, first_global, send_ranks, send_nodes, recv_ranks, recv_counts
+        ),
     )
-    ghost_global = _ghost_global_ids(comm, numbering)
-    return ParNumbering(**{**numbering.__dict__, "ghost_global": ghost_global})
 
 
-def _ghost_global_ids(comm, numbering):
+def _ghost_global_ids(comm, first_global, send_ranks, send_nodes, recv_ranks, recv_counts):
     """Global ids of the ghosts, sent by their owners along the send lists."""
-    first = numbering.first_global
-    sends = [(first + nodes)[:, None] for nodes in numbering.send_nodes]
     reqs, received = [], []
-    for q, count in zip(numbering.recv_ranks, numbering.recv_counts, strict=True):
+    for q, count in zip(recv_ranks, recv_counts, strict=True):
         buf = np.empty(int(count), dtype=np.int64)
         received.append(buf)
         reqs.append(comm.Irecv(buf, source=int(q), tag=13))
-    for q, buf in zip(numbering.send_ranks, sends, strict=True):
-        reqs.append(comm.Isend(np.ascontiguousarray(buf), dest=int(q), tag=13))
+    sends = [np.ascontiguousarray(first_global + nodes) for nodes in send_nodes]
+    for q, buf in zip(send_ranks, sends, strict=True):
+        reqs.append(comm.Isend(buf, dest=int(q), tag=13))
     MPI.Request.Waitall(reqs)
     return np.concatenate(received) if received else np.empty(0, dtype=np.int64)

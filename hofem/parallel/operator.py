@@ -1,17 +1,17 @@
 """``ParOperator``: ``y_T = Pᵀ A_local P x_T``, the halo exchange hidden behind interior work."""
 
-import math
-
 from ..forms import diffusion as _diffusion
 from ..forms import mass as _mass
 from ..operator import _OperatorBase
+from ..vector_ops import VectorOps
 
 __all__ = ["ParOperator", "ParallelVectorOps", "diffusion", "mass"]
 
 
-class ParallelVectorOps:
+class ParallelVectorOps(VectorOps):
     """CG's vector work on T-vectors: a rank's own :class:`~hofem.vector_ops.VectorOps`
-    for the updates, and every inner product summed over the ranks.
+    for the updates, and every inner product summed over the ranks (``norm``
+    follows from ``dot``).
 
     Parameters
     ----------
@@ -21,15 +21,12 @@ class ParallelVectorOps:
     """
 
     def __init__(self, inner, allreduce):
+        super().__init__(inner.xp)
         self.inner = inner
-        self.xp = inner.xp
         self._sum = allreduce
 
     def dot(self, a, b):
         return self._sum(self.inner.dot(a, b))
-
-    def norm(self, a):
-        return math.sqrt(float(self.dot(a, a)))
 
     def length(self, a):
         return round(float(self._sum(self.xp.asarray(float(a.size)))))
