@@ -143,7 +143,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
             callback(x)
         if iteration % check_every == 0 or iteration == maxiter:
             # unpreconditioned, r . r is already there: no second reduction per check
-            r_norm = ops.norm(r) if precond is not None else math.sqrt(abs(float(rz_new)))
+            r_norm = ops.norm(r) if precond is not None else math.sqrt(float(rz_new))
             if bool(breakdown) or not math.isfinite(r_norm):
                 return x, CGInfo(
                     -1,

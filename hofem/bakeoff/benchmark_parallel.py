@@ -71,9 +71,9 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport):
         "solve_s": seconds,
         "dofs_x_iter_per_s": rate,
         "dofs_x_iter_per_s_per_rank": rate / comm.size,
-        "setup_s": comm.allreduce(problem.setup_seconds, op=_max()),
-        "host_bytes_per_local_dof": comm.allreduce(host_peak / local_dofs, op=_max()),
-        "device_bytes_per_local_dof": comm.allreduce(device_bytes / local_dofs, op=_max()),
+        "setup_s": max(comm.allgather(problem.setup_seconds)),
+        "host_bytes_per_local_dof": max(comm.allgather(host_peak / local_dofs)),
+        "device_bytes_per_local_dof": max(comm.allgather(device_bytes / local_dofs)),
         "dof_balance": balance["dof_balance"],
     }
 
@@ -81,12 +81,6 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport):
 def _peak_rss():
     """Peak resident host memory of this process so far, bytes."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
 
 
 def main(argv=None):
