@@ -52,6 +52,7 @@ program = textwrap.dedent(
     A = hf.restrict_dofs(par.diffusion(space), free)
     b = space.load_vector(lambda x: 2 * np.pi**2 * exact(x))[free]
     x, info = hf.cg(A, b, rtol=1e-10)
+    assert info == 0, info.message
     u = np.zeros(space.num_owned_dofs)
     u[free] = x
     error = space.errors(u, exact)
@@ -61,7 +62,9 @@ program = textwrap.dedent(
         xy = np.vstack([p[0] for p in parts])
         values = np.concatenate([p[1] for p in parts])
         owner = np.concatenate([np.full(len(p[1]), r) for r, p in enumerate(parts)])
-        np.savez(sys.argv[1], xy=xy, u=values, owner=owner)
+        np.savez(
+            sys.argv[1], xy=xy, u=values, owner=owner, iterations=info.iterations, error=error
+        )
         print(f"{comm.size} ranks, {space.num_dofs} DOFs, owned per rank {parts[0][2]['dofs']}")
         print(f"CG: {info.iterations} iterations, L2 error {error:.3e}")
     """
@@ -103,7 +106,10 @@ b = space.load_vector(lambda x: 2 * np.pi**2 * exact(x))[free]
 x, info = hf.cg(hf.restrict_dofs(hf.diffusion(space), free), b, rtol=1e-10)
 u = np.zeros(space.num_dofs)
 u[free] = x
-print(f"1 process: CG {info.iterations} iterations, L2 error {space.errors(u, exact):.3e}")
+error = space.errors(u, exact)
+print(f"1 process: CG {info.iterations} iterations, L2 error {error:.3e}")
+assert abs(info.iterations - int(result["iterations"])) <= 1
+assert abs(error - float(result["error"])) <= 1e-6 * error
 
 # %%
 # Who owns what
