@@ -89,7 +89,6 @@ class H1Space:
             )
         self.offsets = self.numbering.offsets  # (num_elem, P)
         self.num_elem, self.elem_size = self.offsets.shape
-        self.element_range = (0, self.num_elem)  # cells of the mesh this space integrates over
         self.num_nodes = self.numbering.num_nodes
         self.num_dofs = self.num_nodes * self.num_comp
         self.restriction = self.make_restriction(self.num_comp)
@@ -132,7 +131,6 @@ class H1Space:
         subset = copy.copy(self)
         subset.offsets = self.offsets[start:stop]  # (stop - start, P), a view
         subset.num_elem = stop - start
-        subset.element_range = (self.element_range[0] + start, self.element_range[0] + stop)
         subset.restriction = subset.make_restriction(self.num_comp)
         return subset
 
