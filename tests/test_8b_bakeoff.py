@@ -25,7 +25,7 @@ from hofem.bakeoff.problems import (
     setup,
     solve,
 )
-from hofem.bakeoff.results import SCHEMA, read_results, schema_errors
+from hofem.bakeoff.results import SCHEMA, rate_lines, read_results, schema_errors
 
 SWEEP = [
     *("sweep --problems bp1 3 --orders 1 2 --elements 2 3".split()),
@@ -71,6 +71,17 @@ def test_sweep_lines_match_the_schema_and_verify(swept):
     for line in rates:  # "bp1 p=1 hex /cpu/self/ref: L2 rate 2->3: 2.03 (expected 2)"
         p = int(line.split()[1][2:])
         assert p + 0.5 < float(line.split(": ")[-1].split()[0]) < p + 1.3, line
+
+
+def test_rates_at_the_rounding_floor_are_marked():
+    """A rate whose finer error is at fp64's floor is flagged, not read as a failed order."""
+    base = {"status": "ok", "bp": "bp1", "p": 6, "cell": "hex", "ceed": "/gpu/cuda/gen",
+            "ranks": 1, "rtol": 1e-14, "preconditioner": "none"}  # fmt: skip
+    errors = {8: 1e-9, 16: 6e-12, 32: 5e-14}
+    records = [dict(base, elements_1d=n, l2_error=e) for n, e in errors.items()]
+    (line,) = rate_lines(records)
+    assert line.startswith("bp1 p=6 hex /gpu/cuda/gen: L2 rate 8->16: 7.38, 16->32: 6.91 (")
+    assert line.count("(rounding floor)") == 1 and line.endswith("(expected 7)")
 
 
 def test_progress_is_plain_lines_off_a_terminal(swept):

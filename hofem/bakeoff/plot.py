@@ -140,9 +140,9 @@ def plot_ratios(plt, groups, baseline, out, fmt, written):
 def markdown_table(records):
     """The results as markdown: one table per cell, backend and problem; then the misses."""
     rates = {
-        (key[:4], n2): rate
+        (key[:4], n2): f"{rate:.2f}" + (" (floor)" if floor else "")
         for key, pairs in convergence_rates(records).items()
-        for _, n2, rate in pairs
+        for _, n2, rate, floor in pairs
     }
     lines = []
     for (cell, ceed), by_bp in sorted(_groups(records).items()):
@@ -162,7 +162,7 @@ def markdown_table(records):
                     lines.append(
                         f"| {p} | {r['elements_1d']} | {r['dofs']} | {its} "
                         f"| {r['dofs_x_iter_per_s'] / 1e6:.3g} | {r['apply_dofs_per_s'] / 1e6:.3g} "
-                        f"| {r['l2_error']:.2e} | {'' if rate is None else f'{rate:.2f}'} "
+                        f"| {r['l2_error']:.2e} | {rate or ''} "
                         f"| {r['compile_s']:.2g} |"
                     )
             lines.append("")

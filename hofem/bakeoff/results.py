@@ -15,11 +15,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "case_key",
     "convergence_rates",
+    "rate_lines",
     "read_results",
     "schema_errors",
 ]
 
 SCHEMA_VERSION = 1
+# an L2 error below this is at fp64's rounding floor for the bake-off solutions (|u| ~ 1):
+# a rate that ends there measures rounding, not the discretization (BP1 p >= 5 on the H100)
+ROUNDING_FLOOR = 1e-12
 _NUM = (int, float)
 _NONE = type(None)
 # key -> (allowed types, meaning). Result fields are None unless status is "ok".
@@ -118,13 +122,14 @@ def convergence_rates(records):
 
     A series is the lines that differ only in ``elements_1d``; the rate between
     consecutive sizes is ``log(e_1 / e_2) / log(n_2 / n_1)`` (h = 1 / n),
-    expected p + 1.
+    expected p + 1, unless ``e_2`` is below :data:`ROUNDING_FLOOR`.
 
     Returns
     -------
     dict
-        ``(bp, p, cell, ceed, ranks, rtol, preconditioner) -> list of (n_1, n_2, rate)``,
-        sizes increasing; series of one size are left out.
+        ``(bp, p, cell, ceed, ranks, rtol, preconditioner) -> list of (n_1, n_2, rate,
+        at_floor)``, sizes increasing, ``at_floor`` true when ``e_2 < ROUNDING_FLOOR``;
+        series of one size are left out.
     """
     series = defaultdict(dict)
     for r in records:
@@ -136,7 +141,27 @@ def convergence_rates(records):
         sizes = sorted(errors)
         if len(sizes) > 1:
             rates[key] = [
-                (n1, n2, math.log(errors[n1] / errors[n2]) / math.log(n2 / n1))
+                (
+                    n1,
+                    n2,
+                    math.log(errors[n1] / errors[n2]) / math.log(n2 / n1),
+                    errors[n2] < ROUNDING_FLOOR,
+                )
                 for n1, n2 in itertools.pairwise(sizes)
             ]
     return rates
+
+
+def rate_lines(records):
+    """One line per size series: ``bp1 p=2 hex /cpu/self/ref: L2 rate 2->3: 2.98 (expected 3)``.
+
+    A rate whose finer error is at the rounding floor is followed by ``(rounding floor)``.
+    """
+    lines = []
+    for (bp, p, cell, ceed, *_), pairs in convergence_rates(records).items():
+        rates = ", ".join(
+            f"{n1}->{n2}: {rate:.2f}" + (" (rounding floor)" if floor else "")
+            for n1, n2, rate, floor in pairs
+        )
+        lines.append(f"{bp} p={p} {cell} {ceed}: L2 rate {rates} (expected {p + 1})")
+    return lines
