@@ -25,6 +25,23 @@ __all__ = ["H1Space"]
 _TOPOLOGY = {"line": LINE, "triangle": TRIANGLE, "quad": QUAD, "tetra": TET, "hexahedron": HEX}
 
 
+def free_indices(size, constrained):
+    """Sorted indices of ``0..size - 1`` not in ``constrained``, by a mask (no sort).
+
+    Parameters
+    ----------
+    size : int
+    constrained : int array (n,)
+
+    Returns
+    -------
+    ndarray (size - number of distinct constrained,), int64
+    """
+    free = np.ones(size, dtype=bool)  # (size,)
+    free[constrained] = False
+    return np.flatnonzero(free)
+
+
 class H1Space:
     """Continuous Lagrange finite elements of order ``order`` on a conforming mesh.
 
@@ -266,8 +283,8 @@ class H1Space:
         return (nodes[None, :] + self.num_nodes * np.arange(self.num_comp)[:, None]).ravel()
 
     def free_dofs(self, tags=None):
-        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``."""
-        return np.setdiff1d(np.arange(self.num_dofs), self.boundary_dofs(tags))
+        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``, int64."""
+        return free_indices(self.num_dofs, self.boundary_dofs(tags))
 
     # --- functions -------------------------------------------------------------------------
     def _evaluate(self, f, x):

@@ -30,6 +30,9 @@ class RefBackend:
     def synchronize(self):
         """Wait for queued device work (nothing to wait for on the CPU)."""
 
+    def release_cached_memory(self):
+        """Give cached free device memory back (nothing cached on the CPU)."""
+
     # --- arrays --------------------------------------------------------------------------
     def asarray(self, x, dtype=None):
         """Copy or view ``x`` (host or device) as an array of this backend."""
