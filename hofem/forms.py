@@ -23,8 +23,26 @@ __all__ = ["diffusion", "mass", "restrict_dofs"]
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
 
+def _build(space, kind, geo, size, num_elem):
+    """The set-up operator of ``kind`` on ``num_elem`` cells: coordinate E-vector -> q-data."""
+    ceed, dim = space.ceed, space.dim
+    P, Q = space.elem_size, geo.num_qpts
+    r_x = ceed.StridedElemRestriction(num_elem, P, dim, num_elem * dim * P, STRIDES_BACKEND)
+    r_q = ceed.StridedElemRestriction(num_elem, Q, size, num_elem * Q * size, STRIDES_BACKEND)
+    build = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DBuild"))
+    build.set_field("dx", r_x, geo, VECTOR_ACTIVE)
+    build.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
+    build.set_field("qdata", r_q, BASIS_NONE, VECTOR_ACTIVE)
+    return build
+
+
 def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
-    """Stored quadrature data (strided restriction, L-vector) of the form ``kind``."""
+    """Stored quadrature data (strided restriction, L-vector) of the form ``kind``.
+
+    Built in chunks of cells (:meth:`H1Space.cell_chunks`) from the coordinate
+    E-vectors of each chunk, so no coordinate L-vector or whole-mesh Jacobians
+    exist at any time; only the q-data itself is allocated at full size.
+    """
     ceed, dim = space.ceed, space.dim
     size = _QDATA_SIZE[kind][dim]
     Q = basis.num_qpts
@@ -32,11 +50,13 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
         space.num_elem, Q, size, space.num_elem * Q * size, STRIDES_BACKEND
     )
     geo = space.basis(dim, q_extra, quad_mode)
-    build = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DBuild"))
-    build.set_field("dx", space.make_restriction(dim), geo, VECTOR_ACTIVE)
-    build.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
-    build.set_field("qdata", r_q, BASIS_NONE, VECTOR_ACTIVE)
-    qdata = build(space.coordinates)  # (num_elem * size * Q,) as (num_elem, size, Q)
+    qdata = ceed.xp.empty(space.num_elem * size * Q)  # (num_elem, size, Q) flat
+    builds = {}  # one set-up operator per chunk length (at most two)
+    for a, b in space.cell_chunks(Q):
+        if b - a not in builds:
+            builds[b - a] = _build(space, kind, geo, size, b - a)
+        x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
+        builds[b - a].apply(x, qdata[a * size * Q : b * size * Q])
     if coefficient is not None:
         if callable(coefficient):
             x = space.quadrature(q_extra, quad_mode)[0]  # (num_elem, Q, dim)

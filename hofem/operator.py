@@ -13,7 +13,7 @@ from .constants import (
     VECTOR_ACTIVE,
     VECTOR_NONE,
 )
-from .restriction import ElemRestriction
+from .restriction import ElemRestriction, index_dtype
 from .vector_ops import backend_vector_ops
 
 __all__ = ["CompositeOperator", "Operator", "OperatorField", "SubOperator"]
@@ -398,14 +398,13 @@ class SubOperator(_OperatorBase):
             raise ValueError(f"free_dofs must be sorted, unique and in [0, {in_size})")
         self.ceed = op.ceed
         self.op = op
-        self.free = free
-        self._free = op.ceed.asarray(free)
+        self._free = op.ceed.asarray(free.astype(index_dtype(in_size), copy=False))  # (n_free,)
         self._u = op.ceed.xp.zeros(in_size)  # (in_size,) scratch: constrained entries stay 0
         self._v = op.ceed.xp.zeros(in_size)
 
     @property
     def shape(self):
-        return (self.free.size, self.free.size)
+        return (self._free.size, self._free.size)
 
     def vector_ops(self):
         """The vector operations of the wrapped operator (parallel ones reduce across ranks)."""

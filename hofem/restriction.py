@@ -39,7 +39,11 @@ class ElemRestriction:
     strides : tuple of 3 int or None
         Strided restrictions only.
     indices : ndarray, (num_elem, num_comp, elem_size), int32 or int64
-        L-vector index of every E-vector entry (host copy, for assembly).
+        L-vector index of every E-vector entry, on the host (for assembly and
+        CPU kernels). Offset restrictions keep it while the backend reads it
+        there; backends with device memory drop the host copy after upload
+        (:meth:`release_host_indices`), and then each access copies it back.
+        Strided restrictions never store it: each access computes it.
     signs : ndarray, (num_elem, 1, elem_size), float64, or None
         -1 where oriented, else 1; None for unoriented restrictions.
     """
@@ -65,15 +69,33 @@ class ElemRestriction:
         self.comp_stride = None
         self.strides = None
         self.signs = None
+        self._indices = None  # (num_elem, num_comp, elem_size) host, offset restrictions
         if strides is None:
             self.comp_stride = _positive_int(comp_stride, "comp_stride")
-            indices = self._offset_indices(offsets)
+            self._indices = self._offset_indices(offsets)
             if orients is not None:
                 self.signs = self._signs(orients)
         else:
-            indices = self._strided_indices(strides)
-        self.indices = indices  # (num_elem, num_comp, elem_size)
+            self.strides = self._checked_strides(strides)
         ceed.backend.restriction_setup(self)
+
+    @property
+    def indices(self):
+        """See the class's Attributes: a host array, stored or made on access."""
+        if self.strides is not None:
+            return self._strided_indices()
+        if self._indices is None:  # released after upload: copy the device indices back
+            shape = (self.num_elem, self.num_comp, self.elem_size)
+            return self.ceed.to_numpy(self.backend_data["indices"]).reshape(shape)
+        return self._indices
+
+    def release_host_indices(self):
+        """Drop the host copy of the offset indices (a backend holds them in device memory).
+
+        Called by backends from ``restriction_setup`` after ``backend_data["indices"]``
+        holds the indices; :attr:`indices` then copies them back on access.
+        """
+        self._indices = None
 
     @property
     def e_size(self):
@@ -82,6 +104,13 @@ class ElemRestriction:
     @property
     def is_oriented(self):
         return self.signs is not None
+
+    @property
+    def is_identity(self):
+        """True when the E-vector is the L-vector itself (strided in backend order, tiling it)."""
+        return self.strides == (1, self.elem_size, self.elem_size * self.num_comp) and (
+            self.l_size == self.e_size
+        )
 
     def _offset_indices(self, offsets):
         shape = (self.num_elem, self.elem_size)
@@ -105,8 +134,11 @@ class ElemRestriction:
                 f"< l_size = {self.l_size}"
             )
         dtype = index_dtype(self.l_size)  # in range, so every index fits: no int64 temporary
+        offsets = np.ascontiguousarray(offsets, dtype=dtype)
+        if self.num_comp == 1:  # the offsets themselves, no copy when already in dtype
+            return offsets[:, None, :]  # (num_elem, 1, P)
         comp = np.arange(self.num_comp, dtype=dtype) * dtype(self.comp_stride)
-        return offsets.astype(dtype)[:, None, :] + comp[None, :, None]  # (num_elem, num_comp, P)
+        return offsets[:, None, :] + comp[None, :, None]  # (num_elem, num_comp, P)
 
     def _signs(self, orients):
         shape = (self.num_elem, self.elem_size)
@@ -120,7 +152,8 @@ class ElemRestriction:
         signs = np.where(orients.reshape(shape), -1.0, 1.0)
         return signs[:, None, :]  # (num_elem, 1, elem_size)
 
-    def _strided_indices(self, strides):
+    def _checked_strides(self, strides):
+        """``strides`` as 3 ints (node, component, element), checked to stay in the L-vector."""
         if strides is STRIDES_BACKEND:
             strides = (1, self.elem_size, self.elem_size * self.num_comp)
         try:
@@ -140,11 +173,15 @@ class ElemRestriction:
                 f"strides {strides} reach L-vector index {high} (min {low}), outside "
                 f"[0, l_size = {self.l_size})"
             )
+        return strides
+
+    def _strided_indices(self):
+        """(num_elem, num_comp, elem_size) indices of a strided restriction, computed now."""
         dtype = index_dtype(self.l_size)  # built in it directly: no int64 temporary
-        node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * dtype(strides[0])
-        comp = np.arange(self.num_comp, dtype=dtype)[None, :, None] * dtype(strides[1])
-        elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * dtype(strides[2])
-        self.strides = strides
+        s0, s1, s2 = (dtype(s) for s in self.strides)
+        node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * s0
+        comp = np.arange(self.num_comp, dtype=dtype)[None, :, None] * s1
+        elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
         return (elem + comp) + node  # (num_elem, num_comp, elem_size)
 
     def apply(self, u, t_mode=NOTRANSPOSE):

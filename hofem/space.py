@@ -25,6 +25,23 @@ __all__ = ["H1Space"]
 _TOPOLOGY = {"line": LINE, "triangle": TRIANGLE, "quad": QUAD, "tetra": TET, "hexahedron": HEX}
 
 
+def free_indices(size, constrained):
+    """Sorted indices of ``0..size - 1`` not in ``constrained``, by a mask (no sort).
+
+    Parameters
+    ----------
+    size : int
+    constrained : int array (n,)
+
+    Returns
+    -------
+    ndarray (size - number of distinct constrained,), int64
+    """
+    free = np.ones(size, dtype=bool)  # (size,)
+    free[constrained] = False
+    return np.flatnonzero(free)
+
+
 class H1Space:
     """Continuous Lagrange finite elements of order ``order`` on a conforming mesh.
 
@@ -59,12 +76,16 @@ class H1Space:
     offsets : ndarray (num_elem, P) int
     restriction : ElemRestriction
         ``num_comp`` components.
-    coordinates : array (dim * num_nodes,)
-        Node coordinates L-vector (component-major), the mesh geometry
-        interpolated at order p (curved where the mesh is).
+    first_cell : int
+        This space's cells are the mesh's cells ``first_cell:first_cell + num_elem``
+        (0 but for :meth:`element_subset`).
+
+    Node coordinates are not stored: :attr:`coordinates` (the L-vector) and
+    :meth:`element_coordinates` (E-vectors of cell ranges) interpolate the mesh
+    geometry when asked.
     """
 
-    CHUNK_POINTS = 1 << 20  # quadrature points per host chunk in load_vector and errors
+    CHUNK_POINTS = 1 << 20  # quadrature points per chunk: load_vector, errors, form set-up
 
     def __init__(self, ceed, mesh, order, num_comp=1, numbering=None):
         from .meshes import h1_numbering
@@ -89,10 +110,20 @@ class H1Space:
             )
         self.offsets = self.numbering.offsets  # (num_elem, P)
         self.num_elem, self.elem_size = self.offsets.shape
+        self.first_cell = 0
         self.num_nodes = self.numbering.num_nodes
         self.num_dofs = self.num_nodes * self.num_comp
         self.restriction = self.make_restriction(self.num_comp)
-        self.coordinates = ceed.asarray(self._node_coordinates().ravel())  # (dim * num_nodes,)
+
+    @property
+    def coordinates(self):
+        """Node coordinates L-vector ``(dim * num_nodes,)`` of the backend, component-major.
+
+        The mesh geometry interpolated at order p (curved where the mesh is),
+        computed on each access (24 bytes per node in 3D): hold on to it only
+        while needed.
+        """
+        return self.ceed.asarray(self._node_coordinates().ravel())
 
     @property
     def cell_type(self):
@@ -131,6 +162,7 @@ class H1Space:
         subset = copy.copy(self)
         subset.offsets = self.offsets[start:stop]  # (stop - start, P), a view
         subset.num_elem = stop - start
+        subset.first_cell = self.first_cell + start
         subset.restriction = subset.make_restriction(self.num_comp)
         return subset
 
@@ -187,24 +219,52 @@ class H1Space:
         vandermonde = simplex_vandermonde(self.dim, k, nodes_k)  # (G, G)
         return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
 
+    def cell_chunks(self, points_per_cell):
+        """Ranges ``(start, stop)`` of this space's cells, ``CHUNK_POINTS`` points at most each.
+
+        Parameters
+        ----------
+        points_per_cell : int
+            Points (quadrature points, nodes) each cell contributes.
+
+        Returns
+        -------
+        list of (int, int)
+            Consecutive ranges covering ``0:num_elem``.
+        """
+        size = max(1, self.CHUNK_POINTS // points_per_cell)
+        return [(a, min(a + size, self.num_elem)) for a in range(0, self.num_elem, size)]
+
+    def element_coordinates(self, start=0, stop=None):
+        """Node coordinates of this space's cells ``start:stop`` as a host E-vector.
+
+        Interpolated from the mesh geometry directly, without the L-vector.
+
+        Returns
+        -------
+        ndarray (stop - start, dim, P), float64
+            The layout of a ``dim``-component E-vector of :meth:`make_restriction`.
+        """
+        stop = self.num_elem if stop is None else stop
+        first = self.first_cell
+        cell_x = self.mesh.cell_coordinates(first + start, first + stop)  # (n, G, dim)
+        x = np.matmul(self._geometry_interp(), cell_x)  # (n, P, dim), BLAS
+        return np.ascontiguousarray(x.transpose(0, 2, 1))
+
     def _node_coordinates(self):
         """(dim, num_nodes) physical node coordinates, component-major like the L-vector.
 
         Computed in chunks of cells, written straight into the component-major
         array (no transposed copy of the whole field).
         """
-        interp = self._geometry_interp()  # (P, G)
-        cell_x = self.mesh.cell_coordinates()  # (num_elem, G, dim)
         x = np.empty((self.dim, self.num_nodes))
-        chunk = max(1, (1 << 20) // interp.shape[0])
-        for a in range(0, self.num_elem, chunk):
-            elem_x = np.matmul(interp, cell_x[a : a + chunk])  # (chunk, P, dim), BLAS
-            x[:, self.offsets[a : a + chunk].ravel()] = elem_x.reshape(-1, self.dim).T
+        for a, b in self.cell_chunks(self.elem_size):
+            x[:, self.offsets[a:b]] = self.element_coordinates(a, b).transpose(1, 0, 2)
         return x
 
     def node_coordinates(self):
         """Host array ``(num_nodes, dim)`` of the global node coordinates."""
-        return self.ceed.to_numpy(self.coordinates).reshape(self.dim, -1).T
+        return self._node_coordinates().T
 
     # --- boundary --------------------------------------------------------------------------
     def boundary_dofs(self, tags=None):
@@ -223,8 +283,8 @@ class H1Space:
         return (nodes[None, :] + self.num_nodes * np.arange(self.num_comp)[:, None]).ravel()
 
     def free_dofs(self, tags=None):
-        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``."""
-        return np.setdiff1d(np.arange(self.num_dofs), self.boundary_dofs(tags))
+        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``, int64."""
+        return free_indices(self.num_dofs, self.boundary_dofs(tags))
 
     # --- functions -------------------------------------------------------------------------
     def _evaluate(self, f, x):
@@ -265,8 +325,7 @@ class H1Space:
             ``jacobian[e, q, c, d] = d x_c / d xi_d``.
         """
         geo = self.basis(self.dim, q_extra, quad_mode)
-        r_x = self.make_restriction(self.dim)
-        e = r_x.apply(self.coordinates)  # (num_elem, dim, P)
+        e = self.ceed.asarray(self.element_coordinates())  # (num_elem, dim, P)
         x = self.ceed.to_numpy(geo.apply(self.num_elem, NOTRANSPOSE, EVAL_INTERP, e))
         dx = geo.apply(self.num_elem, NOTRANSPOSE, EVAL_GRAD, e)  # (num_elem, dim d, c, Q)
         jacobian = dx.transpose(0, 3, 2, 1)  # (num_elem, Q, comp c, dim d)
@@ -305,13 +364,12 @@ class H1Space:
         Host-side quadrature work (:meth:`load_vector`, :meth:`errors`) runs
         chunk by chunk, so its memory does not grow with the mesh.
         """
-        q = self.basis(q_extra=q_extra).num_qpts
-        size = max(1, self.CHUNK_POINTS // q)
-        if self.num_elem <= size:
+        chunks = self.cell_chunks(self.basis(q_extra=q_extra).num_qpts)
+        if len(chunks) == 1:
             yield self
             return
-        for start in range(0, self.num_elem, size):
-            yield self.element_subset(start, min(start + size, self.num_elem))
+        for start, stop in chunks:
+            yield self.element_subset(start, stop)
 
     def errors(self, u, exact, grad_exact=None, q_extra=2):
         """L2 (and H1-seminorm) errors of the L-vector ``u`` against exact functions.

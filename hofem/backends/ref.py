@@ -30,6 +30,9 @@ class RefBackend:
     def synchronize(self):
         """Wait for queued device work (nothing to wait for on the CPU)."""
 
+    def release_cached_memory(self):
+        """Give cached free device memory back (nothing cached on the CPU)."""
+
     # --- arrays --------------------------------------------------------------------------
     def asarray(self, x, dtype=None):
         """Copy or view ``x`` (host or device) as an array of this backend."""
@@ -66,18 +69,31 @@ class RefBackend:
 
     # --- restriction -------------------------------------------------------------------------
     def restriction_setup(self, r):
-        """Move indices (and signs) to the device."""
+        """Move offset indices (and signs) to the device; strided ones are made when applied.
+
+        With device memory (``xp`` not NumPy) the restriction's host copy is released.
+        """
+        indices = None
+        if r.strides is None:
+            indices = self.xp.asarray(r.indices.ravel())  # (e_size,)
+            if self.xp is not np:
+                r.release_host_indices()
         r.backend_data = {
-            "indices": self.xp.asarray(r.indices.ravel()),  # (e_size,)
+            "indices": indices,
             "signs": None if r.signs is None else self.xp.asarray(r.signs),
         }
 
     def restriction_apply(self, r, u, t_mode, signed=True):
         """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""
         xp = self.xp
-        indices = r.backend_data["indices"]
         signs = r.backend_data["signs"] if signed else None
         shape = (r.num_elem, r.num_comp, r.elem_size)
+        if r.is_identity:  # the E-vector is the L-vector
+            e = u.reshape(shape).copy() if t_mode is NOTRANSPOSE else u.astype(np.float64).ravel()
+            return e
+        indices = r.backend_data["indices"]
+        if indices is None:  # strided: (e_size,) indices for this application only
+            indices = xp.asarray(r.indices.ravel())
         if t_mode is NOTRANSPOSE:
             e = u[indices].reshape(shape)
             return e * signs if signs is not None else e

@@ -6,7 +6,9 @@ CG iterations with ``rtol = 0`` after a warm-up solve, and prints one JSON line
 from rank 0: total and per-rank DOFs, CG DOFs x iterations / s (and per GPU or
 rank), setup seconds, the growth of peak host memory during set-up per local DOF
 (``ru_maxrss``: run one case per process for a clean number), device memory per
-local DOF (CuPy's pool), and the DOF balance.
+local DOF (CuPy's pool), the solve's footprint per local DOF
+(:func:`hofem.bakeoff.problems.solve_footprint`: arrays held plus CG's vectors),
+and the DOF balance.
 
 ``--dofs`` is the total problem size (strong scaling) or, with ``--per-rank``,
 the size on each rank (weak scaling). The box has ``round(((dofs)^(1/3) - 1) / p)``
@@ -14,13 +16,14 @@ elements per direction. Started without ``mpiexec`` it runs on one rank.
 """
 
 import json
-import resource
 import time
 
 import hofem as hf
+from hofem.memory import peak_rss_bytes
 
 from .common import Parser, add_ceed_argument, add_problem_arguments, positive_float, positive_int
 from .distributed import setup_distributed
+from .problems import solve_footprint
 
 
 def parse_args(argv=None):
@@ -37,15 +40,15 @@ def parse_args(argv=None):
 def run_case(comm, ceed, bp, p, dofs, iterations, transport):
     """One timed case (collective); the result dict on every rank."""
     elements = max(1, round((dofs ** (1 / 3) - 1) / p))
-    baseline = _peak_rss()  # interpreter, CUDA context, libraries: not the problem's
+    baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
     problem = setup_distributed(bp, ceed, p, comm, elements=elements, transport=transport)
-    host_peak = _peak_rss() - baseline
+    host_peak = peak_rss_bytes() - baseline
     op, b = problem.operator, problem.rhs
     hf.cg(op, b, rtol=0.0, maxiter=2)  # warm-up: compilation, NCCL/MPI set-up
     ceed.backend.synchronize()
     comm.Barrier()
     start = time.perf_counter()
-    _, info = hf.cg(op, b, rtol=0.0, maxiter=iterations)
+    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations)
     ceed.backend.synchronize()
     comm.Barrier()
     seconds = time.perf_counter() - start
@@ -56,6 +59,7 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport):
 
         device_bytes = cupy.get_default_memory_pool().total_bytes()
     local_dofs = space.local.num_dofs
+    footprint = solve_footprint(problem, x)["bytes"]
     balance = space.balance()
     rate = space.num_dofs * info.iterations / seconds
     return {
@@ -74,13 +78,9 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport):
         "setup_s": max(comm.allgather(problem.setup_seconds)),
         "host_bytes_per_local_dof": max(comm.allgather(host_peak / local_dofs)),
         "device_bytes_per_local_dof": max(comm.allgather(device_bytes / local_dofs)),
+        "footprint_bytes_per_local_dof": max(comm.allgather(footprint / local_dofs)),
         "dof_balance": balance["dof_balance"],
     }
-
-
-def _peak_rss():
-    """Peak resident host memory of this process so far, bytes."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def main(argv=None):

@@ -79,6 +79,6 @@ def setup_distributed(
         local_mesh = par.distribute_mesh(comm, mesh, method)
     space = par.ParH1Space(ceed, local_mesh, order, bp.num_comp, comm, transport)
     op, rhs, exact, free = assemble(bp, space, par.mass, par.diffusion)
-    ceed.backend.synchronize()
+    ceed.backend.release_cached_memory()  # set-up temporaries' pool blocks (synchronizes)
     comm.Barrier()
     return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hofem as hf
+from hofem.memory import memory_report, peak_rss_bytes
 
 __all__ = [
     "BP",
@@ -23,6 +24,7 @@ __all__ = [
     "memory_estimate",
     "setup",
     "solve",
+    "solve_footprint",
     "time_apply",
 ]
 
@@ -135,6 +137,7 @@ def setup(bp_name, ceed, order, mesh):
     start = time.perf_counter()
     space = hf.H1Space(ceed, mesh, order, num_comp=bp.num_comp)
     op, rhs, exact, free = assemble(bp, space, hf.mass, hf.diffusion)
+    ceed.backend.release_cached_memory()  # set-up temporaries' pool blocks
     return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
 
 
@@ -192,7 +195,10 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         bp, p, q, cell, elements, dofs, backend, ranks (MPI ranks: 1 when serial), rtol,
         preconditioner, iterations, converged, setup_s, compile_s (the
         warm-up, first-run JIT compilation included), solve_s,
-        dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error.
+        dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error,
+        host_peak_bytes (the process's peak resident memory, before the
+        error computation), footprint_bytes (:func:`solve_footprint`); on
+        several ranks the largest rank's bytes.
 
     Raises
     ------
@@ -219,6 +225,11 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M)
     synchronize()
     seconds = time.perf_counter() - start
+    footprint = solve_footprint(problem, x, M)["bytes"]
+    host_peak = peak_rss_bytes()
+    if comm is not None:
+        per_rank = comm.allgather((footprint, host_peak))
+        footprint, host_peak = (max(v) for v in zip(*per_rank, strict=True))
     norm = op.vector_ops().norm  # global norms on distributed operators
     residual = norm(problem.rhs - op(x)) / norm(problem.rhs)
     if problem.free is not None:
@@ -247,6 +258,34 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         "dofs_x_iter_per_s": space.num_dofs * info.iterations / seconds if seconds else math.nan,
         "rel_residual": residual,
         "l2_error": l2,
+        "host_peak_bytes": host_peak,
+        "footprint_bytes": footprint,
+    }
+
+
+def solve_footprint(problem, x, M=None):
+    """Bytes a CG solve of ``problem`` holds: its arrays plus CG's work vectors.
+
+    The arrays reachable from the operator, space, right-hand side, free DOFs,
+    solution ``x`` and preconditioner ``M`` (:func:`hofem.memory.memory_report`:
+    q-data, restriction indices, offsets, mesh, halo buffers, scratch vectors),
+    and the vectors :func:`hofem.cg` allocates while it runs (r, p, Ap; z
+    with a preconditioner). Memory-pool slack and temporaries are not counted.
+
+    Returns
+    -------
+    dict
+        ``bytes``; ``host``, ``device``: by holder (see ``memory_report``);
+        ``cg_vectors`` (bytes).
+    """
+    report = memory_report(problem.operator, problem.space, problem.rhs, problem.free, x, M)
+    cg_vectors = (3 if M is None else 4) * 8 * int(problem.rhs.size)
+    total = report["host_bytes"] + report["device_bytes"] + cg_vectors
+    return {
+        "bytes": total,
+        "host": report["host"],
+        "device": report["device"],
+        "cg_vectors": cg_vectors,
     }
 
 

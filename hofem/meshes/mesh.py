@@ -182,16 +182,18 @@ class Mesh:
             f"num_facets={len(self.facets)})"
         )
 
-    def cell_coordinates(self):
-        """Coordinates of each cell's geometric nodes.
+    def cell_coordinates(self, start=0, stop=None):
+        """Coordinates of the geometric nodes of cells ``start:stop`` (default all).
 
         Returns
         -------
-        ndarray of float64, shape ``(num_cells, num_geom_nodes, gdim)``
+        ndarray of float64, shape ``(stop - start, num_geom_nodes, gdim)``
             ``geometry`` if present, else the corners ``points[cells]``
             (the order-1 lattice, which is the corner ordering).
         """
-        return self.points[self.cells] if self.geometry is None else self.geometry
+        if self.geometry is not None:
+            return self.geometry[start:stop]
+        return self.points[self.cells[start:stop]]
 
     def permute_cells(self, order):
         """The same mesh with its cells in the order ``order`` (a permutation).

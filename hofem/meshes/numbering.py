@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..restriction import index_dtype
 from . import reference as ref
 from .mesh import Mesh, unique_rows
 
@@ -25,9 +26,10 @@ class H1Numbering:
     ----------
     mesh : Mesh
     order : int
-    offsets : ndarray of int64, shape ``(num_cells, num_nodes_per_cell)``
+    offsets : ndarray of int32 or int64, shape ``(num_cells, num_nodes_per_cell)``
         Global node id of each cell's lattice nodes (tensor cells: x fastest,
-        index ``i + (p + 1) j + (p + 1)^2 k``; simplices ``for k: for j: for i``).
+        index ``i + (p + 1) j + (p + 1)^2 k``; simplices ``for k: for j: for i``);
+        int32 unless ``num_cells * num_nodes_per_cell`` passes 2^31 - 1.
     num_nodes : int
         Number of global nodes. Vertex nodes come first, in vertex order
         (ids ``0..num_points - 1`` when every point is a cell corner), then
@@ -81,7 +83,7 @@ class H1Numbering:
         outside = (self.node_weights[None] > 0) & ~in_facet[:, None, :]  # (fpc, nodes, corners)
         on_facet = ~np.any(outside, axis=2)  # (facets_per_cell, num_nodes_per_cell)
         f_idx, n_idx = np.nonzero(on_facet[local])  # each (sum of nodes over selected facets,)
-        return np.unique(self.offsets[cell[f_idx], n_idx])
+        return np.unique(self.offsets[cell[f_idx], n_idx]).astype(np.int64)
 
 
 def h1_numbering(mesh, order):
@@ -115,7 +117,10 @@ def h1_numbering(mesh, order):
     max_weight = int(weights.max())
     num_corners = weights.shape[1]
 
-    offsets = np.empty((mesh.num_cells, len(weights)), dtype=np.int64)
+    # ids stay below num_cells * P: int32 unless that bound passes 2^31 - 1
+    offsets = np.empty(
+        (mesh.num_cells, len(weights)), dtype=index_dtype(mesh.num_cells * len(weights))
+    )
     num_nodes = 0
     for s in range(1, num_corners + 1):
         nodes = np.flatnonzero(support == s)  # (n_s,): local nodes supported on s corners

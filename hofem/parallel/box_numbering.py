@@ -18,6 +18,7 @@ import numpy as np
 
 from ..meshes import reference as ref
 from ..meshes.numbering import H1Numbering
+from ..restriction import index_dtype
 from .layout import ParNumbering
 
 __all__ = ["box_numbering"]
@@ -79,23 +80,23 @@ def box_numbering(comm, local_mesh, order):
     hi = [c[m + 1] * p + 1 for c, m in zip(cuts, me, strict=True)]
     axis = [np.arange(a, b, dtype=np.int64) for a, b in zip(lo, hi, strict=True)]
     blk = [np.searchsorted(s, g, side="right") - 1 for s, g in zip(starts, axis, strict=True)]
-    rel = [g - s[b] for g, s, b in zip(axis, starts, blk, strict=True)]
-    wid = [w[b] for w, b in zip(widths, blk, strict=True)]
-    # global id = first[owner] + rel_x + w_x (rel_y + w_y rel_z): broadcast to the local lattice
-    b3, r3, w3 = _outer(blk), _outer(rel), _outer(wid)
-    full = [len(a) for a in axis][::-1]  # the local lattice as an array, (z, y, x)
-    owner = np.broadcast_to(_lexicographic(b3, dims), full).ravel()  # (num_nodes,) x fastest
-    gid = first[owner] + np.broadcast_to(_lexicographic(r3, w3), full).ravel()
-    num_nodes = gid.size
-
-    mine = owner == rank
-    num_owned = int(np.count_nonzero(mine))
-    ghost = np.flatnonzero(~mine)
-    ghost = ghost[np.lexsort((gid[ghost], owner[ghost]))]  # by owner, then the owner's order
-    local_id = np.empty(num_nodes, dtype=np.int64)
-    local_id[mine] = np.arange(num_owned)  # lexicographic: the owner's (my) order
+    shape = [len(a) for a in axis]  # local lattice points per direction, x first
+    num_nodes = int(np.prod(shape))
+    # owned points: the block's own lattice box at the start of each direction (half-open)
+    owned = [int(np.count_nonzero(b == m)) for b, m in zip(blk, me, strict=True)]
+    num_owned = int(np.prod(owned))
+    ghost = _ghost_points(shape, owned)  # (num_ghosts,) local lattice index, x fastest
+    coords = np.unravel_index(ghost, shape[::-1])[::-1]  # per direction, x first
+    g_blk = [b[c] for b, c in zip(blk, coords, strict=True)]
+    owner = _lexicographic(g_blk, dims)  # (num_ghosts,)
+    rel = [a[c] - s[b] for a, c, s, b in zip(axis, coords, starts, g_blk, strict=True)]
+    wid = [w[b] for w, b in zip(widths, g_blk, strict=True)]
+    gid = first[owner] + _lexicographic(rel, wid)  # (num_ghosts,) global ids
+    by_owner = np.lexsort((gid, owner))  # by owner, then the owner's order
+    ghost, owner, gid = ghost[by_owner], owner[by_owner], gid[by_owner]
+    local_id = _owned_first(shape, owned, index_dtype(num_nodes))  # (num_nodes,)
     local_id[ghost] = num_owned + np.arange(len(ghost))
-    recv_ranks, recv_counts = np.unique(owner[ghost], return_counts=True)
+    recv_ranks, recv_counts = np.unique(owner, return_counts=True)
 
     # what each other block ghosts of mine: my owned points inside its lattice box
     send_ranks, send_nodes = [], []
@@ -114,14 +115,16 @@ def box_numbering(comm, local_mesh, order):
 
     # offsets: box_block's cells run x fastest over the block, corner 0 lowest, so node
     # (a, b, c) of the cell with corner 0 at local lattice point o is o + (a, b, c)
-    shape = [len(a) for a in axis]
     cell_origin = [
         (np.arange(c[m + 1] - c[m], dtype=np.int64) * p) for c, m in zip(cuts, me, strict=True)
     ]
     origin = np.ravel(_lexicographic(_outer(cell_origin), shape))  # (num_cells,) corner 0
     node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
     node_index = _lexicographic(node.T, shape)  # (P,)
-    offsets = local_id[origin[:, None] + node_index[None, :]]  # (num_cells, P)
+    offsets = np.empty((len(origin), len(node_index)), dtype=local_id.dtype)  # (num_cells, P)
+    chunk = max(1, (1 << 20) // len(node_index))
+    for a in range(0, len(origin), chunk):  # cell chunks: no (num_cells, P) int64 temporary
+        offsets[a : a + chunk] = local_id[origin[a : a + chunk, None] + node_index[None, :]]
     local = H1Numbering(mesh, p, offsets, num_nodes, node, ref.corner_weights(mesh.cell_type, p))
     return ParNumbering(
         local=local,
@@ -133,5 +136,37 @@ def box_numbering(comm, local_mesh, order):
         send_nodes=send_nodes,
         recv_ranks=recv_ranks.astype(np.int32),
         recv_counts=recv_counts.astype(np.int64),
-        ghost_global=gid[ghost],
+        ghost_global=gid,
     )
+
+
+def _ghost_points(shape, owned):
+    """Local lattice points outside the owned box ``[0, owned_d)``: the upper faces.
+
+    Returns
+    -------
+    ndarray of int64, shape ``(num_nodes - prod(owned),)``
+        Ascending x-fastest indices into the lattice of ``shape`` points.
+    """
+    faces = []
+    for d in range(len(shape)):  # points with coordinate d >= owned[d] and all before < owned
+        ranges = [np.arange(owned[k]) for k in range(d)]  # before d: inside the owned box
+        ranges.append(np.arange(owned[d], shape[d]))
+        ranges += [np.arange(shape[k]) for k in range(d + 1, len(shape))]
+        faces.append(np.ravel(_lexicographic(_outer(ranges), shape)))
+    return np.sort(np.concatenate(faces))
+
+
+def _owned_first(shape, owned, dtype):
+    """Local ids of a lattice whose owned box ``[0, owned_d)`` comes first, x fastest.
+
+    Returns
+    -------
+    ndarray of ``dtype``, shape ``(prod(shape),)``
+        The owned points numbered ``0..prod(owned) - 1`` in x-fastest order;
+        the other entries are left for the caller (they are overwritten).
+    """
+    local_id = np.empty(shape[::-1], dtype=dtype)  # (z, y, x)
+    block = tuple(slice(0, w) for w in owned[::-1])
+    local_id[block] = np.arange(int(np.prod(owned)), dtype=dtype).reshape(owned[::-1])
+    return local_id.ravel()

@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 from ..meshes import h1_numbering
 from ..meshes.numbering import H1Numbering
+from ..restriction import index_dtype
 from .box_numbering import box_numbering
 from .layout import ParNumbering
 
@@ -212,7 +213,7 @@ def distributed_numbering(comm, local_mesh, order):
     ghost_owner = owner[ghost]
     by_owner = np.argsort(ghost_owner, kind="stable")  # stable: key order within an owner
     ghost_nodes, ghost_owner = ghost_nodes[by_owner], ghost_owner[by_owner]
-    new_id = np.empty(num_nodes, dtype=np.int64)
+    new_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
     new_id[~is_ghost] = np.arange(num_owned)
     new_id[ghost_nodes] = num_owned + np.arange(len(ghost_nodes))
     recv_ranks, recv_counts = np.unique(ghost_owner, return_counts=True)
@@ -222,7 +223,7 @@ def distributed_numbering(comm, local_mesh, order):
         mine = holds[:, k] & (owner == comm.rank)  # key order
         if mine.any():
             send_ranks.append(q)
-            send_nodes.append(new_id[cand[mine]])
+            send_nodes.append(new_id[cand[mine]].astype(np.int64))
 
     num_global = comm.allreduce(num_owned)
     first_global = int(comm.exscan(num_owned) or 0)  # exscan gives None on rank 0

@@ -7,7 +7,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..meshes.numbering import H1Numbering
-from ..space import H1Space
+from ..space import H1Space, free_indices
 from .comm import check_all
 from .exchange import Exchange
 from .numbering import distributed_numbering
@@ -186,7 +186,7 @@ class ParH1Space:
 
     def free_dofs(self, tags=None):
         """Sorted T-vector indices not in :meth:`boundary_dofs` ``(tags)``."""
-        return np.setdiff1d(np.arange(self.num_owned_dofs), self.boundary_dofs(tags))
+        return free_indices(self.num_owned_dofs, self.boundary_dofs(tags))
 
     def errors(self, u_t, exact, grad_exact=None, q_extra=2):
         """Global L2 (and H1-seminorm) errors of a T-vector; see :meth:`hofem.H1Space.errors`."""

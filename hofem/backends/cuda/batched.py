@@ -38,7 +38,7 @@ def device_layout(r):
     index_dtype : numpy dtype class
         int32 when every E-vector and L-vector index fits, else int64.
     """
-    identity = r.strides == (1, r.elem_size, r.elem_size * r.num_comp) and r.l_size == r.e_size
+    identity = r.is_identity
     wide = max(r.e_size, r.l_size + 1) > _INT32_MAX
     return identity, np.int64 if wide else np.int32
 
@@ -96,11 +96,16 @@ class CudaBatchedBackend(CudaRefBackend):
 
     # --- restriction -------------------------------------------------------------------------
     def restriction_setup(self, r):
-        """Device indices in the kernels' index type; identity layouts are flagged."""
+        """Device indices in the kernels' index type; identity layouts are flagged and get none."""
         super().restriction_setup(r)
         data = r.backend_data
         data["identity"], data["index_dtype"] = device_layout(r)
-        data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)  # (e_size,)
+        if data["identity"]:
+            data["indices"] = None
+        elif data["indices"] is None:  # strided: the kernels read explicit indices
+            data["indices"] = cupy.asarray(r.indices.ravel().astype(data["index_dtype"]))
+        else:
+            data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)  # (e_size,)
 
     def _transpose_map(self, r):
         """Transpose map of the touched L-vector entries, built once on the host.

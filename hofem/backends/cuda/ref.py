@@ -53,6 +53,17 @@ class CudaRefBackend(RefBackend):
         """Wait for the current device's queued work (before reading host clocks)."""
         cupy.cuda.Device().synchronize()
 
+    def release_cached_memory(self):
+        """Free the blocks CuPy's default memory pool caches but no array uses.
+
+        Set-up temporaries (coordinate E-vectors, q-data build chunks, host
+        transfers) return their blocks to the pool, which keeps them; this
+        hands them back to the device so that the pool holds only live arrays.
+        """
+        self.synchronize()
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+
     def sparse_csr(self, matrix):
         """The host CSR matrix as a ``cupyx.scipy.sparse.csr_matrix``."""
         import cupyx.scipy.sparse

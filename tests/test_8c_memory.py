@@ -1,0 +1,122 @@
+"""Set-up memory: index widths past 2^31 entries, chunked q-data, what a solve holds."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import hofem as hf
+from hofem.memory import memory_report, peak_rss_bytes
+from hofem.meshes import box, h1_numbering
+from hofem.restriction import index_dtype
+from hofem.space import free_indices
+
+INT32_MAX = 2**31 - 1
+
+
+def test_index_dtype_switches_at_int32_max():
+    assert index_dtype(0) is np.int32
+    assert index_dtype(INT32_MAX) is np.int32
+    assert index_dtype(INT32_MAX + 1) is np.int64
+    assert index_dtype(3 * 10**9) is np.int64
+
+
+def test_offset_indices_past_int32_do_not_overflow(ceed):
+    """Components above 2^31 - 1: int64 indices, exact values (no wrap-around)."""
+    stride = 2**30 + 7
+    offsets = np.array([[0, 5], [5, 9]], dtype=np.int32)  # int32 offsets, int64 L-vector
+    r = ceed.ElemRestriction(2, 2, 3, stride, 2 * stride + 10, offsets)
+    indices = r.indices
+    assert indices.dtype == np.int64
+    assert int(indices[1, 2, 1]) == 2 * stride + 9 > INT32_MAX
+    small = ceed.ElemRestriction(2, 2, 3, 10, 30, offsets)
+    assert small.indices.dtype == np.int32
+
+
+def test_strided_indices_are_made_on_access_and_exact(ceed):
+    r = ceed.StridedElemRestriction(3, 2, 1, 2**31 + 6, (1, 1, 2**30 + 1))
+    indices = r.indices  # computed now, never stored
+    assert indices.dtype == np.int64
+    assert int(indices[2, 0, 1]) == 2 * (2**30 + 1) + 1
+    assert not r.is_identity
+    q = ceed.StridedElemRestriction(4, 5, 2, 40, hf.STRIDES_BACKEND)
+    assert q.is_identity
+    u = ceed.asarray(np.arange(40.0))
+    np.testing.assert_array_equal(ceed.to_numpy(q.apply(u)).ravel(), np.arange(40.0))
+    np.testing.assert_array_equal(ceed.to_numpy(q.apply(q.apply(u), hf.TRANSPOSE)), np.arange(40))
+
+
+def test_numbering_offsets_are_int32_and_shared_by_the_restriction(ceed):
+    mesh = box(3)
+    numbering = h1_numbering(mesh, 3)
+    assert numbering.offsets.dtype == np.int32
+    space = hf.H1Space(ceed, mesh, 3, numbering=numbering)
+    report = memory_report(space)
+    # offsets (E, P) int32 counted once, whether through the numbering or the restriction
+    indices = sum(report["host"].get(k, 0) for k in ("H1Numbering", "ElemRestriction"))
+    indices += sum(report["device"].get(k, 0) for k in ("H1Numbering", "ElemRestriction"))
+    assert indices <= 2 * numbering.offsets.nbytes + 64 * space.num_dofs
+
+
+def test_free_indices():
+    np.testing.assert_array_equal(free_indices(6, np.array([0, 3, 3])), [1, 2, 4, 5])
+    assert free_indices(3, np.array([], dtype=np.int64)).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion])
+def test_chunked_setup_matches_one_chunk(ceed, form):
+    """q-data built in many cell chunks (a short last one) equals one chunk's."""
+    mesh = box((3, 2, 3), order=2, distort=0.1)
+    whole = hf.H1Space(ceed, mesh, 2)
+    chunked = hf.H1Space(ceed, mesh, 2)
+    chunked.CHUNK_POINTS = 4 * 27  # 4 cells of q = 3^3 points: chunks of 4, 4, 4, 4, 2
+    assert [b - a for a, b in chunked.cell_chunks(27)] == [4, 4, 4, 4, 2]
+    u = ceed.asarray(np.random.default_rng(0).standard_normal(whole.num_dofs))
+    a, b = ceed.to_numpy(form(whole)(u)), ceed.to_numpy(form(chunked)(u))
+    np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-13 * np.abs(a).max())
+    f = lambda x: np.sin(x[:, 0]) + x[:, 1]  # noqa: E731
+    np.testing.assert_allclose(
+        ceed.to_numpy(chunked.load_vector(f)), ceed.to_numpy(whole.load_vector(f)), atol=1e-14
+    )
+
+
+def test_element_coordinates_match_the_coordinate_l_vector(ceed):
+    mesh = box(2, order=2, distort=0.1)
+    space = hf.H1Space(ceed, mesh, 3)
+    r_x = space.make_restriction(space.dim)
+    e = ceed.to_numpy(r_x.apply(space.coordinates))  # (E, dim, P)
+    np.testing.assert_allclose(space.element_coordinates(), e, atol=1e-15)
+    subset = space.element_subset(3, 7)
+    np.testing.assert_allclose(subset.element_coordinates(1, 3), e[4:6], atol=1e-15)
+
+
+def test_memory_report_counts_what_a_form_holds(ceed):
+    mesh = box(3)
+    space = hf.H1Space(ceed, mesh, 2)
+    op = hf.mass(space)
+    report = memory_report(op)
+    Q = 4**3  # q = p + 2 Gauss points per direction
+    qdata = space.num_elem * Q * 8
+    held = report["host_bytes"] + report["device_bytes"]
+    fields = report["host"].get("OperatorField", 0) + report["device"].get("OperatorField", 0)
+    assert fields == qdata  # the q-data, no coordinate or index copies
+    assert held < qdata + 64 * space.num_dofs  # plus indices, offsets, mesh, basis
+    assert peak_rss_bytes() > 0
+
+
+def test_form_setup_peak_is_bounded():
+    """tracemalloc peak of a BP3 form's set-up: q-data plus chunk-sized temporaries only."""
+    ceed = hf.Ceed("/cpu/self/ref")
+    space = hf.H1Space(ceed, box(6), 3)
+    space.CHUNK_POINTS = 1 << 12
+    qdata = space.num_elem * 5**3 * 6 * 8
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        op = hf.diffusion(space)
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert op.shape == (space.num_dofs, space.num_dofs)
+    # whole-mesh Jacobians alone would be 9 / 6 of the q-data; chunks keep them small
+    assert peak < 1.3 * qdata + 2e6, (peak, qdata)
