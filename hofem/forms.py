@@ -22,7 +22,7 @@ from .constants import (
 from .geometry import check_geometry, choose_geometry, geometry_costs
 from .operator import SubOperator
 
-__all__ = ["diffusion", "mass", "restrict_dofs"]
+__all__ = ["diffusion", "mass", "resolve_geometry", "restrict_dofs"]
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
@@ -54,6 +54,24 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
             c = float(coefficient)
         qdata = (qdata.reshape(space.num_elem, size, Q) * c).ravel()
     return r_q, qdata
+
+
+def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
+    """What ``geometry`` becomes for :func:`mass` / :func:`diffusion` with these arguments.
+
+    Parameters
+    ----------
+    space : H1Space
+    form : {"mass", "diffusion"}
+    coefficient, q_extra, quad_mode, geometry
+        As for :func:`mass`.
+
+    Returns
+    -------
+    {"stored", "on_the_fly"}
+    """
+    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
+    return _geometry(space, form, basis, coefficient, geometry)
 
 
 def _geometry(space, form, basis, coefficient, geometry):
