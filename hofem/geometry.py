@@ -41,9 +41,12 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 # /cpu/self/numba: the register-tiled contractions run at 12-15 GFLOP/s on one core of the
 #   reference machine (docs/performance.md) against about 10-12 GB/s of streamed q-data per
 #   core; measured stored vs on the fly (BP3, p = 2..8) put the crossover near 1.
-# /gpu/cuda/gen: H100 fp64 34 TFLOP/s (no tensor cores) over 3.35 TB/s is 10; the fused
-#   kernel's contractions are bound by shared memory, about half of that.
-MACHINE_BALANCE = {"/cpu/self/numba": 1.0, "/gpu/cuda/gen": 5.0}
+#   measured (compare-cpu, docs/performance.md) on the fly ran at 0.6-0.8x of stored for
+#   BP3 and 0.2-0.35x for BP1, so auto keeps stored q-data there at every p = 1..8.
+# /gpu/cuda/gen: provisional, not yet measured: the H100's fp64 67 TFLOP/s (FMA, tensor
+#   cores) over 3.35 TB/s is 20, 10 without tensor cores; 16 picks on the fly for BP3 at
+#   p = 2..7 and stored for BP1 everywhere (calibrate with bench-gpu --geometry).
+MACHINE_BALANCE = {"/cpu/self/numba": 1.0, "/gpu/cuda/gen": 16.0}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
 
