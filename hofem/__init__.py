@@ -9,7 +9,7 @@ from .basis import Basis
 from .ceed import Ceed
 from .constants import *  # noqa: F403
 from .constants import __all__ as _constants
-from .forms import diffusion, mass, restrict_dofs
+from .forms import diffusion, mass, resolve_geometry, restrict_dofs
 from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
@@ -36,6 +36,7 @@ __all__ = [
     "jacobi",
     "lobatto_quadrature",
     "mass",
+    "resolve_geometry",
     "restrict_dofs",
     "simplex_quadrature",
 ]

@@ -1,9 +1,12 @@
 """Ready-made operators on an :class:`~hofem.H1Space`: ``mass``, ``diffusion``; Dirichlet DOFs.
 
-Each form runs the gallery's setup QFunction (``Mass{d}DBuild`` or
-``Poisson{d}DBuild``) once to store quadrature data, then returns the apply
-operator (``MassApply``/``Poisson{d}DApply``, or the ``Vector3`` versions for
-3-component spaces) reading it.
+With stored geometry each form runs the gallery's setup QFunction
+(``Mass{d}DBuild`` or ``Poisson{d}DBuild``) once to store quadrature data,
+then returns the apply operator (``MassApply``/``Poisson{d}DApply``, or the
+``Vector3`` versions for 3-component spaces) reading it.  With geometry on
+the fly the apply operator reads the coordinate field and the quadrature
+weights instead (``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``,
+see :mod:`hofem.geometry`).
 """
 
 import numpy as np
@@ -16,9 +19,10 @@ from .constants import (
     VECTOR_ACTIVE,
     VECTOR_NONE,
 )
+from .geometry import check_geometry, choose_geometry, geometry_costs
 from .operator import SubOperator
 
-__all__ = ["diffusion", "mass", "restrict_dofs"]
+__all__ = ["diffusion", "mass", "resolve_geometry", "restrict_dofs"]
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
@@ -72,12 +76,57 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
     return r_q, qdata
 
 
-def _form(space, kind, apply_name, fields, coefficient, q_extra, quad_mode):
+def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
+    """What ``geometry`` becomes for :func:`mass` / :func:`diffusion` with these arguments.
+
+    Parameters
+    ----------
+    space : H1Space
+    form : {"mass", "diffusion"}
+    coefficient, q_extra, quad_mode, geometry
+        As for :func:`mass`.
+
+    Returns
+    -------
+    {"stored", "on_the_fly"}
+    """
     basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
-    r_q, qdata = _qdata(space, kind, basis, q_extra, quad_mode, coefficient)
-    op = space.ceed.Operator(space.ceed.QFunctionByName(apply_name))
-    op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
-    op.set_field("qdata", r_q, BASIS_NONE, qdata)
+    return _geometry(space, form, basis, coefficient, geometry)
+
+
+def _geometry(space, form, basis, coefficient, geometry):
+    """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`)."""
+    check_geometry(geometry)
+    if callable(coefficient):
+        if geometry == "on_the_fly":
+            raise ValueError(
+                "geometry='on_the_fly' needs a constant coefficient (a callable coefficient is "
+                "evaluated into stored quadrature data); use geometry='stored' or 'auto'"
+            )
+        return "stored"
+    kind = "Mass" if form == "mass" else "Poisson"
+    costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim])
+    return choose_geometry(geometry, space.ceed.resource, costs)
+
+
+def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
+    ceed, dim = space.ceed, space.dim
+    kind = "Mass" if form == "mass" else "Poisson"
+    prefix = _vector_prefix(space)
+    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
+    if _geometry(space, form, basis, coefficient, geometry) == "on_the_fly":
+        scale = 1.0 if coefficient is None else float(coefficient)
+        op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
+        op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
+        geo = space.basis(dim, q_extra, quad_mode)
+        op.set_field("dx", space.make_restriction(dim), geo, space.coordinates)
+        op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
+    else:
+        apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"
+        r_q, qdata = _qdata(space, kind, basis, q_extra, quad_mode, coefficient)
+        op = ceed.Operator(ceed.QFunctionByName(apply_name))
+        op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
+        op.set_field("qdata", r_q, BASIS_NONE, qdata)
     op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
     return op
 
@@ -90,7 +139,7 @@ def _vector_prefix(space):
     raise ValueError(f"gallery forms exist for num_comp 1 or 3, the space has {space.num_comp}")
 
 
-def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS):
+def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
     """Mass operator ``(c u, v)`` on ``space`` (scalar or 3-component).
 
     Parameters
@@ -100,20 +149,36 @@ def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS):
         ``c``; a callable takes points ``(n, dim)`` and returns ``(n,)``.
     q_extra, quad_mode
         Quadrature, as for :meth:`H1Space.basis` (default: ``q = p + 2`` Gauss).
+    geometry : {"auto", "stored", "on_the_fly"}
+        ``"stored"``: ``w det J`` is computed once and stored per quadrature
+        point (``num_elem * Q`` doubles); ``"on_the_fly"``: the apply
+        recomputes it from the coordinate field (no q-data; needs a constant
+        or no coefficient); ``"auto"``: the cheaper of the two on the backend
+        by a byte/flop cost model (:func:`hofem.geometry.choose_geometry`;
+        stored for a callable coefficient).  Both give the same operator to
+        round-off.
 
     Returns
     -------
     Operator
         Square, ``space.num_dofs``.
+
+    Raises
+    ------
+    ValueError
+        ``geometry`` not one of the three; ``"on_the_fly"`` with a callable
+        coefficient; a space with ``num_comp`` other than 1 or 3.
     """
-    name = "Vector3MassApply" if _vector_prefix(space) else "MassApply"
-    return _form(space, "Mass", name, ("u", "v"), coefficient, q_extra, quad_mode)
+    return _form(space, "mass", ("u", "v"), coefficient, q_extra, quad_mode, geometry)
 
 
-def diffusion(space, coefficient=None, q_extra=1, quad_mode=GAUSS):
-    """Diffusion (stiffness) operator ``(c grad u, grad v)``; arguments as for :func:`mass`."""
-    name = f"{_vector_prefix(space)}Poisson{space.dim}DApply"
-    return _form(space, "Poisson", name, ("du", "dv"), coefficient, q_extra, quad_mode)
+def diffusion(space, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
+    """Diffusion (stiffness) operator ``(c grad u, grad v)``; arguments as for :func:`mass`.
+
+    Stored geometry keeps ``w det J J^{-1} J^{-T}`` per point (1, 3 or 6
+    doubles in 1D, 2D, 3D); on the fly recomputes it at every apply.
+    """
+    return _form(space, "diffusion", ("du", "dv"), coefficient, q_extra, quad_mode, geometry)
 
 
 def restrict_dofs(op, free_dofs):

@@ -68,7 +68,7 @@ def test_sweep_lines_match_the_schema_and_verify(swept):
             assert r["l2_error"] == pytest.approx(other, rel=1e-8)
     rates = [line for line in run.stdout.splitlines() if "L2 rate" in line]
     assert len(rates) == 8
-    for line in rates:  # "bp1 p=1 hex /cpu/self/ref: L2 rate 2->3: 2.03 (expected 2)"
+    for line in rates:  # "bp1 p=1 hex /cpu/self/ref auto: L2 rate 2->3: 2.03 (expected 2)"
         p = int(line.split()[1][2:])
         assert p + 0.5 < float(line.split(": ")[-1].split()[0]) < p + 1.3, line
 
@@ -80,7 +80,7 @@ def test_rates_at_the_rounding_floor_are_marked():
     errors = {8: 1e-9, 16: 6e-12, 32: 5e-14}
     records = [dict(base, elements_1d=n, l2_error=e) for n, e in errors.items()]
     (line,) = rate_lines(records)
-    assert line.startswith("bp1 p=6 hex /gpu/cuda/gen: L2 rate 8->16: 7.38, 16->32: 6.91 (")
+    assert line.startswith("bp1 p=6 hex /gpu/cuda/gen stored: L2 rate 8->16: 7.38, 16->32: 6.91 (")
     assert line.count("(rounding floor)") == 1 and line.endswith("(expected 7)")
 
 

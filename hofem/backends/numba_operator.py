@@ -24,6 +24,7 @@ import hashlib
 import inspect
 import re
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -58,6 +59,9 @@ _HEADER = (
 )
 # chunks per operator before colouring (independent of the thread count: determinism)
 NUM_CHUNKS = 128
+# L1 data cache of one core (sets, ways, line bytes) and the padding of copied q-data rows
+L1_SETS, L1_WAYS, LINE = 64, 8, 64
+PAD = LINE // 8
 
 
 def colour_chunks(num_elem, blk, restrictions):
@@ -118,6 +122,30 @@ def _disjoint_elements(r):
         return False
     s0, s1, s2 = r.strides
     return abs(s2) > (r.elem_size - 1) * abs(s0) + (r.num_comp - 1) * abs(s1)
+
+
+def set_conflict(size, strides):
+    """Whether one point's q-data of a block overflows an L1 set when read in place.
+
+    The inlined point loop reads, at each point, row ``r < size`` of the
+    ``BLK`` lanes of a strided field: ``BLK * size`` cache lines.  When the
+    strides are multiples of 4 KiB (e.g. ``Q = 512`` points, BP3 at p = 6)
+    they all map to one L1 set and evict each other before the next points
+    of the same lines are read; such fields are first copied into the
+    scratch with rows padded by one cache line.
+
+    Parameters
+    ----------
+    size : int
+        Values per point.
+    strides : tuple of int
+        The restriction's strides (point, component, element), in doubles.
+    """
+    _, s1, s2 = strides
+    lines = Counter(
+        ((b * s2 + r * s1) * 8 // LINE) % L1_SETS for b in range(BLK) for r in range(size)
+    )
+    return max(lines.values()) > L1_WAYS
 
 
 def _qf_import(func):
@@ -201,16 +229,40 @@ def _lanes(lines):
     return out
 
 
-def _point_loop(op, func, fields, body):
+def _strided_source(i, size, strides, copy_ref, padded):
+    """Lines binding the block's view of strided field ``x{i}`` for the inlined point loop.
+
+    ``X{i}[B{i} + b * ES{i} + r * RS{i} + q * QS{i}]`` is value ``r`` at point
+    ``q`` of lane ``b``: the L-vector in place, or, when ``padded`` (a ``meta``
+    reference, 0 at run time for "no copy") is set, a copy in the scratch at
+    ``copy_ref`` with rows of ``padded`` doubles (see :func:`set_conflict`).
+    """
+    s0, s1, s2 = strides
+    return [
+        f"if {padded} > 0:",
+        "    for b in range(nb):",
+        f"        for r in range({size}):",
+        f"            row = {copy_ref} + (b * {size} + r) * {padded}",
+        f"            at = (e0 + b) * {s2} + r * {s1}",
+        "            for q in range(Q):",
+        f"                s[row + q] = x{i}[at + q * {s0}]",
+        f"    X{i}, B{i}, ES{i}, RS{i}, QS{i} = s, {copy_ref}, {size} * {padded}, {padded}, 1",
+        "else:",
+        f"    X{i}, B{i}, ES{i}, RS{i}, QS{i} = x{i}, e0 * {s2}, {s2}, {s1}, {s0}",
+    ]
+
+
+def _point_loop(op, func, fields, body, strided):
     """Append the traced QFunction's point loop to ``body``; False if the body is untraceable.
 
     ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
     ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"x"``
-    a strided ``(num_elem, size, Q)`` array, ``"w"`` the ``(1, Q)`` weights.
+    a strided field (``x{i}`` its L-vector; see :func:`_strided_source`),
+    ``"w"`` the ``(1, Q)`` weights.
     A full block runs the body once per point on all ``BLK`` lanes: every row
     is sliced once at the point and indexed with literal lanes (no wraparound
     code, straight-line lanes for the SLP vectorizer).  A partial block runs
-    it per lane.
+    it per lane.  ``strided`` holds the lines of :func:`_strided_source`.
     """
     if func is not op.qf.func:  # a Numba dispatcher: not traced
         return False
@@ -226,7 +278,8 @@ def _point_loop(op, func, fields, body):
         if kind == "w":
             return f"{name}[0, q]"
         if kind == "x":
-            return f"{name}[eb, {row}, q]"
+            i = name[1:]
+            return f"X{i}[B{i} + b * ES{i} + {row} * RS{i} + q * QS{i}]"
         return f"s[{name}_0 + {row} * QB + j]"
 
     rows = {}  # slice name -> definition
@@ -237,8 +290,9 @@ def _point_loop(op, func, fields, body):
             return f"{name}[0, q]"
         sliced = f"{name}r{row}"
         if kind == "x":
-            rows[sliced] = f"{sliced} = {name}[e0:, {row}]"
-            return f"{sliced}[@, q]"
+            i = name[1:]
+            rows[sliced] = f"{sliced} = X{i}[B{i} + {row} * RS{i}:]"
+            return f"{sliced}[@ * ES{i} + q * QS{i}]"
         rows[sliced] = f"{sliced} = s[{name}_0 + {row} * QB:]"
         return f"{sliced}[j + @]"
 
@@ -255,7 +309,7 @@ def _point_loop(op, func, fields, body):
         }
     except Untraceable:
         return False
-    for line in hoisted:
+    for line in hoisted + strided:
         body(line)
     body(f"QB = Q * {BLK}")
     body(f"if nb == {BLK}:")
@@ -310,6 +364,7 @@ def operator_kernel(op):
     static = {}
     args, views, bases, qf_args = [], [], [], []
     fields = []  # (kind, name) per input, then per output: see _point_loop
+    strided = []  # lines of _strided_source
     body = Source()
     body.indent()
     body("Q = meta[0]")
@@ -331,7 +386,13 @@ def operator_kernel(op):
             continue
         if f.eval_mode is EVAL_NONE and r.strides is not None:
             args.append(f"x{i}")
-            qf_args.append(f"x{i}[e0 + b, :, q]")
+            s0, s1, s2 = (layout.value(s) for s in r.strides)
+            copy = set_conflict(f.size, r.strides)
+            padded = layout.value(Q + PAD if copy else 0)
+            _, copy_ref = layout.region(f.size * (Q + PAD) if copy else 0)
+            strided += _strided_source(i, f.size, (s0, s1, s2), copy_ref, padded)
+            at = f"(e0 + b) * {s2} + q * {s0}"
+            qf_args.append(f"x{i}[{at}:{at} + {f.size} * {s1}:{s1}]")
             fields.append(("x", f"x{i}"))
             continue
         sign = f"sg{i}" if r.signs is not None else "None"
@@ -353,7 +414,7 @@ def operator_kernel(op):
         body(f"s[{qo[o][1]}:{qo[o][1]} + {size} * Q * {BLK}] = 0.0")
         view(f"o{o}", size, qo[o][1])
     # a record context travels as a 1-element array: records crash Numba's parfor lowering
-    traced = _point_loop(op, func, fields, body)
+    traced = _point_loop(op, func, fields, body, strided)
     if traced:
         header, cache, preamble = [*_HEADER, "# compiled with the SLP vectorizer"], True, bases
     else:
@@ -415,8 +476,9 @@ def field_arrays(op, name, u):
     Returns
     -------
     ndarray
-        ``x{i}`` strided view (num_elem, size, Q) of
-        the field's L-vector; ``l{i}`` L-vector; ``ix``/``sg`` restriction
+        ``x{i}`` the L-vector (l_size,) of a strided field, contiguous and
+        writeable like the scratch (read through its strides in the kernel);
+        ``l{i}`` L-vector; ``ix``/``sg`` restriction
         indices (num_elem, num_comp, elem_size) and signs (num_elem, 1,
         elem_size); ``M``/``Mo`` the basis' matrix stack (num_mats, S, S).
     """
@@ -427,11 +489,9 @@ def field_arrays(op, name, u):
     r, b = f.restriction, f.basis
     if kind in ("l", "x"):
         lvec = u if f.is_active else f.vector
-        if kind == "l":
-            return lvec
-        s0, s1, s2 = (s * lvec.strides[0] for s in r.strides)
-        shape = (r.num_elem, r.num_comp, r.elem_size)
-        return np.lib.stride_tricks.as_strided(lvec, shape, (s2, s1, s0), writeable=False)
+        if kind == "x" and not (lvec.flags.c_contiguous and lvec.flags.writeable):
+            return np.array(lvec)  # one array type with the scratch: one compiled kernel
+        return lvec
     if kind in ("ix", "ixo"):
         return r.indices
     if kind in ("sg", "sgo"):

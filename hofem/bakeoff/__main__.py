@@ -14,6 +14,8 @@ Commands (``python -m hofem.bakeoff COMMAND --help`` for each):
   bench-parallel  distributed weak/strong scaling (under mpiexec)
   tune-gemm       GPU GEMM tuning table for simplex bases
   anchor-libceed  libCEED's own BP1/BP3 on the same boxes
+  anchor-mfem     MFEM partial assembly BP1/BP3 on the same boxes
+  compare-cpu     /cpu/self/numba, libCEED and MFEM side by side (alternating)
 """
 
 import importlib
@@ -37,6 +39,8 @@ COMMANDS = {
     "bench-parallel": "benchmark_parallel",
     "tune-gemm": "tune_gemm",
     "anchor-libceed": "anchor_libceed",
+    "anchor-mfem": "anchor_mfem",
+    "compare-cpu": "compare_cpu",
 }
 
 

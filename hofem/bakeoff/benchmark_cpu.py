@@ -4,12 +4,14 @@ Usage::
 
     python -m hofem.bakeoff bench-cpu [--problems bp1 bp3] [--orders 1 2 ... 8]
         [--dofs 3e5 2e6] [--ceed /cpu/self/numba] [--repeat N]
+        [--geometry {stored,on_the_fly,auto}]
 
 Prints one JSON line per case with the apply DOFs/s (median of ``--repeat``
 timed applies after a warm-up) and CG DOFs x iterations/s (20 iterations,
 ``rtol=0``, median of ``--repeat // 5`` solves after a 2-iteration warm-up),
-and a separate ``"kind": "compile"`` line with the first-call (compile)
-seconds.  Threads: ``NUMBA_NUM_THREADS`` (reported as ``threads``); set
+``geometry`` (asked for) and ``geometry_used``, and a separate ``"kind":
+"compile"`` line with the first-call (compile) seconds.  Threads:
+``NUMBA_NUM_THREADS`` (reported as ``threads``); set
 ``OPENBLAS_NUM_THREADS=1`` with several Numba threads (OpenBLAS threads
 spinning after CG's dot products compete with Numba's for the cores).
 
@@ -31,6 +33,7 @@ from .common import (
     Parser,
     add_case_arguments,
     add_ceed_argument,
+    add_geometry_argument,
     box_side,
     median_seconds,
     threads,
@@ -40,10 +43,11 @@ from .structured import box_operator
 CG_ITERATIONS = 20
 
 
-def run_case(ceed, bp, p, dofs, repeat):
+def run_case(ceed, bp, p, dofs, repeat, geometry="stored"):
     """Time one case; return the result line and the compile line (dicts)."""
     n = box_side(dofs, p)
-    op, parts = box_operator(ceed, "mass" if bp == "bp1" else "diffusion", n, p)
+    form = "mass" if bp == "bp1" else "diffusion"
+    op, parts = box_operator(ceed, form, n, p, geometry=geometry)
     num_nodes, num_elem = parts["num_nodes"], parts["offsets"].shape[0]
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
     v = ceed.xp.zeros(num_nodes)
@@ -58,7 +62,8 @@ def run_case(ceed, bp, p, dofs, repeat):
         lambda: hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS), max(1, repeat // 5)
     )
     common = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": num_elem}
-    common.update(backend=ceed.resource, threads=threads())
+    common.update(backend=ceed.resource, threads=threads(), geometry=geometry)
+    common["geometry_used"] = parts["geometry"]
     result = dict(common, apply_dofs_per_s=num_nodes / apply_time)
     result["cg_dofs_iter_per_s"] = num_nodes * CG_ITERATIONS / cg_time
     result["cg_over_apply"] = result["cg_dofs_iter_per_s"] / result["apply_dofs_per_s"]
@@ -69,12 +74,13 @@ def main(argv=None):
     parser = Parser(prog="python -m hofem.bakeoff bench-cpu", description=__doc__)
     add_case_arguments(parser)
     add_ceed_argument(parser, "/cpu/self/numba")
+    add_geometry_argument(parser)
     args = parser.parse_args(argv)
     ceed = hf.Ceed(args.ceed)
     for dofs in args.dofs:
         for bp in args.problems:
             for p in args.orders:
-                result, compile_line = run_case(ceed, bp, p, dofs, args.repeat)
+                result, compile_line = run_case(ceed, bp, p, dofs, args.repeat, args.geometry)
                 print(json.dumps(result), flush=True)
                 print(json.dumps(compile_line), flush=True)
     return 0

@@ -25,6 +25,7 @@ from .common import (
     STRUCTURED,
     Parser,
     add_ceed_argument,
+    add_geometry_argument,
     add_problem_arguments,
     emit,
     positive_float,
@@ -118,16 +119,18 @@ def bench_restriction(ceed, p, dofs, repeat):
         backend.scatter = type(backend).scatter
 
 
-def bench_operator(ceed, bp, p, dofs, repeat, cg_iters):
+def bench_operator(ceed, bp, p, dofs, repeat, cg_iters, geometry="stored"):
     import cupy
 
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
-    op, parts = box_operator(ceed, "mass" if bp == "bp1" else "diffusion", n, p)
+    form = "mass" if bp == "bp1" else "diffusion"
+    op, parts = box_operator(ceed, form, n, p, geometry=geometry)
     num_dofs = parts["num_nodes"]
     u = cupy.random.default_rng(1).standard_normal(num_dofs)
     v = cupy.empty_like(u)
     seconds = time_events(lambda: op.apply(u, v), repeat)
     base = dict(backend=ceed.resource, bp=bp, p=p, q=p + 2, num_elem=n**3, dofs=num_dofs)
+    base.update(geometry=geometry, geometry_used=parts["geometry"])
     emit(case="operator", **base, seconds=seconds, dofs_per_s=num_dofs / seconds)
     if cg_iters:
         b = op(u)
@@ -199,6 +202,7 @@ def bench_tet(ceed, bps, p, dofs, max_points, repeat):
 def parse_args(argv):
     parser = Parser(prog="python -m hofem.bakeoff bench-gpu", description=__doc__)
     add_ceed_argument(parser, "/gpu/cuda/batched")
+    add_geometry_argument(parser)
     add_problem_arguments(parser, STRUCTURED, range(1, 9), choices=STRUCTURED)
     parser.add_argument(
         "--dofs", type=positive_float, default=1.2e7, help="target DOFs per problem"
@@ -227,7 +231,7 @@ def main(argv=None):
         if "operator" in args.cases or "cg" in args.cases:
             iters = args.cg_iters if "cg" in args.cases else 0
             for bp in args.problems:
-                bench_operator(ceed, bp, p, args.dofs, args.repeat, iters)
+                bench_operator(ceed, bp, p, args.dofs, args.repeat, iters, args.geometry)
                 cupy.get_default_memory_pool().free_all_blocks()
         if "tet" in args.cases:
             bench_tet(ceed, args.problems, p, args.dofs, args.tet_points, args.repeat)

@@ -20,6 +20,7 @@ import numpy as np
 
 import hofem as hf
 from hofem import backends
+from hofem.geometry import GEOMETRY_MODES
 
 from .problems import PROBLEMS, median_seconds
 
@@ -122,6 +123,17 @@ def add_case_arguments(parser):
         "--dofs", type=positive_float, nargs="+", default=[3e5, 2e6], help="target DOFs"
     )
     parser.add_argument("--repeat", type=positive_int, default=10, help="timed calls per case")
+
+
+def add_geometry_argument(parser):
+    """``--geometry`` of the forms (:mod:`hofem.geometry`), default ``auto`` as in the library."""
+    parser.add_argument(
+        "--geometry",
+        choices=GEOMETRY_MODES,
+        default="auto",
+        help="stored q-data, geometry recomputed on the fly, or auto: the backend's cost "
+        "model decides (default auto)",
+    )
 
 
 def add_ceed_argument(parser, default, many=False):

@@ -8,7 +8,7 @@ stopping test, and only rank 0 prints.
 import os
 import time
 
-from .problems import PROBLEMS, BakeoffProblem, assemble
+from .problems import PROBLEMS, BakeoffProblem, assemble, resolve_geometry
 
 __all__ = ["launched_under_mpi", "setup_distributed"]
 
@@ -39,6 +39,7 @@ def setup_distributed(
     distort=0.0,
     method="rcb",
     transport="auto",
+    geometry="auto",
 ):
     """Build a bake-off problem distributed over the ranks of ``comm`` (collective).
 
@@ -59,6 +60,8 @@ def setup_distributed(
         As for :func:`hofem.meshes.box`.
     method : {"rcb", "metis"}
     transport : {"auto", "mpi", "nccl"}
+    geometry : {"auto", "stored", "on_the_fly"}
+        As for :func:`hofem.mass`.
 
     Returns
     -------
@@ -78,7 +81,9 @@ def setup_distributed(
     else:
         local_mesh = par.distribute_mesh(comm, mesh, method)
     space = par.ParH1Space(ceed, local_mesh, order, bp.num_comp, comm, transport)
-    op, rhs, exact, free = assemble(bp, space, par.mass, par.diffusion)
+    op, rhs, exact, free = assemble(bp, space, par.mass, par.diffusion, geometry)
     ceed.backend.release_cached_memory()  # set-up temporaries' pool blocks (synchronizes)
     comm.Barrier()
-    return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    used = resolve_geometry(bp, space, geometry)
+    return BakeoffProblem(bp, space, op, rhs, exact, free, seconds, used)

@@ -40,12 +40,26 @@ def _latest(records):
     return list({case_key(r): r for r in records}.values())
 
 
+def _label(ceed, geometry):
+    """The backend, followed by ``on_the_fly`` when that geometry was asked for.
+
+    "stored" and "auto" lines share a series (put them in separate results files to
+    compare them).
+    """
+    return f"{ceed} on_the_fly" if geometry == "on_the_fly" else ceed
+
+
+def _series(record):
+    """:func:`_label` of a line (lines before schema 2 ran stored q-data)."""
+    return _label(record["ceed"], record.get("geometry", "stored"))
+
+
 def _groups(records):
-    """``(cell, ceed) -> bp -> p -> lines sorted by DOFs`` of the ok lines."""
+    """``(cell, backend [geometry]) -> bp -> p -> lines sorted by DOFs`` of the ok lines."""
     groups = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in records:
         if r["status"] == "ok" and r["iterations"]:
-            groups[r["cell"], r["ceed"]][r["bp"]][r["p"]].append(r)
+            groups[r["cell"], _series(r)][r["bp"]][r["p"]].append(r)
     for by_bp in groups.values():
         for by_p in by_bp.values():
             for lines in by_p.values():
@@ -140,7 +154,7 @@ def plot_ratios(plt, groups, baseline, out, fmt, written):
 def markdown_table(records):
     """The results as markdown: one table per cell, backend and problem; then the misses."""
     rates = {
-        (key[:4], n2): f"{rate:.2f}" + (" (floor)" if floor else "")
+        (*key[:3], _label(*key[3:5]), n2): f"{rate:.2f}" + (" (floor)" if floor else "")
         for key, pairs in convergence_rates(records).items()
         for _, n2, rate, floor in pairs
     }
@@ -157,7 +171,7 @@ def markdown_table(records):
             ]
             for p, rows in sorted(by_p.items()):
                 for r in rows:
-                    rate = rates.get(((bp, p, cell, ceed), r["elements_1d"]))
+                    rate = rates.get((bp, p, cell, ceed, r["elements_1d"]))
                     its = f"{r['iterations']}" + ("" if r["converged"] else " (not converged)")
                     lines.append(
                         f"| {p} | {r['elements_1d']} | {r['dofs']} | {its} "

@@ -22,6 +22,7 @@ __all__ = [
     "assemble",
     "median_seconds",
     "memory_estimate",
+    "resolve_geometry",
     "setup",
     "solve",
     "solve_footprint",
@@ -117,9 +118,10 @@ class BakeoffProblem:
     exact: object  # callable
     free: object  # host int array or None (no Dirichlet DOFs)
     setup_seconds: float
+    geometry: str = "stored"  # what the operator runs: "stored" or "on_the_fly"
 
 
-def setup(bp_name, ceed, order, mesh):
+def setup(bp_name, ceed, order, mesh, geometry="auto"):
     """Build a bake-off problem on ``mesh``.
 
     Parameters
@@ -130,18 +132,32 @@ def setup(bp_name, ceed, order, mesh):
     order : int
     mesh : hofem.meshes.Mesh
         Dirichlet problems constrain the whole tagged boundary.
+    geometry : {"auto", "stored", "on_the_fly"}
+        As for :func:`hofem.mass`.
     """
     if bp_name not in PROBLEMS:
         raise ValueError(f"unknown problem {bp_name!r}; choose from {', '.join(PROBLEMS)}")
     bp = PROBLEMS[bp_name]
     start = time.perf_counter()
     space = hf.H1Space(ceed, mesh, order, num_comp=bp.num_comp)
-    op, rhs, exact, free = assemble(bp, space, hf.mass, hf.diffusion)
+    op, rhs, exact, free = assemble(bp, space, hf.mass, hf.diffusion, geometry)
     ceed.backend.release_cached_memory()  # set-up temporaries' pool blocks
-    return BakeoffProblem(bp, space, op, rhs, exact, free, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    used = resolve_geometry(bp, space, geometry)
+    return BakeoffProblem(bp, space, op, rhs, exact, free, seconds, used)
 
 
-def assemble(bp, space, mass, diffusion):
+def resolve_geometry(bp, space, geometry):
+    """``"stored"`` or ``"on_the_fly"``: what ``geometry`` becomes for ``bp`` on ``space``.
+
+    ``space`` is an :class:`hofem.H1Space` or a distributed space (its rank's
+    ``local`` space decides).
+    """
+    local = getattr(space, "local", space)
+    return hf.resolve_geometry(local, bp.form, None, bp.q_extra, bp.quad_mode, geometry)
+
+
+def assemble(bp, space, mass, diffusion, geometry="auto"):
     """The operator, right-hand side, exact solution and free DOFs of ``bp`` on ``space``.
 
     Parameters
@@ -151,6 +167,8 @@ def assemble(bp, space, mass, diffusion):
     mass, diffusion : callable
         The forms for that space (``hofem.mass`` / ``hofem.diffusion``, or the
         distributed ones of :mod:`hofem.parallel`).
+    geometry : {"auto", "stored", "on_the_fly"}
+        As for :func:`hofem.mass`.
 
     Returns
     -------
@@ -160,7 +178,7 @@ def assemble(bp, space, mass, diffusion):
     free : ndarray of int or None
     """
     form = mass if bp.form == "mass" else diffusion
-    op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode)
+    op = form(space, q_extra=bp.q_extra, quad_mode=bp.quad_mode, geometry=geometry)
     f, exact = _rhs_function(bp)
     rhs = space.load_vector(f, q_extra=1)
     free = None
@@ -192,7 +210,8 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     Returns
     -------
     dict
-        bp, p, q, cell, elements, dofs, backend, ranks (MPI ranks: 1 when serial), rtol,
+        bp, p, q, cell, elements, dofs, backend, geometry_used, ranks (MPI ranks: 1 when
+        serial), rtol,
         preconditioner, iterations, converged, setup_s, compile_s (the
         warm-up, first-run JIT compilation included), solve_s,
         dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error,
@@ -247,6 +266,7 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         "elements": space.num_elem,
         "dofs": space.num_dofs,
         "backend": ceed.resource,
+        "geometry_used": problem.geometry,
         "ranks": 1 if comm is None else comm.size,
         "rtol": rtol,
         "preconditioner": preconditioner,

@@ -11,6 +11,7 @@ from collections import defaultdict
 
 __all__ = [
     "KEY",
+    "KEY_DEFAULTS",
     "SCHEMA",
     "SCHEMA_VERSION",
     "case_key",
@@ -20,7 +21,7 @@ __all__ = [
     "schema_errors",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # an L2 error below this is at fp64's rounding floor for the bake-off solutions (|u| ~ 1):
 # a rate that ends there measures rounding, not the discretization (BP1 p >= 5 on the H100)
 ROUNDING_FLOOR = 1e-12
@@ -28,7 +29,7 @@ _NUM = (int, float)
 _NONE = type(None)
 # key -> (allowed types, meaning). Result fields are None unless status is "ok".
 SCHEMA = {
-    "schema": (int, "results format version (1)"),
+    "schema": (int, "results format version (2; 1: before the geometry keys, stored q-data)"),
     "status": (str, '"ok", "skipped" (would not fit in memory), "timeout" or "failed"'),
     "reason": ((str, _NONE), "why a case was skipped or failed; None when ok"),
     "bp": (str, "problem, bp1..bp6"),
@@ -40,6 +41,8 @@ SCHEMA = {
     "dofs": (int, "unique nodes x components, boundary nodes included"),
     "ceed": (str, "backend resource asked for"),
     "backend": ((str, _NONE), "backend that ran (the resolved resource)"),
+    "geometry": (str, '--geometry asked for: "stored", "on_the_fly" or "auto"'),
+    "geometry_used": ((str, _NONE), '"stored" q-data or "on_the_fly" (what "auto" chose)'),
     "device": ((str, _NONE), "GPU name, or CPU model"),
     "threads": ((int, _NONE), "CPU threads (Numba); 1 without Numba"),
     "ranks": (int, "MPI ranks (1: serial)"),
@@ -62,12 +65,14 @@ SCHEMA = {
     "python": (str, "Python version"),
 }
 # the fields that identify a case: a results line with the same ones is the same case
-KEY = ("bp", "p", "cell", "elements_1d", "ceed", "ranks", "rtol", "preconditioner")
+KEY = ("bp", "p", "cell", "elements_1d", "ceed", "geometry", "ranks", "rtol", "preconditioner")
+# KEY fields absent from older lines: what those runs did
+KEY_DEFAULTS = {"geometry": "stored"}
 
 
-def case_key(record):
-    """The tuple of :data:`KEY` fields of a case or results line."""
-    return tuple(record[k] for k in KEY)
+def case_key(record, keys=KEY):
+    """The tuple of ``keys`` fields of a case or results line (:data:`KEY_DEFAULTS` if absent)."""
+    return tuple(record[k] if k in record else KEY_DEFAULTS[k] for k in keys)
 
 
 def schema_errors(record):
@@ -127,14 +132,14 @@ def convergence_rates(records):
     Returns
     -------
     dict
-        ``(bp, p, cell, ceed, ranks, rtol, preconditioner) -> list of (n_1, n_2, rate,
-        at_floor)``, sizes increasing, ``at_floor`` true when ``e_2 < ROUNDING_FLOOR``;
-        series of one size are left out.
+        ``(bp, p, cell, ceed, geometry, ranks, rtol, preconditioner) -> list of (n_1, n_2,
+        rate, at_floor)``, sizes increasing, ``at_floor`` true when ``e_2 <
+        ROUNDING_FLOOR``; series of one size are left out.
     """
     series = defaultdict(dict)
     for r in records:
         if r.get("status") == "ok" and r.get("l2_error"):
-            key = tuple(r[k] for k in KEY if k != "elements_1d")
+            key = case_key(r, tuple(k for k in KEY if k != "elements_1d"))
             series[key][r["elements_1d"]] = r["l2_error"]
     rates = {}
     for key, errors in series.items():
@@ -153,15 +158,16 @@ def convergence_rates(records):
 
 
 def rate_lines(records):
-    """One line per size series: ``bp1 p=2 hex /cpu/self/ref: L2 rate 2->3: 2.98 (expected 3)``.
+    """One line per size series, e.g. ``bp1 p=2 hex /cpu/self/ref auto: L2 rate 2->3: 2.98
+    (expected 3)``.
 
     A rate whose finer error is at the rounding floor is followed by ``(rounding floor)``.
     """
     lines = []
-    for (bp, p, cell, ceed, *_), pairs in convergence_rates(records).items():
+    for (bp, p, cell, ceed, geometry, *_), pairs in convergence_rates(records).items():
         rates = ", ".join(
             f"{n1}->{n2}: {rate:.2f}" + (" (rounding floor)" if floor else "")
             for n1, n2, rate, floor in pairs
         )
-        lines.append(f"{bp} p={p} {cell} {ceed}: L2 rate {rates} (expected {p + 1})")
+        lines.append(f"{bp} p={p} {cell} {ceed} {geometry}: L2 rate {rates} (expected {p + 1})")
     return lines

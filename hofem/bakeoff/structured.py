@@ -9,6 +9,7 @@ memory-friendly ordering libCEED's benchmarks use.
 import numpy as np
 
 import hofem as hf
+from hofem.geometry import choose_geometry, geometry_costs
 
 __all__ = ["box_coordinates", "box_offsets", "box_operator"]
 
@@ -56,7 +57,7 @@ _FORMS = {
 }
 
 
-def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
+def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, geometry="stored"):
     """Mass or diffusion operator on a structured ``n^dim`` box of order ``p``.
 
     Parameters
@@ -64,6 +65,9 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
     form : {"mass", "diffusion"}
     q : int, optional
         Quadrature points per direction (default ``p + 2``).
+    geometry : {"stored", "on_the_fly", "auto"}
+        As for :func:`hofem.mass`; on the fly, ``parts["build"]`` and
+        ``parts["qdata"]`` are None.
 
     Returns
     -------
@@ -72,7 +76,8 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
     parts : dict
         ``build`` (the qdata setup operator), ``r_u``, ``r_q`` (restrictions),
         ``basis``, ``qdata`` (stored quadrature data L-vector), ``offsets``,
-        ``num_nodes`` — for tests that look inside.
+        ``num_nodes``, ``geometry`` (``"stored"`` or ``"on_the_fly"``) — for
+        tests that look inside.
     """
     build_name, apply_name, (name_in, name_out) = _FORMS[form]
     q = p + 2 if q is None else q
@@ -87,14 +92,24 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
     )
     geo = ceed.BasisTensorH1Lagrange(dim, dim, p + 1, q, quad_mode)
     basis = ceed.BasisTensorH1Lagrange(dim, 1, p + 1, q, quad_mode)
-    build = ceed.Operator(ceed.QFunctionByName(build_name.format(dim=dim)))
-    build.set_field("dx", r_x, geo, hf.VECTOR_ACTIVE)
-    build.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
-    build.set_field("qdata", r_q, hf.BASIS_NONE, hf.VECTOR_ACTIVE)
-    qdata = build(ceed.asarray(box_coordinates(n, p, dim, warp)))
-    op = ceed.Operator(ceed.QFunctionByName(apply_name.format(dim=dim)))
-    op.set_field(name_in, r_u, basis, hf.VECTOR_ACTIVE)
-    op.set_field("qdata", r_q, hf.BASIS_NONE, qdata)
+    x = ceed.asarray(box_coordinates(n, p, dim, warp))
+    geometry = choose_geometry(geometry, ceed.resource, geometry_costs(form, basis, qdata_size))
+    build = qdata = None
+    if geometry == "on_the_fly":
+        kind = "Mass" if form == "mass" else "Poisson"
+        op = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DApplyGeometry"))
+        op.set_field(name_in, r_u, basis, hf.VECTOR_ACTIVE)
+        op.set_field("dx", r_x, geo, x)
+        op.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
+    else:
+        build = ceed.Operator(ceed.QFunctionByName(build_name.format(dim=dim)))
+        build.set_field("dx", r_x, geo, hf.VECTOR_ACTIVE)
+        build.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
+        build.set_field("qdata", r_q, hf.BASIS_NONE, hf.VECTOR_ACTIVE)
+        qdata = build(x)
+        op = ceed.Operator(ceed.QFunctionByName(apply_name.format(dim=dim)))
+        op.set_field(name_in, r_u, basis, hf.VECTOR_ACTIVE)
+        op.set_field("qdata", r_q, hf.BASIS_NONE, qdata)
     op.set_field(name_out, r_u, basis, hf.VECTOR_ACTIVE)
     parts = {
         "build": build,
@@ -104,5 +119,6 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS):
         "qdata": qdata,
         "offsets": offsets,
         "num_nodes": num_nodes,
+        "geometry": geometry,
     }
     return op, parts

@@ -40,6 +40,7 @@ from hofem import meshes
 from .common import (
     Parser,
     add_ceed_argument,
+    add_geometry_argument,
     add_problem_arguments,
     available_memory,
     box_side,
@@ -76,6 +77,7 @@ def parse_args(argv):
         help="target DOFs instead: cells per direction chosen per order",
     )
     add_ceed_argument(parser, "/cpu/self", many=True)
+    add_geometry_argument(parser)
     parser.add_argument("--cells", nargs="+", choices=CELLS, default=["hex"], help="(hex)")
     parser.add_argument("--out", default="results.jsonl", help="results file, appended to")
     parser.add_argument(
@@ -127,6 +129,7 @@ def cases(args, ranks=1):
                                 "cell": cell,
                                 "elements_1d": n,
                                 "ceed": ceed,
+                                "geometry": args.geometry,
                                 "ranks": ranks,
                                 "rtol": args.rtol,
                                 "preconditioner": "jacobi" if args.jacobi else None,
@@ -146,7 +149,9 @@ def base_record(case):
         num_elem, P, Q = n**3, (p + 1) ** 3, (p + 1 + bp.q_extra) ** 3
     num_nodes = (n * p + 1) ** 3  # hex and Kuhn tets of order p alike
     record = dict.fromkeys(SCHEMA)
-    record.update({k: case[k] for k in ("bp", "p", "cell", "elements_1d", "ceed", "ranks")})
+    record.update(
+        {k: case[k] for k in ("bp", "p", "cell", "elements_1d", "ceed", "geometry", "ranks")}
+    )
     record.update(rtol=case["rtol"], preconditioner=case["preconditioner"])
     record.update(
         schema=SCHEMA_VERSION,
@@ -185,10 +190,13 @@ def run_case(case, max_memory=None, comm=None):
         return record
     simplex = case["cell"] == "tet"
     if comm is None:
-        problem = setup(case["bp"], ceed, case["p"], meshes.box(case["elements_1d"], 3, simplex))
+        mesh = meshes.box(case["elements_1d"], 3, simplex)
+        problem = setup(case["bp"], ceed, case["p"], mesh, case["geometry"])
     else:
         n = case["elements_1d"]
-        problem = setup_distributed(case["bp"], ceed, case["p"], comm, n, simplex=simplex)
+        problem = setup_distributed(
+            case["bp"], ceed, case["p"], comm, n, simplex=simplex, geometry=case["geometry"]
+        )
     result = solve(
         problem,
         rtol=case["rtol"],

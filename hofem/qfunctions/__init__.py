@@ -4,4 +4,4 @@
 is imported when ``hofem`` is.
 """
 
-from . import identity, mass, poisson, vector  # noqa: F401  (registration side effects)
+from . import geometry, identity, mass, poisson, vector  # noqa: F401  (registration side effects)

@@ -1,0 +1,131 @@
+"""``/cpu/self/numba`` side by side with libCEED and MFEM, alternating, median of ratios.
+
+Usage::
+
+    PYTHONPATH=/path/to/site-packages NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 \\
+        python -m hofem.bakeoff compare-cpu [--problems bp1 bp3] [--orders 2 ... 8]
+        [--dofs 3e5] [--rounds 10] [--batch 3] [--geometry stored on_the_fly]
+
+For each problem, order and size the operators are built once: hofem's on
+the structured box (:mod:`hofem.bakeoff.structured`, one per ``--geometry``),
+libCEED 0.12 ``/cpu/self/avx/blocked`` (:mod:`.anchor_libceed`) and MFEM
+partial assembly (:mod:`.anchor_mfem`), when importable.  Then ``--rounds``
+rounds time each of them in turn (the median of ``--batch`` applies, and for
+hofem one 20-iteration CG), so that a slow phase of a shared machine hits
+all of them; each ratio is formed within a round and the line reports the
+median over rounds.  One JSON line per case: ``mdofs`` (median MDOF/s of
+each operator), ``ratios`` (hofem over each anchor, per geometry) and
+``cg_over_apply`` (per geometry).
+"""
+
+import json
+import statistics
+import time
+
+import numpy as np
+
+import hofem as hf
+
+from .common import Parser, add_case_arguments, box_side, median_seconds
+from .structured import box_operator
+
+__all__ = ["anchors", "run_case"]
+
+CG_ITERATIONS = 20
+
+
+def anchors(bp, n, p):
+    """``name -> apply()`` of the anchors that import (libCEED, MFEM); others left out."""
+    out = {}
+    try:
+        from . import anchor_libceed as lc
+
+        ceed = lc.open_ceed(lc.RESOURCES)
+    except SystemExit:
+        ceed = None
+    if ceed is not None:
+        op, num_nodes, _, keep = lc.bp_operator(ceed, bp, n, p)
+        u = ceed.Vector(num_nodes)
+        u.set_array(np.random.default_rng(0).standard_normal(num_nodes))
+        v = ceed.Vector(num_nodes)
+
+        def libceed_apply(op=op, u=u, v=v, keep=keep):
+            op.apply(u, v)
+
+        out["libceed"] = libceed_apply
+    try:
+        from . import anchor_mfem
+
+        out["mfem"] = anchor_mfem.bp_operator(bp, n, p)[0]
+    except SystemExit:
+        pass
+    return out
+
+
+def run_case(ceed, bp, p, dofs, geometries, rounds, batch):
+    """Alternate the operators of one case for ``rounds`` rounds; the result line (dict)."""
+    n = box_side(dofs, p)
+    form = "mass" if bp == "bp1" else "diffusion"
+    applies, cgs, num_nodes = {}, {}, None
+    for g in geometries:
+        op, parts = box_operator(ceed, form, n, p, geometry=g)
+        num_nodes = parts["num_nodes"]
+        u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
+        v = ceed.xp.zeros(num_nodes)
+        b = op(u)
+        hf.cg(op, b, rtol=0.0, maxiter=2)  # compiles the kernels and CG's vector updates
+        applies[g] = lambda op=op, u=u, v=v: op.apply(u, v)
+        cgs[g] = lambda op=op, b=b: hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS)
+    for name, apply in anchors(bp, n, p).items():
+        applies[name] = apply
+    for apply in applies.values():
+        apply()  # warm-up
+    times = {name: [] for name in applies}
+    cg_times = {g: [] for g in geometries}
+    for _ in range(rounds):
+        for name, apply in applies.items():
+            times[name].append(median_seconds(apply, batch))
+        for g, cg in cgs.items():
+            start = time.perf_counter()
+            cg()
+            cg_times[g].append(time.perf_counter() - start)
+    result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
+    result.update(backend=ceed.resource, rounds=rounds, batch=batch)
+    result["mdofs"] = {k: num_nodes / statistics.median(t) / 1e6 for k, t in times.items()}
+    result["ratios"] = {
+        f"{g}/{a}": statistics.median(ta / tg for tg, ta in zip(times[g], times[a], strict=True))
+        for g in geometries
+        for a in applies
+        if a not in geometries
+    }
+    result["cg_over_apply"] = {
+        g: statistics.median(
+            ta * CG_ITERATIONS / tc for ta, tc in zip(times[g], cg_times[g], strict=True)
+        )
+        for g in geometries
+    }
+    return result
+
+
+def main(argv=None):
+    parser = Parser(prog="python -m hofem.bakeoff compare-cpu", description=__doc__)
+    add_case_arguments(parser)
+    parser.set_defaults(dofs=[3e5], orders=list(range(2, 9)))
+    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (10)")
+    parser.add_argument("--batch", type=int, default=3, help="applies per round, median (3)")
+    parser.add_argument(
+        "--geometry",
+        nargs="+",
+        choices=("stored", "on_the_fly", "auto"),
+        default=["stored", "on_the_fly"],
+        help="hofem operators to time (default: stored and on_the_fly)",
+    )
+    parser.add_argument("--ceed", default="/cpu/self/numba", help="hofem backend")
+    args = parser.parse_args(argv)
+    ceed = hf.Ceed(args.ceed)
+    for dofs in args.dofs:
+        for bp in args.problems:
+            for p in args.orders:
+                line = run_case(ceed, bp, p, dofs, args.geometry, args.rounds, args.batch)
+                print(json.dumps(line), flush=True)
+    return 0

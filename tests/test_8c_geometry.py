@@ -1,0 +1,120 @@
+"""Geometry on the fly (``geometry="on_the_fly"``) gives the stored q-data operator to round-off.
+
+Mass and diffusion, scalar and 3-component, 1D/2D/3D, affine boxes, curved
+boxes whose order-p coordinates are perturbed at every node, simplices and
+the curved sample meshes; orders 1..8 sampled.  The stored operator is the
+oracle.
+"""
+
+import numpy as np
+import pytest
+
+import hofem as hf
+from hofem import meshes
+from hofem.geometry import MACHINE_BALANCE, choose_geometry, geometry_costs, grad_flops
+from hofem.meshes import box
+
+RTOL = 1e-13
+
+
+def _perturbed(mesh, n, scale, seed=0):
+    """``mesh`` (``n`` cells per direction) with every geometry node moved by up to ``scale``
+    times the node spacing: curved cells that no box map describes."""
+    h = 1.0 / (n * 2)  # the order-2 geometry's node spacing
+    noise = np.random.default_rng(seed).uniform(-1.0, 1.0, mesh.points.shape)
+    mesh.points = mesh.points + scale * h * noise
+    return mesh
+
+
+def _compare(space, form, coefficient=None):
+    """Relative max difference of on-the-fly and stored applies on a random vector."""
+    stored = form(space, coefficient=coefficient, geometry="stored")
+    fly = form(space, coefficient=coefficient, geometry="on_the_fly")
+    assert "qdata" not in [f.name for f in fly.input_fields]
+    ceed = space.ceed
+    u = ceed.asarray(np.random.default_rng(1).standard_normal(space.num_dofs))
+    a, b = ceed.to_numpy(stored(u)), ceed.to_numpy(fly(u))
+    return np.abs(a - b).max() / np.abs(a).max()
+
+
+# (dim, order, num_comp, elements per direction, curved)
+CASES = [
+    (1, 5, 1, 4, True),
+    (1, 3, 3, 3, False),
+    (2, 1, 1, 3, True),
+    (2, 4, 3, 2, True),
+    (2, 7, 1, 2, False),
+    (3, 1, 1, 2, True),
+    (3, 2, 3, 2, True),
+    (3, 3, 1, 2, False),
+    (3, 6, 1, 2, True),
+    (3, 8, 1, 1, True),
+]
+
+
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+@pytest.mark.parametrize(("dim", "order", "num_comp", "n", "curved"), CASES)
+def test_on_the_fly_equals_stored_box(ceed, form, dim, order, num_comp, n, curved):
+    mesh = box(n, dim, order=2 if curved else 1, distort=0.1 if curved else 0.0)
+    if curved:
+        mesh = _perturbed(mesh, n, 0.05)
+    space = hf.H1Space(ceed, mesh, order, num_comp=num_comp)
+    assert _compare(space, form) < RTOL
+
+
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+@pytest.mark.parametrize(
+    ("source", "order"),
+    [("tri_box.vtk", 3), ("quad9_box.vtu", 4), ("curved_tet10.msh", 2), ("lshape_hex.msh", 3)],
+)
+def test_on_the_fly_equals_stored_sample_meshes(ceed, form, source, order):
+    mesh = meshes.read(meshes.data_path(source))
+    assert _compare(hf.H1Space(ceed, mesh, order), form) < RTOL
+
+
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+def test_constant_coefficient_scales_on_the_fly(ceed, form):
+    space = hf.H1Space(ceed, _perturbed(box(2, 3, order=2, distort=0.1), 2, 0.05), 3)
+    assert _compare(space, form, coefficient=2.5) < RTOL
+    one = space.ceed.asarray(np.ones(space.num_dofs))
+    plain = space.ceed.to_numpy(form(space, geometry="on_the_fly")(one))
+    scaled = space.ceed.to_numpy(form(space, coefficient=2.5, geometry="on_the_fly")(one))
+    np.testing.assert_allclose(scaled, 2.5 * plain, rtol=1e-13, atol=1e-14)
+
+
+def test_auto_gives_the_same_operator(ceed):
+    space = hf.H1Space(ceed, _perturbed(box(2, 3, order=2, distort=0.1), 2, 0.05), 4)
+    u = ceed.asarray(np.random.default_rng(2).standard_normal(space.num_dofs))
+    for form in (hf.mass, hf.diffusion):
+        a = ceed.to_numpy(form(space, geometry="stored")(u))
+        b = ceed.to_numpy(form(space)(u))  # geometry="auto" is the default
+        assert np.abs(a - b).max() <= RTOL * np.abs(a).max()
+
+
+def test_geometry_argument_errors(ref):
+    space = hf.H1Space(ref, box(1, 2), 2)
+    for form in (hf.mass, hf.diffusion):
+        with pytest.raises(ValueError, match="geometry must be one of 'stored', 'on_the_fly'"):
+            form(space, geometry="fly")
+        with pytest.raises(ValueError, match="geometry='on_the_fly' needs a constant coefficient"):
+            form(space, coefficient=lambda x: x[:, 0], geometry="on_the_fly")
+        # a callable coefficient under "auto" is stored q-data
+        op = form(space, coefficient=lambda x: 1 + x[:, 0])
+        assert "qdata" in [f.name for f in op.input_fields]
+
+
+def test_cost_model():
+    ref = hf.Ceed("/cpu/self/ref")
+    space = hf.H1Space(ref, box(1, 3), 6)
+    basis = space.basis()
+    costs = geometry_costs("diffusion", basis, 6)
+    assert costs["saved_bytes"] == 8 * 6 * 8**3
+    assert costs["added_flops"] > grad_flops(3, 3, 7, 8)
+    # 3D grad of one component on P_1d = 2, Q_1d = 3: 2 + 3 + 3 contractions
+    assert grad_flops(3, 1, 2, 3) == 2 * 2 * (8 * 3) + 3 * 2 * (4 * 9) + 3 * 2 * (2 * 27)
+    assert choose_geometry("auto", "/cpu/self/ref", costs) == "stored"  # not fused
+    assert choose_geometry("stored", "/gpu/cuda/gen", costs) == "stored"
+    assert choose_geometry("on_the_fly", "/cpu/self/ref", costs) == "on_the_fly"
+    # BP1 stores 1 value per point: recomputing 9 never pays on any backend in the table
+    mass = geometry_costs("mass", basis, 1)
+    assert all(choose_geometry("auto", r, mass) == "stored" for r in MACHINE_BALANCE)
