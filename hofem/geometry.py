@@ -43,10 +43,13 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 #   core; measured stored vs on the fly (BP3, p = 2..8) put the crossover near 1.
 #   measured (compare-cpu, docs/performance.md) on the fly ran at 0.6-0.8x of stored for
 #   BP3 and 0.2-0.35x for BP1, so auto keeps stored q-data there at every p = 1..8.
-# /gpu/cuda/gen: provisional, not yet measured: the H100's fp64 67 TFLOP/s (FMA, tensor
-#   cores) over 3.35 TB/s is 20, 10 without tensor cores; 16 picks on the fly for BP3 at
-#   p = 2..7 and stored for BP1 everywhere (calibrate with bench-gpu --geometry).
-MACHINE_BALANCE = {"/cpu/self/numba": 1.0, "/gpu/cuda/gen": 16.0}
+# /gpu/cuda/gen: measured on the H100 (bench-gpu --cases operator, BP3, 4e6 DOFs, 2026-11-23):
+#   on the fly ran at 0.42x (p = 4: 3.2 against 7.7 GDOF/s) and 0.37x (p = 6: 4.1 against
+#   11.2) of stored, where this model's flops / saved bytes are 7.9 and 12.1: the fused
+#   kernel's coordinate gradients (3 more components) are not free, and the effective
+#   balance is below 3. 2 keeps stored q-data for BP3 at every p = 1..8 (the ratio is 3.0 at
+#   p = 1, 4.4 at p = 2); on the fly stays available to save the q-data memory.
+MACHINE_BALANCE = {"/cpu/self/numba": 1.0, "/gpu/cuda/gen": 2.0}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
 

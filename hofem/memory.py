@@ -34,7 +34,10 @@ def _base(array):
 
 
 def _is_array(value):
-    return hasattr(value, "nbytes") and hasattr(value, "dtype") and hasattr(value, "shape")
+    """An array instance (not an array class such as ``cupy.ndarray`` held by a backend)."""
+    return not isinstance(value, type) and all(
+        hasattr(value, name) for name in ("nbytes", "dtype", "shape")
+    )
 
 
 def memory_report(*objects):

@@ -104,6 +104,12 @@ def test_memory_report_counts_what_a_form_holds(ceed):
     assert peak_rss_bytes() > 0
 
 
+def test_memory_report_skips_array_classes():
+    """Classes with array attributes (the CUDA backends keep ``index_dtype``, ``np.int32``)."""
+    report = memory_report({"index_dtype": np.int32, "kind": np.ndarray, "x": np.zeros(4)})
+    assert report["host_bytes"] == 32 and report["device_bytes"] == 0
+
+
 def test_form_setup_peak_is_bounded():
     """tracemalloc peak of a BP3 form's set-up: q-data plus chunk-sized temporaries only."""
     ceed = hf.Ceed("/cpu/self/ref")
