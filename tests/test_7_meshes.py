@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from hofem.jacobian import det as jacobian_det
 from hofem.meshes import Mesh, box, data_path, h1_numbering, read, write
 from hofem.meshes import reference as ref
 from hofem.meshes.make_samples import lshape_hex
@@ -446,3 +447,16 @@ def test_missing_meshio_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "meshio", None)
     with pytest.raises(ImportError, match=r"pip install hofem\[mesh\]"):
         write(tmp_path / "m.vtu", box(1, dim=2))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_jacobian_det_matches_lu(d):
+    a = np.random.default_rng(d).standard_normal((4, 5, d, d))
+    np.testing.assert_allclose(jacobian_det(a), np.linalg.det(a), rtol=1e-13, atol=1e-14)
+
+
+def test_jacobian_det_rejects_other_shapes():
+    with pytest.raises(ValueError, match=r"\(\.\.\., d, d\)"):
+        jacobian_det(np.zeros((3, 4, 4)))
+    with pytest.raises(ValueError, match="d = 1, 2, 3"):
+        jacobian_det(np.zeros((3, 2, 3)))

@@ -4,6 +4,7 @@ import copy
 
 import numpy as np
 
+from ..jacobian import det as jacobian_det
 from . import reference as ref
 
 
@@ -295,7 +296,7 @@ class Mesh:
         x = self.cell_coordinates()  # (num_cells, num_geom_nodes, gdim)
         jac = np.stack([np.matmul(dphi[d], x) for d in range(self.dim)], axis=-1)
         # (num_cells, num_geom_nodes, gdim, dim), one BLAS product per reference direction
-        det = np.linalg.det(jac)  # (num_cells, num_geom_nodes)
+        det = jacobian_det(jac)  # (num_cells, num_geom_nodes)
         scale = np.ptp(x, axis=1).max(axis=1) ** self.dim  # (num_cells,)
         bad = np.any(det <= 1e-12 * scale[:, None], axis=1)  # (num_cells,)
         if np.any(bad):
