@@ -48,7 +48,7 @@ print(json.dumps(records[0], indent=1)[:800])
 # Along each size series the L2 error falls at the rate ``p + 1``.
 
 for (bp, p, *_), series in sorted(convergence_rates(records).items()):
-    rates = ", ".join(f"{n1}->{n2}: {rate:.2f}" for n1, n2, rate in series)
+    rates = ", ".join(f"{n1}->{n2}: {rate:.2f}" for n1, n2, rate, _ in series)
     print(f"{bp} p={p}: L2 rates {rates} (expected {p + 1})")
     assert series[-1][2] > p + 1 - 0.5
 
