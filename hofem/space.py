@@ -81,6 +81,8 @@ class H1Space:
         This space's cells are the mesh's cells ``first_cell:first_cell + num_elem``
         (0 but for :meth:`element_subset`).
 
+    Notes
+    -----
     Node coordinates are not stored: :attr:`coordinates` (the L-vector) and
     :meth:`element_coordinates` (E-vectors of cell ranges) interpolate the mesh
     geometry when asked.
