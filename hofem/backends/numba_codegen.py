@@ -54,6 +54,8 @@ JIT = 'numba.njit(parallel=True, cache=CACHE, error_model="numpy")'
 
 # index of D in a tensor basis' matrix_stack (D^T follows)
 _D = 4
+# the collocated grad must save this share of the multiply-adds (use_collocated)
+_COLLOCATED_GAIN = 0.95
 # cache root -> its ``numba_kernels`` folder, or None once it proved unusable
 _CACHE_DIRS = {}
 
@@ -363,15 +365,17 @@ def use_collocated(basis, num_comp, eval_mode):
     """Whether a tensor grad (and its transpose) runs through the collocated derivative.
 
     True where ``D`` exists and interp + ``dim`` contractions by ``D``
-    (``Q^(dim+1)`` multiply-adds each) count fewer multiply-adds than the
-    prefix-sharing scheme of :func:`tensor_forward` (the transpose counts the
-    same).  In 3D with ``Q_1d = P_1d + 1`` that is ``P_1d >= 3``: 1212 against
-    1224 at ``P_1d = 3``, 21752 against 25648 at ``P_1d = 7``.
+    (``Q^(dim+1)`` multiply-adds each) count at most ``_COLLOCATED_GAIN`` of
+    the multiply-adds of the prefix-sharing scheme of :func:`tensor_forward`
+    (the transpose counts the same): in 3D with ``Q_1d = P_1d + 1`` that is
+    ``P_1d >= 4`` (3095 against 3340 at ``P_1d = 4``, 21752 against 25648 at
+    ``P_1d = 7``; at ``P_1d = 3``, 1212 against 1224, the extra pass through
+    the values at the points measured no gain).
     """
     if not basis.is_tensor or eval_mode is not EVAL_GRAD or _collocated(basis) is None:
         return False
     plain = multiply_adds(tensor_forward(basis, num_comp, eval_mode, 0, 0, 0))
-    return multiply_adds(collocated_forward(basis, num_comp, 0, 0, 0)) < plain
+    return multiply_adds(collocated_forward(basis, num_comp, 0, 0, 0)) <= _COLLOCATED_GAIN * plain
 
 
 def dense_forward(basis, num_comp, eval_mode, u_off, q_off):
