@@ -20,7 +20,7 @@ from .polynomials import lagrange_deriv_matrix, lagrange_interp_matrix, simplex_
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import _positive_int
 
-__all__ = ["Basis", "tensor_topology"]
+__all__ = ["Basis", "collocated_grad", "tensor_topology"]
 
 _TENSOR_TOPOLOGY = {1: LINE, 2: QUAD, 3: HEX}
 
@@ -195,6 +195,26 @@ class Basis:
             f"Basis({self.topology.value[0]}, num_comp={self.num_comp}, P={self.num_nodes}, "
             f"Q={self.num_qpts})"
         )
+
+
+def collocated_grad(B, G):
+    """The derivative at the points, ``D`` (Q_1d, Q_1d) with ``D @ B == G``, or None.
+
+    Parameters
+    ----------
+    B, G : ndarray, (Q_1d, P_1d)
+        1D interpolation and derivative matrices (host).
+
+    Returns
+    -------
+    ndarray (Q_1d, Q_1d) or None
+        ``G @ pinv(B)``; None when ``Q_1d < P_1d`` or ``B`` has rank below ``P_1d``
+        (then no such ``D`` exists in general).
+    """
+    Q_1d, P_1d = B.shape
+    if Q_1d < P_1d or np.linalg.matrix_rank(B) < P_1d:
+        return None
+    return G @ np.linalg.pinv(B)
 
 
 def tensor_h1(ceed, dim, num_comp, P_1d, Q_1d, interp_1d, grad_1d, q_ref_1d, q_weight_1d):

@@ -13,11 +13,12 @@ Oriented restrictions and assembly are inherited from ``/gpu/cuda/ref``.
 
 import numpy as np
 
+from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPOSE
 from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
-__all__ = ["CudaBatchedBackend", "collocated_grad", "device_layout"]
+__all__ = ["CudaBatchedBackend", "device_layout"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 # largest 1D size the tensor kernels are specialized for (registers grow with it)
@@ -43,26 +44,6 @@ def device_layout(r):
     return identity, np.int64 if wide else np.int32
 
 
-def collocated_grad(B, G):
-    """The derivative at the points, ``D`` (Q_1d, Q_1d) with ``D @ B == G``, or None.
-
-    Parameters
-    ----------
-    B, G : ndarray, (Q_1d, P_1d)
-        1D interpolation and derivative matrices (host).
-
-    Returns
-    -------
-    ndarray (Q_1d, Q_1d) or None
-        ``G @ pinv(B)``; None when ``Q_1d < P_1d`` or ``B`` has rank below ``P_1d``
-        (then no such ``D`` exists in general).
-    """
-    Q_1d, P_1d = B.shape
-    if Q_1d < P_1d or np.linalg.matrix_rank(B) < P_1d:
-        return None
-    return G @ np.linalg.pinv(B)
-
-
 def _blocks(n, threads=_SCATTER_THREADS):
     return (max(1, min(_MAX_BLOCKS, -(-n // threads))),)
 
@@ -80,7 +61,7 @@ class CudaBatchedBackend(CudaRefBackend):
         docs/performance.md).
     collocated : bool
         Tensor gradients as interpolation to the points followed by the
-        collocated derivative ``D`` (:func:`collocated_grad`) where it exists:
+        collocated derivative ``D`` (:func:`hofem.basis.collocated_grad`) where it exists:
         one contraction and a light pass instead of one contraction per
         direction.  Read when a basis is created.
     """

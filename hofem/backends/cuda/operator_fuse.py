@@ -211,7 +211,7 @@ def kernel_source(op, shape, collocated=False):
         ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
     collocated : bool
         Gradients as interpolation then the collocated derivative ``D`` (Q_1d,
-        Q_1d) at the points (``batched.collocated_grad``): the kernel takes
+        Q_1d) at the points (``hofem.basis.collocated_grad``): the kernel takes
         ``D`` after ``Gt``.
 
     Returns
