@@ -14,7 +14,9 @@ import numpy as np
 from .constants import (
     BASIS_NONE,
     ELEMRESTRICTION_NONE,
+    EVAL_INTERP,
     GAUSS,
+    NOTRANSPOSE,
     STRIDES_BACKEND,
     VECTOR_ACTIVE,
     VECTOR_NONE,
@@ -60,20 +62,27 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
         if b - a not in builds:
             builds[b - a] = _build(space, kind, geo, size, b - a)
         x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
-        builds[b - a].apply(x, qdata[a * size * Q : b * size * Q])
-    if coefficient is not None:
-        if callable(coefficient):
-            x = space.quadrature(q_extra, quad_mode)[0]  # (num_elem, Q, dim)
-            c = np.asarray(coefficient(x.reshape(-1, dim)), dtype=np.float64)
-            if c.shape != (x.shape[0] * Q,):
-                raise ValueError(
-                    f"coefficient(x) must return shape ({x.shape[0] * Q},), got {c.shape}"
-                )
-            c = ceed.asarray(c.reshape(space.num_elem, 1, Q))
-        else:
-            c = float(coefficient)
-        qdata = (qdata.reshape(space.num_elem, size, Q) * c).ravel()
+        chunk = qdata[a * size * Q : b * size * Q]
+        builds[b - a].apply(x, chunk)
+        if coefficient is not None:  # scaled in place: no second q-data-sized array
+            chunk.reshape(b - a, size, Q)[...] *= _coefficient(space, a, b, coefficient, geo)
     return r_q, qdata
+
+
+def _coefficient(space, a, b, coefficient, geo):
+    """The coefficient on cells ``a:b``: a float, or ``(b - a, 1, Q)`` values at the points."""
+    if not callable(coefficient):
+        return float(coefficient)
+    dim, Q = space.dim, geo.num_qpts
+    e = space.ceed.asarray(space.element_coordinates(a, b))  # (b - a, dim, P)
+    x = space.ceed.to_numpy(geo.apply(b - a, NOTRANSPOSE, EVAL_INTERP, e))  # (b - a, dim, Q)
+    c = np.asarray(coefficient(x.transpose(0, 2, 1).reshape(-1, dim)), dtype=np.float64)
+    if c.shape != ((b - a) * Q,):
+        raise ValueError(
+            f"coefficient(x) must return shape ({(b - a) * Q},) for points of shape "
+            f"({(b - a) * Q}, {dim}), got {c.shape}"
+        )
+    return space.ceed.asarray(c.reshape(b - a, 1, Q))
 
 
 def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):

@@ -63,16 +63,18 @@ def test_free_indices():
     assert free_indices(3, np.array([], dtype=np.int64)).tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize("coefficient", [None, 2.5, lambda x: 1 + x[:, 0] * x[:, 2]])
 @pytest.mark.parametrize("form", [hf.mass, hf.diffusion])
-def test_chunked_setup_matches_one_chunk(ceed, form):
-    """q-data built in many cell chunks (a short last one) equals one chunk's."""
+def test_chunked_setup_matches_one_chunk(ceed, form, coefficient):
+    """q-data built (and scaled) in many cell chunks (a short last one) equals one chunk's."""
     mesh = box((3, 2, 3), order=2, distort=0.1)
     whole = hf.H1Space(ceed, mesh, 2)
     chunked = hf.H1Space(ceed, mesh, 2)
     chunked.CHUNK_POINTS = 4 * 27  # 4 cells of q = 3^3 points: chunks of 4, 4, 4, 4, 2
     assert [b - a for a, b in chunked.cell_chunks(27)] == [4, 4, 4, 4, 2]
     u = ceed.asarray(np.random.default_rng(0).standard_normal(whole.num_dofs))
-    a, b = ceed.to_numpy(form(whole)(u)), ceed.to_numpy(form(chunked)(u))
+    kwargs = {"coefficient": coefficient, "geometry": "stored"}
+    a, b = ceed.to_numpy(form(whole, **kwargs)(u)), ceed.to_numpy(form(chunked, **kwargs)(u))
     np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-13 * np.abs(a).max())
     f = lambda x: np.sin(x[:, 0]) + x[:, 1]  # noqa: E731
     np.testing.assert_allclose(
