@@ -39,10 +39,9 @@ __all__ = [
 GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 # Effective flops per byte of memory traffic, by resolved resource:
 # /cpu/self/numba: the register-tiled contractions run at 12-15 GFLOP/s on one core of the
-#   reference machine (docs/performance.md) against about 10-12 GB/s of streamed q-data per
-#   core; measured stored vs on the fly (BP3, p = 2..8) put the crossover near 1.
-#   measured (compare-cpu, docs/performance.md) on the fly ran at 0.6-0.8x of stored for
-#   BP3 and 0.2-0.35x for BP1, so auto keeps stored q-data there at every p = 1..8.
+#   reference machine against about 10-12 GB/s of streamed q-data per core; measured
+#   (compare-cpu, docs/performance.md) on the fly ran at 0.6-0.8x of stored for BP3 and
+#   0.2-0.35x for BP1, and 1 keeps stored q-data there at every p = 1..8.
 # /gpu/cuda/gen: measured on the H100 (bench-gpu --cases operator, BP3, 4e6 DOFs, 2026-11-23):
 #   on the fly ran at 0.42x (p = 4: 3.2 against 7.7 GDOF/s) and 0.37x (p = 6: 4.1 against
 #   11.2) of stored, where this model's flops / saved bytes are 7.9 and 12.1: the fused
