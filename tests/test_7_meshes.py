@@ -209,6 +209,49 @@ def test_numbering_counts_and_positions(dim, simplex, p):
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_box_numbering_closed_form_matches_keys(dim, p):
+    """The closed-form box numbering is the key numbering relabeled within each class."""
+    mesh = box((3, 2, 4)[:dim], dim=dim, distort=0.1)
+    assert mesh.box_shape == (3, 2, 4)[:dim]
+    keyed = mesh.permute_cells(np.arange(mesh.num_cells))  # same cells, no box_shape
+    assert keyed.box_shape is None
+    closed, keys = h1_numbering(mesh, p), h1_numbering(keyed, p)
+    assert closed.offsets.dtype == keys.offsets.dtype and closed.num_nodes == keys.num_nodes
+    assert_bijection(closed.offsets, keys.offsets)
+    # same classes in the same id ranges: vertices (identical), edges, faces, interiors
+    support = np.count_nonzero(closed.node_weights, axis=1)  # (P,)
+    for s in np.unique(support):
+        nodes = support == s
+        lo, hi = keys.offsets[:, nodes].min(), keys.offsets[:, nodes].max()
+        assert (closed.offsets[:, nodes].min(), closed.offsets[:, nodes].max()) == (lo, hi)
+    corners = ref.corner_nodes(mesh.cell_type, p)
+    np.testing.assert_array_equal(closed.offsets[:, corners], mesh.cells)
+    interior = support == support.max()  # interiors come cell by cell
+    if p > 1:
+        np.testing.assert_array_equal(
+            np.diff(closed.offsets[:, interior].min(axis=1)), (p - 1) ** dim
+        )
+
+
+def test_box_shape_errors():
+    mesh = box((2, 3), dim=2)
+    with pytest.raises(ValueError, match="box_shape"):
+        Mesh(mesh.points, mesh.cell_type, mesh.cells, box_shape=(3, 3))
+    with pytest.raises(ValueError, match="box_shape"):
+        Mesh(
+            box(2, dim=2, simplex=True).points,
+            "triangle",
+            box(2, dim=2, simplex=True).cells,
+            box_shape=(2, 2),
+        )
+    flipped = mesh.cells[::-1]  # a valid mesh, its cells not in grid order
+    shuffled = Mesh(mesh.points, mesh.cell_type, flipped, box_shape=(2, 3))
+    with pytest.raises(ValueError, match="not in box grid order"):
+        h1_numbering(shuffled, 2)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
 @pytest.mark.parametrize("p", [1, 3])
 def test_numbering_multiplicity(dim, p):
     n = 3

@@ -142,7 +142,9 @@ def box_block(n, block=None, dim=3, simplex=False, order=1, distort=0.0, bounds=
     tag_names = {name: t for name, t in BOX_TAG_NAMES.items() if t <= 2 * dim}
     global_strides = np.cumprod(np.concatenate([[1], n[:-1] + 1]))  # (dim,)
     vertex_ids = grid @ global_strides  # (num_points,)
-    return Mesh(points, cell_type, cells, facets, tags, tag_names, geometry), vertex_ids
+    box_shape = None if ref.is_simplex(cell_type) else m
+    mesh = Mesh(points, cell_type, cells, facets, tags, tag_names, geometry, box_shape=box_shape)
+    return mesh, vertex_ids
 
 
 def _grid(m):

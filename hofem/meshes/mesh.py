@@ -1,6 +1,7 @@
 """The ``Mesh`` container: vertices, one cell type, tagged boundary facets."""
 
 import copy
+import math
 
 import numpy as np
 
@@ -87,6 +88,12 @@ class Mesh:
         for simplices); ``k`` is inferred from ``num_geom_nodes``.
     source : str, optional
         Where the mesh came from (a file name), quoted in error messages.
+    box_shape : sequence of ``dim`` int, optional
+        Cells per direction when the mesh is a tensor-cell box grid in the
+        order :func:`hofem.meshes.box` makes it (vertices and cells x fastest,
+        corner 0 lowest). :func:`hofem.meshes.h1_numbering` then numbers the
+        nodes in closed form instead of sorting keys. Dropped by
+        :meth:`permute_cells`.
 
     The arrays are taken as immutable after construction (facet-to-cell
     matches are cached).
@@ -105,6 +112,7 @@ class Mesh:
         are not cell facets, geometry of no order, or an inverted or degenerate
         cell (Jacobian determinant <= 0 at a geometric node; checked when
         ``gdim == dim``): the message names the first bad cell and ``source``.
+        A ``box_shape`` that does not match the cell type, cells or points.
     TypeError
         Non-integer ``cells``/``facets``/``facet_tags`` or non-real coordinates.
     """
@@ -120,6 +128,7 @@ class Mesh:
         geometry=None,
         *,
         source=None,
+        box_shape=None,
     ):
         self.source = source
         where = _where(source)
@@ -160,6 +169,23 @@ class Mesh:
         if geometry is not None:
             self._set_geometry(geometry)
         self._check_orientation()
+        self.box_shape = None if box_shape is None else self._box_shape(box_shape, where)
+
+    def _box_shape(self, box_shape, where):
+        """``box_shape`` as a tuple of int, checked against the cells and points."""
+        shape = tuple(int(n) for n in box_shape)
+        if (
+            ref.is_simplex(self.cell_type)
+            or len(shape) != self.dim
+            or math.prod(shape) != self.num_cells
+            or math.prod(n + 1 for n in shape) != self.num_points
+        ):
+            raise ValueError(
+                f"box_shape {shape}{where} does not describe this mesh "
+                f"({self.num_cells} {self.cell_type} cells, {self.num_points} points): "
+                f"it needs {self.dim} cell counts of a tensor-cell grid"
+            )
+        return shape
 
     @property
     def gdim(self):
@@ -218,6 +244,7 @@ class Mesh:
             raise ValueError(f"order must be a permutation of the {self.num_cells} cells")
         new = copy.copy(self)
         new.cells = self.cells[order]
+        new.box_shape = None  # cells no longer in grid order
         new.geometry = None if self.geometry is None else self.geometry[order]
         position = np.empty_like(order)
         position[order] = np.arange(self.num_cells)

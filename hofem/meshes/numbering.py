@@ -9,6 +9,8 @@ same keys for the nodes on it and no orientation logic is needed. Numbering
 the distinct keys gives the global node ids.
 """
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,7 +105,14 @@ def h1_numbering(mesh, order):
     Raises
     ------
     ValueError
-        ``order < 1``.
+        ``order < 1``; a ``mesh.box_shape`` whose cells are not in box order.
+
+    Notes
+    -----
+    A mesh with ``box_shape`` (:func:`hofem.meshes.box` of tensor cells) is
+    numbered in closed form (:func:`_box_offsets`): the same classes in the same
+    order, no keys or sorts, and no memory beyond the int32 offsets and one
+    chunk of cells.
     """
     if not isinstance(order, (int, np.integer)) or order < 1:
         raise ValueError(f"order must be an int >= 1, got {order!r}")
@@ -111,6 +120,9 @@ def h1_numbering(mesh, order):
     cell_type = mesh.cell_type
     weights = ref.corner_weights(cell_type, order)  # (num_nodes_per_cell, num_corners)
     lattice = ref.lattice(cell_type, order)  # (num_nodes_per_cell, dim)
+    if mesh.box_shape is not None:
+        offsets, num_nodes = _box_offsets(mesh, order)
+        return H1Numbering(mesh, order, offsets, num_nodes, lattice, weights)
     if ref.is_simplex(cell_type):
         lattice = weights  # the barycentric lattice
     support = np.count_nonzero(weights, axis=1)  # (num_nodes_per_cell,)
@@ -140,3 +152,73 @@ def h1_numbering(mesh, order):
         offsets[:, nodes] = num_nodes + ids.reshape(mesh.num_cells, nodes.size)
         num_nodes += count
     return H1Numbering(mesh, order, offsets, num_nodes, lattice, weights)
+
+
+def _box_offsets(mesh, p):
+    """Closed-form offsets of the order-``p`` nodes of a tensor-cell box grid.
+
+    A lattice point of the box, per direction ``d``, either lies on a grid plane
+    (vertex index ``v_d`` in ``0..n_d``) or inside a cell's span (cell ``c_d``
+    in ``0..n_d - 1``, offset ``o_d`` in ``0..p - 2``). The set ``S`` of
+    directions of the second kind classifies the node: ``S`` empty for vertices,
+    one direction for edges, two for faces, all for cell interiors, so the
+    classes come in :func:`h1_numbering`'s order when ordered by ``len(S)``.
+    Inside a class the id is the x-fastest index of the entity (``v_d`` or
+    ``c_d`` per direction) times ``(p - 1)^len(S)`` plus the x-fastest index of
+    the offsets: vertices get their vertex ids and interiors come cell by cell.
+
+    Parameters
+    ----------
+    mesh : Mesh
+        With ``box_shape`` ``n`` (``dim`` cell counts).
+    p : int
+
+    Returns
+    -------
+    offsets : ndarray of int32 or int64, shape ``(num_cells, (p + 1)^dim)``
+    num_nodes : int
+
+    Raises
+    ------
+    ValueError
+        The corners of the cells are not the grid's (a mesh whose ``box_shape``
+        does not describe its cell order).
+    """
+    n = np.array(mesh.box_shape, dtype=np.int64)  # (dim,) cells per direction
+    dim = len(n)
+    subsets = sorted(
+        itertools.chain.from_iterable(
+            itertools.combinations(range(dim), k) for k in range(dim + 1)
+        ),
+        key=len,
+    )  # classes S, by the number of their interior directions
+    base, num_nodes = {}, 0
+    for S in subsets:  # first id of each class
+        base[S] = num_nodes
+        num_nodes += math.prod(int(n[d]) if d in S else int(n[d]) + 1 for d in range(dim)) * (
+            p - 1
+        ) ** len(S)
+    node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
+    offsets = np.empty((mesh.num_cells, len(node)), dtype=index_dtype(num_nodes))
+    corners = ref.corner_nodes(mesh.cell_type, p)  # (num_corners,)
+    chunk = max(1, (1 << 20) // len(node))
+    for start in range(0, mesh.num_cells, chunk):  # cell chunks: no (num_cells, P) int64
+        e = np.arange(start, min(start + chunk, mesh.num_cells), dtype=np.int64)
+        cell = np.unravel_index(e, n[::-1])[::-1]  # per direction (chunk,), x first
+        for i, a in enumerate(node):
+            S = tuple(d for d in range(dim) if 0 < a[d] < p)
+            entity, offset, stride, o_stride = 0, 0, 1, 1
+            for d in range(dim):
+                inside = d in S
+                entity = entity + (cell[d] + (0 if inside else a[d] // p)) * stride
+                stride *= int(n[d]) + (0 if inside else 1)
+                if inside:
+                    offset += (int(a[d]) - 1) * o_stride
+                    o_stride *= p - 1
+            offsets[start : start + len(e), i] = base[S] + entity * (p - 1) ** len(S) + offset
+        if not np.array_equal(offsets[start : start + len(e)][:, corners], mesh.cells[e]):
+            raise ValueError(
+                f"mesh.box_shape {mesh.box_shape} does not match its cells: the cells "
+                "are not in box grid order; build the mesh without box_shape"
+            )
+    return offsets, num_nodes
