@@ -301,14 +301,31 @@ def cg_update_xr_rr(alpha, p, Ap, x, r):
 
 @numba.njit(**_JIT)
 def cg_dot(a, b):
-    """Per-chunk partial sums (chunks,) of ``a . b``, in parallel; float64 (n,)."""
+    """Per-chunk partial sums (chunks,) of ``a . b``, in parallel; float64 (n,).
+
+    Each chunk sums in 8 interleaved lanes (entry ``i`` into lane ``(i - start) % 8``)
+    added pairwise at the end: one running sum is bound by the add latency (0.3 ms
+    for 3e5 entries here, against 0.2 ms in lanes).  The same in
+    :func:`cg_update_xr_rr` measured no faster (its loads and stores hide the latency).
+    """
     n = a.shape[0]
     partial = np.zeros(_CG_CHUNKS)  # (chunks,)
     for c in numba.prange(_CG_CHUNKS):
-        total = 0.0
-        for i in range(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS):
-            total += a[i] * b[i]
-        partial[c] = total
+        start, stop = c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS
+        whole = start + (stop - start) // 8 * 8
+        t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = 0.0
+        for i in range(start, whole, 8):
+            t0 += a[i] * b[i]
+            t1 += a[i + 1] * b[i + 1]
+            t2 += a[i + 2] * b[i + 2]
+            t3 += a[i + 3] * b[i + 3]
+            t4 += a[i + 4] * b[i + 4]
+            t5 += a[i + 5] * b[i + 5]
+            t6 += a[i + 6] * b[i + 6]
+            t7 += a[i + 7] * b[i + 7]
+        for i in range(whole, stop):
+            t0 += a[i] * b[i]
+        partial[c] = ((t0 + t1) + (t2 + t3)) + ((t4 + t5) + (t6 + t7))
     return partial
 
 
