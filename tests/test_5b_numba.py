@@ -187,3 +187,26 @@ def test_cg_iterates_match_ref(nb, ref):
         scale = 1e-12 * np.abs(want).max()
         np.testing.assert_allclose(iterates["nb"][k], want, rtol=0, atol=scale, err_msg=k)
     np.testing.assert_allclose(x_nb, x_ref, rtol=0, atol=1e-12 * np.abs(x_ref).max())
+
+
+@pytest.mark.parametrize("n", [7, 40])
+def test_colour_chunks_race_free(nb, n):
+    """Chunks of one colour share no output entry; the chunks cover every element once."""
+    from hofem.backends import numba_operator
+    from hofem.meshes import box
+
+    space = hf.H1Space(nb, box(n, dim=2), 2, num_comp=2)
+    r = space.restriction
+    colour_ptr, start, stop = numba_operator.colour_chunks(r.num_elem, 8, [r])
+    covered = np.concatenate([np.arange(a, b) for a, b in zip(start, stop, strict=True)])
+    np.testing.assert_array_equal(np.sort(covered), np.arange(r.num_elem))
+    indices = r.indices.reshape(r.num_elem, -1)  # (num_elem, num_comp * elem_size)
+    touched = [set(indices[a:b].ravel().tolist()) for a, b in zip(start, stop, strict=True)]
+    colour = np.repeat(np.arange(len(colour_ptr) - 1), np.diff(colour_ptr))  # (num_chunks,)
+    shared = 0
+    for i in range(len(start)):
+        for j in range(i + 1, len(start)):
+            if touched[i] & touched[j]:
+                shared += 1
+                assert colour[i] != colour[j], (i, j)
+    assert shared > 0 or len(start) == 1  # the case has conflicts to split

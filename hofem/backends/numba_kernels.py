@@ -336,6 +336,54 @@ def cg_update_p(z, beta, p):
         p[i] = z[i] + beta * p[i]
 
 
+@numba.njit(cache=True, error_model="numpy", boundscheck=False)
+def chunk_touch(indices, elems_per_chunk, bits):
+    """Mark which element chunks touch each L-vector entry (serial: deterministic).
+
+    Parameters
+    ----------
+    indices : int array (num_elem, entries_per_elem)
+    elems_per_chunk : int
+        Chunk ``c`` holds elements ``c * elems_per_chunk`` up to the next chunk's.
+    bits : uint64 array (l_size, words), updated
+        Bit ``c % 64`` of ``bits[i, c // 64]`` is set when chunk ``c`` touches entry ``i``.
+    """
+    for e in range(indices.shape[0]):
+        c = e // elems_per_chunk
+        word, bit = c >> 6, np.uint64(1) << np.uint64(c & 63)
+        for j in range(indices.shape[1]):
+            bits[indices[e, j], word] |= bit
+
+
+@numba.njit(cache=True, error_model="numpy", boundscheck=False)
+def chunk_conflicts(bits, num_chunks):
+    """Pairs of chunks touching a common entry, from :func:`chunk_touch`'s ``bits``.
+
+    Returns
+    -------
+    bool array (num_chunks, num_chunks)
+        Symmetric; ``[a, b]`` for chunks ``a != b`` sharing an entry.
+    """
+    conflict = np.zeros((num_chunks, num_chunks), dtype=np.bool_)
+    chunks = np.empty(num_chunks, dtype=np.int64)  # the chunks of one entry
+    for i in range(bits.shape[0]):
+        count = 0
+        for w in range(bits.shape[1]):
+            word = bits[i, w]
+            b = 0
+            while word:
+                if word & np.uint64(1):
+                    chunks[count] = w * 64 + b
+                    count += 1
+                word >>= np.uint64(1)
+                b += 1
+        for a in range(count):
+            for b in range(a + 1, count):
+                conflict[chunks[a], chunks[b]] = True
+                conflict[chunks[b], chunks[a]] = True
+    return conflict
+
+
 def transpose_map(indices, l_size):
     """CSR of the transpose of a restriction: for each L-entry, its E-vector entries.
 

@@ -40,7 +40,7 @@ from .numba_codegen import (
     matrix_stack,
     temp_size,
 )
-from .numba_kernels import DIGEST, compile_contract
+from .numba_kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
 
 __all__ = [
     "colour_chunks",
@@ -86,26 +86,16 @@ def colour_chunks(num_elem, blk, restrictions):
     start = np.arange(0, num_elem, chunk, dtype=np.int64)  # (num_chunks,)
     stop = np.minimum(start + chunk, num_elem)
     num_chunks = start.shape[0]
-    # (L-entry, chunk) pairs, unique; entries touched by several chunks give conflicts
-    pairs = [np.zeros(0, dtype=np.int64)]
-    for r in restrictions:
-        if _disjoint_elements(r):  # e.g. stored quadrature data: no conflicts, skip its size
-            continue
-        owner = np.repeat(np.arange(r.num_elem) // chunk, r.num_comp * r.elem_size)
-        pairs.append(r.indices.ravel().astype(np.int64) * num_chunks + owner)
-    pairs = np.unique(np.concatenate(pairs))  # sorted by L-entry, then chunk
-    node, owner = pairs // num_chunks, pairs % num_chunks
-    edges = [np.zeros(0, dtype=np.int64)]  # a * num_chunks + b for chunks a < b in conflict
-    for shift in range(1, num_chunks):
-        same = node[shift:] == node[:-shift]
-        if not same.any():
-            break
-        edges.append(owner[:-shift][same] * num_chunks + owner[shift:][same])
-    neighbours = [set() for _ in range(num_chunks)]
-    for edge in np.unique(np.concatenate(edges)).tolist():
-        a, b = divmod(edge, num_chunks)
-        neighbours[a].add(b)
-        neighbours[b].add(a)
+    # which chunks touch each L-entry, one bit per chunk (16 B per entry at 128 chunks);
+    # restrictions of disjoint elements (e.g. stored quadrature data) have no conflicts
+    touching = [r for r in restrictions if not _disjoint_elements(r)]
+    size = max((r.l_size for r in touching), default=0)
+    bits = np.zeros((size, -(-num_chunks // 64)), dtype=np.uint64)  # (size, words)
+    for r in touching:
+        chunk_touch(r.indices.reshape(r.num_elem, -1), chunk, bits)
+    conflict = chunk_conflicts(bits, num_chunks)  # (num_chunks, num_chunks)
+    del bits
+    neighbours = [np.flatnonzero(row).tolist() for row in conflict]
     colour = np.zeros(num_chunks, dtype=np.int64)
     for c in range(num_chunks):
         taken = {colour[n] for n in neighbours[c] if n < c}
