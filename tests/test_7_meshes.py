@@ -297,6 +297,39 @@ def test_boundary_nodes(dim, simplex, p):
     np.testing.assert_array_equal(num.boundary_nodes(["left", 2]), num.boundary_nodes([1, 2]))
 
 
+def sorted_key_numbering(mesh, p):
+    """The numbering's definition, by one sort of all keys (the oracle): (offsets, count)."""
+    weights = ref.corner_weights(mesh.cell_type, p)  # (nodes, corners)
+    support = np.count_nonzero(weights, axis=1)  # (nodes,)
+    offsets = np.empty((mesh.num_cells, len(weights)), dtype=np.int64)
+    count = 0
+    for s in np.unique(support):
+        nodes = np.flatnonzero(support == s)
+        if s == weights.shape[1]:  # interior: never shared, cell by cell
+            ids = np.arange(mesh.num_cells * nodes.size)
+        else:
+            pairs = [
+                sorted((v, w) for v, w in zip(mesh.cells[c], weights[k], strict=True) if w > 0)
+                for c in range(mesh.num_cells)
+                for k in nodes
+            ]
+            _, ids = np.unique(np.array(pairs).reshape(len(pairs), -1), axis=0, return_inverse=True)
+        offsets[:, nodes] = count + ids.reshape(mesh.num_cells, nodes.size)
+        count += int(ids.max()) + 1
+    return offsets, count
+
+
+@pytest.mark.parametrize(("dim", "simplex"), CASES)
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_numbering_equals_the_sorted_key_definition(dim, simplex, p):
+    mesh = box((3, 2, 2)[:dim], dim=dim, simplex=simplex)
+    mesh = mesh.permute_cells(np.random.default_rng(p).permutation(mesh.num_cells))
+    offsets, count = sorted_key_numbering(mesh, p)
+    num = h1_numbering(mesh, p)
+    np.testing.assert_array_equal(num.offsets, offsets)
+    assert num.num_nodes == count
+
+
 def test_numbering_high_order_hex():
     mesh = box(2, dim=3)
     num = h1_numbering(mesh, 8)
