@@ -29,8 +29,26 @@ __all__ = ["diffusion", "mass", "resolve_geometry", "restrict_dofs"]
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
 
-def _build(space, kind, geo, size, num_elem):
-    """The set-up operator of ``kind`` on ``num_elem`` cells: coordinate E-vector -> q-data."""
+def build_operator(space, kind, geo, size, num_elem):
+    """The set-up operator of ``kind`` on ``num_elem`` cells: coordinate E-vector -> q-data.
+
+    Parameters
+    ----------
+    space : H1Space
+    kind : {"Mass", "Poisson"}
+        The gallery's ``{kind}{dim}DBuild`` QFunction.
+    geo : Basis
+        The ``dim``-component basis of the coordinates.
+    size : int
+        Q-data values per point (:data:`_QDATA_SIZE`).
+    num_elem : int
+
+    Returns
+    -------
+    Operator
+        Input ``(num_elem * dim * P,)`` coordinates (E-vector layout ``(num_elem,
+        dim, P)``), output ``(num_elem * size * Q,)`` q-data (``(num_elem, size, Q)``).
+    """
     ceed, dim = space.ceed, space.dim
     P, Q = space.elem_size, geo.num_qpts
     r_x = ceed.StridedElemRestriction(num_elem, P, dim, num_elem * dim * P, STRIDES_BACKEND)
@@ -60,7 +78,7 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
     builds = {}  # one set-up operator per chunk length (at most two)
     for a, b in space.cell_chunks(Q):
         if b - a not in builds:
-            builds[b - a] = _build(space, kind, geo, size, b - a)
+            builds[b - a] = build_operator(space, kind, geo, size, b - a)
         x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
         chunk = qdata[a * size * Q : b * size * Q]
         builds[b - a].apply(x, chunk)

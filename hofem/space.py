@@ -17,7 +17,6 @@ from .constants import (
     TRANSPOSE,
     TRIANGLE,
 )
-from .jacobian import det
 from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
 from .quadrature import lobatto_quadrature
 
@@ -248,11 +247,18 @@ class H1Space:
         ndarray (stop - start, dim, P), float64
             The layout of a ``dim``-component E-vector of :meth:`make_restriction`.
         """
+        x = self._component_coordinates(start, stop)  # (dim, stop - start, P)
+        return np.ascontiguousarray(x.transpose(1, 0, 2))
+
+    def _component_coordinates(self, start=0, stop=None):
+        """:meth:`element_coordinates` one coordinate at a time: ``(dim, stop - start, P)``."""
         stop = self.num_elem if stop is None else stop
         first = self.first_cell
         cell_x = self.mesh.cell_coordinates(first + start, first + stop)  # (n, G, dim)
-        x = np.matmul(self._geometry_interp(), cell_x)  # (n, P, dim), BLAS
-        return np.ascontiguousarray(x.transpose(0, 2, 1))
+        n, G, dim = cell_x.shape
+        cell_x = np.ascontiguousarray(cell_x.transpose(2, 0, 1)).reshape(dim * n, G)
+        x = cell_x @ self._geometry_interp().T  # (dim * n, P): one BLAS product
+        return x.reshape(dim, n, self.elem_size)
 
     def _node_coordinates(self):
         """(dim, num_nodes) physical node coordinates, component-major like the L-vector.
@@ -327,16 +333,31 @@ class H1Space:
         jacobian : ndarray (num_elem, Q, dim, dim)
             ``jacobian[e, q, c, d] = d x_c / d xi_d``.
         """
-        geo = self.basis(self.dim, q_extra, quad_mode)
-        e = self.ceed.asarray(self.element_coordinates())  # (num_elem, dim, P)
-        x = self.ceed.to_numpy(geo.apply(self.num_elem, NOTRANSPOSE, EVAL_INTERP, e))
-        dx = geo.apply(self.num_elem, NOTRANSPOSE, EVAL_GRAD, e)  # (num_elem, dim d, c, Q)
-        jacobian = dx.transpose(0, 3, 2, 1)  # (num_elem, Q, comp c, dim d)
-        # the determinants on the backend's device: batched LU on the host was most of a
-        # GPU setup (30 s of the 46 s of an 8e6-DOF BP3 at p = 2)
-        w_det_j = self.ceed.asarray(geo.q_weight)[None] * det(jacobian)
-        to_numpy = self.ceed.to_numpy
-        return x.transpose(0, 2, 1), to_numpy(w_det_j), to_numpy(jacobian)
+        return self._quadrature(q_extra, quad_mode, jacobian=True)
+
+    def _quadrature(self, q_extra, quad_mode, jacobian):
+        """:meth:`quadrature`, the Jacobians only when ``jacobian`` (else None).
+
+        The points are interpolated one coordinate at a time into a view of a
+        ``(dim, num_elem, Q)`` array, so ``x.reshape(-1, dim)`` is a view with
+        contiguous columns; ``w det J`` comes from the gallery's ``Mass{dim}DBuild``
+        operator (the Jacobians are not formed for it).
+        """
+        from .forms import build_operator
+
+        ceed, dim, E, P = self.ceed, self.dim, self.num_elem, self.elem_size
+        scalar, geo = self.basis(1, q_extra, quad_mode), self.basis(dim, q_extra, quad_mode)
+        xc = self._component_coordinates()  # (dim, E, P)
+        x = scalar.apply(dim * E, NOTRANSPOSE, EVAL_INTERP, ceed.asarray(xc.reshape(-1, 1, P)))
+        x = ceed.to_numpy(x).reshape(dim, E, scalar.num_qpts)  # (dim, E, Q)
+        e = ceed.asarray(np.ascontiguousarray(xc.transpose(1, 0, 2)))  # (E, dim, P)
+        w_det_j = build_operator(self, "Mass", geo, 1, E)(e.ravel())  # (E * Q,)
+        w_det_j = ceed.to_numpy(w_det_j).reshape(E, scalar.num_qpts)
+        jac = None
+        if jacobian:
+            dx = ceed.to_numpy(geo.apply(E, NOTRANSPOSE, EVAL_GRAD, e))  # (E, dim d, c, Q)
+            jac = dx.transpose(0, 3, 2, 1)  # (E, Q, comp c, dim d)
+        return x.transpose(1, 2, 0), w_det_j, jac
 
     def load_vector(self, f, q_extra=1):
         """L-vector ``b_i = integral f phi_i`` by quadrature (f evaluated at the points).
@@ -353,7 +374,7 @@ class H1Space:
         return b
 
     def _load_vector(self, f, q_extra):
-        x, w_det_j, _ = self.quadrature(q_extra)
+        x, w_det_j, _ = self._quadrature(q_extra, GAUSS, jacobian=False)
         num_elem, Q, _ = x.shape
         values = self._evaluate(f, x.reshape(-1, self.dim)).reshape(self.num_comp, num_elem, Q)
         qvec = values.transpose(1, 0, 2) * w_det_j[:, None, :]  # (num_elem, num_comp, Q)

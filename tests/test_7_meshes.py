@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from hofem.jacobian import det as jacobian_det
-from hofem.meshes import Mesh, box, data_path, h1_numbering, read, write
+from hofem.meshes import Mesh, boundary_facets, box, data_path, h1_numbering, read, write
 from hofem.meshes import reference as ref
+from hofem.meshes.box import box_block
 from hofem.meshes.make_samples import lshape_hex
 from hofem.meshes.mesh import unique_rows
 
@@ -139,6 +140,31 @@ def test_distort_fixes_boundary_moves_interior(dim, simplex, order):
             plain.cell_type, ref.geometry_nodes(plain.cell_type, order)
         )
         np.testing.assert_allclose(x0, np.einsum("nv,cvi->cni", shape, plain.points[plain.cells]))
+
+
+@pytest.mark.parametrize(("dim", "simplex"), CASES)
+@pytest.mark.parametrize("block", [None, [(1, 3), (0, 2), (2, 4)]])
+def test_box_facets_match_the_generic_search(dim, simplex, block):
+    """The box's facets found from the grid are those of the search over all cell facets."""
+    n = (3, 2, 4)[:dim]
+    mesh, _ = box_block(n, None if block is None else block[:dim], dim, simplex)
+    searched = Mesh(mesh.points, mesh.cell_type, mesh.cells, mesh.facets, mesh.facet_tags)
+    np.testing.assert_array_equal(mesh.facet_cells(), searched.facet_cells())
+    if block is None:  # the whole box: the facets in exactly one cell, in that order
+        np.testing.assert_array_equal(mesh.facets, boundary_facets(mesh.cell_type, mesh.cells))
+
+
+def test_mesh_checks_given_facet_cells():
+    mesh = box(2, dim=3, simplex=True)
+    args = (mesh.points, mesh.cell_type, mesh.cells, mesh.facets, mesh.facet_tags)
+    wrong = mesh.facet_cells().copy()
+    wrong[3, 1] = (wrong[3, 1] + 1) % 4
+    with pytest.raises(ValueError, match=r"facet 3 .* is not local facet"):
+        Mesh(*args, facet_cells=wrong)
+    with pytest.raises(ValueError, match="facet_cells"):
+        Mesh(*args, facet_cells=mesh.facet_cells()[1:])
+    with pytest.raises(ValueError, match="facet_cells"):
+        Mesh(*args, facet_cells=mesh.facet_cells() + np.array([mesh.num_cells, 0]))
 
 
 def test_box_rejects_bad_arguments():
@@ -312,6 +338,39 @@ def test_boundary_nodes(dim, simplex, p):
             expected = np.flatnonzero(np.abs(x[:, d] - side) < 1e-12)
             np.testing.assert_array_equal(num.boundary_nodes(tag), expected)
     np.testing.assert_array_equal(num.boundary_nodes(["left", 2]), num.boundary_nodes([1, 2]))
+
+
+def sorted_key_numbering(mesh, p):
+    """The numbering's definition, by one sort of all keys (the oracle): (offsets, count)."""
+    weights = ref.corner_weights(mesh.cell_type, p)  # (nodes, corners)
+    support = np.count_nonzero(weights, axis=1)  # (nodes,)
+    offsets = np.empty((mesh.num_cells, len(weights)), dtype=np.int64)
+    count = 0
+    for s in np.unique(support):
+        nodes = np.flatnonzero(support == s)
+        if s == weights.shape[1]:  # interior: never shared, cell by cell
+            ids = np.arange(mesh.num_cells * nodes.size)
+        else:
+            pairs = [
+                sorted((v, w) for v, w in zip(mesh.cells[c], weights[k], strict=True) if w > 0)
+                for c in range(mesh.num_cells)
+                for k in nodes
+            ]
+            _, ids = np.unique(np.array(pairs).reshape(len(pairs), -1), axis=0, return_inverse=True)
+        offsets[:, nodes] = count + ids.reshape(mesh.num_cells, nodes.size)
+        count += int(ids.max()) + 1
+    return offsets, count
+
+
+@pytest.mark.parametrize(("dim", "simplex"), CASES)
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_numbering_equals_the_sorted_key_definition(dim, simplex, p):
+    mesh = box((3, 2, 2)[:dim], dim=dim, simplex=simplex)
+    mesh = mesh.permute_cells(np.random.default_rng(p).permutation(mesh.num_cells))
+    offsets, count = sorted_key_numbering(mesh, p)
+    num = h1_numbering(mesh, p)
+    np.testing.assert_array_equal(num.offsets, offsets)
+    assert num.num_nodes == count
 
 
 def test_numbering_high_order_hex():

@@ -132,6 +132,30 @@ def test_a_case_that_will_not_fit_is_skipped_with_the_reason(tmp_path):
     assert record["memory_estimate_bytes"] > 1e6 and "0.001 GB available" in record["reason"]
 
 
+@pytest.mark.parametrize(("cell", "resource"), [("tet", "/cpu/self/ref"), ("hex", "/cpu/self/ref")])
+def test_the_memory_estimate_bounds_the_measured_peak(cell, resource):
+    """The estimate is above a case's measured peak (maximum resident set of its own
+    process), and within a factor 2.5 of it: the sweep neither runs what will not fit
+    nor skips what would (the tet estimate was 3.2 times this peak, 30 times at 1e6 DOFs)."""
+    n = 36  # 5e4 DOFs; tets: 2.8e5 cells, q-data 0.36 GB, peak about 1.5 GB
+    script = f"""
+        import json
+        from hofem.bakeoff import sweep
+        from hofem.memory import peak_rss_bytes
+        case = dict(bp="bp3", p=1, cell="{cell}", elements_1d={n}, ceed="{resource}",
+                    geometry="stored", ranks=1, rtol=1e-6, preconditioner=None, maxiter=5,
+                    repeat=1)
+        record = sweep.run_case(case)
+        print(json.dumps([record["status"], record["memory_estimate_bytes"], peak_rss_bytes()]))
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, check=True
+    )
+    status, estimate, peak = json.loads(out.stdout.splitlines()[-1])
+    assert status == "ok"
+    assert peak < estimate < 2.5 * peak
+
+
 def test_a_case_past_its_timeout_is_recorded_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "r.jsonl"
     argv = ["--problems", "bp1", "--orders", "1", "2", "--elements", "2", "--ceed"]

@@ -17,6 +17,7 @@ from hofem.memory import memory_report, peak_rss_bytes
 __all__ = [
     "BP",
     "DEFAULT_RTOL",
+    "FUSED_BACKENDS",
     "PROBLEMS",
     "BakeoffProblem",
     "assemble",
@@ -353,14 +354,25 @@ def time_apply(problem, repeat=5):
     return {"apply_s": seconds, "apply_dofs_per_s": problem.space.num_dofs / seconds}
 
 
-def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_elem):
-    """Bytes a bake-off case needs at its peak (set-up), estimated before allocating.
+# backends whose apply runs G, B, D, B^T, G^T per element, never holding whole-mesh
+# E- or Q-vectors (the others materialize them: memory_estimate counts those)
+FUSED_BACKENDS = ("/cpu/self/numba", "/gpu/cuda/gen")
 
-    Counts the stored quadrature data, the geometry at quadrature points while
-    it is built (3 x 3 Jacobians and coordinates), the element vectors and
-    quadrature-point vectors of an apply, the mesh numbering (element to node
-    offsets, several int64 copies) and the CG vectors, times 3: the peaks measured on
-    ``/cpu/self/ref`` (maximum resident set) were 2.2 to 2.8 times these arrays.
+
+def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_elem, fused=False):
+    """Bytes a bake-off case needs at its peak, estimated before allocating.
+
+    Counts, in 8-byte words: the stored q-data (``size`` per point); 8 per
+    element node (mesh cells, numbering, restriction indices and transposes,
+    and their set-up temporaries); ``3 + 12 num_comp`` per node (coordinates,
+    right-hand side, solution, CG and work vectors); 24 per point of one set-up
+    chunk (:attr:`hofem.H1Space.CHUNK_POINTS`: points, weights, function
+    values, E-vectors); without ``fused``, the whole-mesh element vectors and
+    quadrature-point vectors of an apply (2 E-vectors, 4 Q-vectors). Plus
+    0.2 GB for the interpreter and its libraries, all times 1.25. Measured
+    peaks (maximum resident set, ``/cpu/self/ref`` and ``/cpu/self/numba``,
+    hex and tet, p = 1, 2, 1e5 and 1e6 DOFs) were 0.5 to 0.9 times this
+    (docs/performance.md, "Tetrahedral set-up").
 
     Parameters
     ----------
@@ -369,6 +381,8 @@ def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_ele
         Elements and (scalar) nodes of the mesh's space.
     nodes_per_elem, points_per_elem : int
         Basis nodes and quadrature points per element.
+    fused : bool
+        The backend applies operators element by element (:data:`FUSED_BACKENDS`).
 
     Returns
     -------
@@ -378,8 +392,9 @@ def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_ele
     comp = bp.num_comp
     qdata = 1 if bp.form == "mass" else 6
     grad = 1 if bp.form == "mass" else 3
-    per_point = qdata + 9 + 3 + 2 * comp * grad  # qdata, dx/dX, x, in/out point values
-    per_node = 3 + 2 * comp + 6  # x, in/out element vectors, numbering (int64)
-    words = num_elem * (points_per_elem * per_point + nodes_per_elem * per_node)
-    words += num_nodes * (3 + 10 * comp)  # coordinates, CG and work vectors
-    return int(3 * 8 * words)
+    points = num_elem * points_per_elem
+    words = points * qdata + num_elem * nodes_per_elem * 8 + num_nodes * (3 + 12 * comp)
+    words += 24 * min(points, hf.H1Space.CHUNK_POINTS)
+    if not fused:
+        words += num_elem * comp * (2 * nodes_per_elem + 4 * grad * points_per_elem)
+    return int(1.25 * (8 * words + 0.2e9))

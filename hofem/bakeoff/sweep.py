@@ -51,7 +51,15 @@ from .common import (
     utc_now,
 )
 from .distributed import launched_under_mpi, setup_distributed
-from .problems import DEFAULT_RTOL, PROBLEMS, memory_estimate, setup, solve, time_apply
+from .problems import (
+    DEFAULT_RTOL,
+    FUSED_BACKENDS,
+    PROBLEMS,
+    memory_estimate,
+    setup,
+    solve,
+    time_apply,
+)
 from .results import SCHEMA, SCHEMA_VERSION, case_key, rate_lines, read_results
 
 CELLS = ("hex", "tet")
@@ -140,8 +148,12 @@ def cases(args, ranks=1):
     return out
 
 
-def base_record(case):
-    """A results line for ``case`` with what is known before running it (results None)."""
+def base_record(case, resource=None):
+    """A results line for ``case`` with what is known before running it (results None).
+
+    ``resource``: the resolved backend (``ceed.resource``), which the memory
+    estimate depends on; default the case's ``ceed`` as given.
+    """
     bp, p, n = PROBLEMS[case["bp"]], case["p"], case["elements_1d"]
     if case["cell"] == "tet":
         num_elem, (P, Q) = 6 * n**3, tet_shape(p)
@@ -158,7 +170,9 @@ def base_record(case):
         q=p + 1 + bp.q_extra,
         elements=num_elem,
         dofs=num_nodes * bp.num_comp,
-        memory_estimate_bytes=memory_estimate(case["bp"], num_elem, num_nodes, P, Q),
+        memory_estimate_bytes=memory_estimate(
+            case["bp"], num_elem, num_nodes, P, Q, fused=resource in FUSED_BACKENDS
+        ),
     )
     record.update(run_metadata(None))
     return record
@@ -173,8 +187,8 @@ def run_case(case, max_memory=None, comm=None):
     (:func:`~hofem.bakeoff.distributed.setup_distributed`); the estimate is
     then per rank.
     """
-    record = base_record(case)
     ceed = hf.Ceed(case["ceed"])
+    record = base_record(case, ceed.resource)
     record.update(run_metadata(ceed), backend=ceed.resource)
     free = available_memory(ceed)
     budget = free if max_memory is None else min(free, max_memory)

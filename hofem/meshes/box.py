@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from . import reference as ref
-from .mesh import Mesh, boundary_facets
+from .mesh import Mesh
 
 BOX_TAG_NAMES = {"left": 1, "right": 2, "bottom": 3, "top": 4, "front": 5, "back": 6}
 
@@ -118,18 +118,13 @@ def box_block(n, block=None, dim=3, simplex=False, order=1, distort=0.0, bounds=
     corner_offsets = ref.tensor_lattice(1, dim) @ strides  # (2**dim,)
     cells = origins[:, None] + corner_offsets[None, :]  # (num_grid_cells, 2**dim)
     cell_type = {1: "line", 2: "quad", 3: "hexahedron"}[dim]
+    shapes = np.arange(2**dim)[None]  # (1, 2**dim): a tensor cell is its grid cell
     if simplex and dim > 1:
         cell_type = {2: "triangle", 3: "tetra"}[dim]
-        cells = cells[:, _kuhn_simplices(dim)].reshape(-1, dim + 1)  # (num_cells, dim + 1)
-
-    facets = boundary_facets(cell_type, cells)  # (num_facets, corners_per_facet)
-    facet_grid = grid[facets]  # (num_facets, corners_per_facet, dim)
-    tags = np.zeros(len(facets), dtype=np.int32)  # (num_facets,)
-    for d in range(dim):
-        tags[np.all(facet_grid[:, :, d] == 0, axis=1)] = 2 * d + 1
-        tags[np.all(facet_grid[:, :, d] == n[d], axis=1)] = 2 * d + 2
-    on_box = tags > 0  # faces shared with neighbouring blocks are not boundary
-    facets, tags = facets[on_box], tags[on_box]
+        shapes = _kuhn_simplices(dim)  # (dim!, dim + 1)
+        cells = cells[:, shapes].reshape(-1, dim + 1)  # (num_cells, dim + 1)
+    facet_cells, tags = _box_facets(cell_type, shapes, _grid(m) + block[:, 0], n)
+    facets = cells[facet_cells[:, 0, None], ref.FACETS[cell_type][facet_cells[:, 1]]]
 
     t = grid / n  # (num_points, dim) in [0, 1]
     undistorted = bounds[:, 0] * (1.0 - t) + bounds[:, 1] * t  # (num_points, dim), exact ends
@@ -143,8 +138,60 @@ def box_block(n, block=None, dim=3, simplex=False, order=1, distort=0.0, bounds=
     global_strides = np.cumprod(np.concatenate([[1], n[:-1] + 1]))  # (dim,)
     vertex_ids = grid @ global_strides  # (num_points,)
     box_shape = None if ref.is_simplex(cell_type) else m
-    mesh = Mesh(points, cell_type, cells, facets, tags, tag_names, geometry, box_shape=box_shape)
+    mesh = Mesh(
+        points,
+        cell_type,
+        cells,
+        facets,
+        tags,
+        tag_names,
+        geometry,
+        facet_cells=facet_cells,
+        box_shape=box_shape,
+    )
     return mesh, vertex_ids
+
+
+def _box_facets(cell_type, shapes, grid_cells, n):
+    """The cells' facets on the box boundary, found from the grid without a sort.
+
+    A local facet lies on the face ``x_d = 0`` (``x_d = n_d``) of the box when its
+    grid cell is in the first (last) layer along ``d`` and all the facet's
+    corners are the cube's corners with offset 0 (1) along ``d``; such a facet
+    belongs to one cell only. Only the grid cells of the outer layers are looked at.
+
+    Parameters
+    ----------
+    cell_type : str
+    shapes : ndarray of int64, shape ``(cells_per_grid_cell, num_corners)``
+        Cube corners of each cell of a grid cell (the identity for tensor cells).
+    grid_cells : ndarray of int64, shape ``(num_grid_cells, dim)``
+        Global grid index of each grid cell, x fastest.
+    n : ndarray of int64, shape ``(dim,)``
+        Cells of the whole box per direction.
+
+    Returns
+    -------
+    facet_cells : ndarray of int64, shape ``(num_facets, 2)``
+        ``[cell, local facet]``, ordered by cell then local facet (cell ``g * S + s``
+        is cell ``s`` of grid cell ``g``).
+    tags : ndarray of int32, shape ``(num_facets,)``
+        ``2 d + 1`` on ``x_d = 0``, ``2 d + 2`` on ``x_d = n_d``.
+    """
+    dim = grid_cells.shape[1]
+    offsets = ref.tensor_lattice(1, dim)[shapes[:, ref.FACETS[cell_type]]]  # (S, F, cpf, dim)
+    on_side = [np.all(offsets == side, axis=2) for side in (0, 1)]  # 2 x (S, F, dim)
+    outer = np.flatnonzero(np.any((grid_cells == 0) | (grid_cells == n - 1), axis=1))
+    g = grid_cells[outer]  # (num_outer, dim)
+    tags = np.zeros((len(outer), *offsets.shape[:2]), dtype=np.int32)  # (num_outer, S, F)
+    for d in range(dim):
+        for side, layer in ((0, 0), (1, n[d] - 1)):
+            tags[(g[:, d] == layer)[:, None, None] & on_side[side][None, :, :, d]] = (
+                2 * d + 1 + side
+            )
+    i, s, f = np.nonzero(tags)  # each (num_facets,), by grid cell, cell, local facet
+    facet_cells = np.column_stack([outer[i] * len(shapes) + s, f])
+    return facet_cells, tags[i, s, f]
 
 
 def _grid(m):

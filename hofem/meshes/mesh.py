@@ -1,12 +1,15 @@
 """The ``Mesh`` container: vertices, one cell type, tagged boundary facets."""
 
 import copy
+import functools
 import math
 
 import numpy as np
 
 from ..jacobian import det as jacobian_det
 from . import reference as ref
+
+CHECK_CHUNK = 1 << 20  # geometric nodes per chunk of the orientation check
 
 
 def unique_rows(a):
@@ -94,6 +97,10 @@ class Mesh:
         corner 0 lowest). :func:`hofem.meshes.h1_numbering` then numbers the
         nodes in closed form instead of sorting keys. Dropped by
         :meth:`permute_cells`.
+    facet_cells : array_like of int, shape ``(num_facets, 2)``, optional
+        ``[cell, local facet]`` of each of ``facets`` when the caller knows them
+        (:func:`~hofem.meshes.box` does): checked against the cells, not searched
+        for among all cell facets (a sort of ``facets_per_cell * num_cells`` rows).
 
     The arrays are taken as immutable after construction (facet-to-cell
     matches are cached).
@@ -129,6 +136,7 @@ class Mesh:
         *,
         source=None,
         box_shape=None,
+        facet_cells=None,
     ):
         self.source = source
         where = _where(source)
@@ -162,7 +170,10 @@ class Mesh:
                 f"expected ({len(self.facets)},)"
             )
         self.tag_names = dict(tag_names or {})
-        self._facet_cells = self._match_facets()  # (num_facets, 2)
+        if facet_cells is None:
+            self._facet_cells = self._match_facets()  # (num_facets, 2)
+        else:
+            self._facet_cells = self._checked_facet_cells(facet_cells)  # (num_facets, 2)
 
         self.geometry = None
         self.geometry_order = 1
@@ -294,6 +305,28 @@ class Mesh:
             )
         return np.column_stack(np.divmod(match, facets_per_cell))
 
+    def _checked_facet_cells(self, facet_cells):
+        local = ref.FACETS[self.cell_type]  # (facets_per_cell, corners_per_facet)
+        facet_cells = _index_array(facet_cells, "facet_cells", 2)  # (num_facets, 2)
+        cell, face = facet_cells.T if facet_cells.size else np.zeros((2, 0), dtype=np.int64)
+        ok = facet_cells.shape == (len(self.facets), 2)
+        ok = ok and np.all((cell >= 0) & (cell < self.num_cells))
+        ok = ok and np.all((face >= 0) & (face < len(local)))
+        if not ok:
+            raise ValueError(
+                f"facet_cells{_where(self.source)} must be (num_facets={len(self.facets)}, 2) "
+                f"pairs [cell, local facet] inside the {self.num_cells} cells"
+            )
+        corners = self.cells[cell[:, None], local[face]]  # (num_facets, corners_per_facet)
+        wrong = np.any(np.sort(corners, axis=1) != np.sort(self.facets, axis=1), axis=1)
+        if np.any(wrong):
+            bad = int(np.argmax(wrong))
+            raise ValueError(
+                f"facet {bad} {self.facets[bad].tolist()}{_where(self.source)} is not local "
+                f"facet {face[bad]} of cell {cell[bad]} (facet_cells)"
+            )
+        return facet_cells
+
     def _set_geometry(self, geometry):
         where = _where(self.source)
         geometry = _real_array(geometry, "geometry", 3)  # (num_cells, num_geom_nodes, gdim)
@@ -315,23 +348,44 @@ class Mesh:
         self.geometry_order = order
 
     def _check_orientation(self):
+        """Raise unless det J > 0 at every geometric node (once per affine simplex).
+
+        Runs over chunks of cells, so its temporaries do not grow with the mesh.
+        """
         if self.gdim != self.dim or self.num_cells == 0:
             return
         k = self.geometry_order
         nodes = ref.geometry_nodes(self.cell_type, k)  # (num_geom_nodes, dim)
-        dphi = ref.lagrange_derivatives(self.cell_type, k, nodes)  # (dim, nodes, nodes)
-        x = self.cell_coordinates()  # (num_cells, num_geom_nodes, gdim)
-        jac = np.stack([np.matmul(dphi[d], x) for d in range(self.dim)], axis=-1)
-        # (num_cells, num_geom_nodes, gdim, dim), one BLAS product per reference direction
-        det = jacobian_det(jac)  # (num_cells, num_geom_nodes)
-        scale = np.ptp(x, axis=1).max(axis=1) ** self.dim  # (num_cells,)
-        bad = np.any(det <= 1e-12 * scale[:, None], axis=1)  # (num_cells,)
-        if np.any(bad):
-            c = int(np.argmax(bad))
-            raise ValueError(
-                f"inverted or degenerate {self.cell_type} cell {c}{_where(self.source)}: "
-                f"Jacobian determinant {det[c].min():.3g} <= 0 (vertices {self.cells[c].tolist()})"
-            )
+        if ref.is_simplex(self.cell_type) and k == 1:
+            nodes = nodes[:1]  # affine: the same Jacobian at every node
+        dphi = ref.lagrange_derivatives(self.cell_type, k, nodes)  # (dim, num_nodes, G)
+        chunk = max(1, CHECK_CHUNK // dphi.shape[2])
+        for start in range(0, self.num_cells, chunk):
+            stop = min(start + chunk, self.num_cells)
+            x = self._corner_major_coordinates(start, stop)  # (G, n, gdim)
+            # jac[d]: (num_nodes, n, gdim), one BLAS product per reference direction
+            jac = np.stack([np.tensordot(dphi[d], x, axes=(1, 0)) for d in range(self.dim)])
+            det = jacobian_det(jac.transpose(1, 2, 3, 0))  # (num_nodes, n)
+            low, high = x[0].copy(), x[0].copy()  # (n, gdim) bounding box
+            for g in range(1, len(x)):
+                np.minimum(low, x[g], out=low)
+                np.maximum(high, x[g], out=high)
+            extent = high - low  # (n, gdim)
+            scale = functools.reduce(np.maximum, extent.T) ** self.dim  # (n,)
+            bad = np.any(det <= 1e-12 * scale, axis=0)  # (n,)
+            if np.any(bad):
+                c = int(np.argmax(bad))
+                raise ValueError(
+                    f"inverted or degenerate {self.cell_type} cell {start + c}"
+                    f"{_where(self.source)}: Jacobian determinant {det[:, c].min():.3g} <= 0 "
+                    f"(vertices {self.cells[start + c].tolist()})"
+                )
+
+    def _corner_major_coordinates(self, start, stop):
+        """:meth:`cell_coordinates` of cells ``start:stop`` node-major: ``(G, n, gdim)``."""
+        if self.geometry is not None:
+            return np.ascontiguousarray(self.geometry[start:stop].transpose(1, 0, 2))
+        return self.points[self.cells[start:stop].T]
 
 
 def _real_array(a, name, ndim):

@@ -141,6 +141,12 @@ def h1_numbering(mesh, order):
         if s == num_corners:  # interior nodes are never shared
             ids = np.arange(mesh.num_cells * nodes.size, dtype=np.int64)
             count = ids.size
+        elif s == 1:  # vertex nodes (all of the same weight): rank the vertices, no sort
+            vid = mesh.cells[:, np.argmax(weights[nodes], axis=1)]  # (num_cells, n_1)
+            used = np.zeros(mesh.num_points, dtype=bool)  # (num_points,)
+            used[vid] = True
+            ids = (np.cumsum(used) - 1)[vid]  # (num_cells, n_1)
+            count = int(np.count_nonzero(used))
         else:
             w = weights[nodes]  # (n_s, num_corners)
             corner = np.argsort(w == 0, axis=1, kind="stable")[:, :s]  # (n_s, s) nonzero corners
