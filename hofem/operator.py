@@ -411,9 +411,10 @@ class SubOperator(_OperatorBase):
         return self.op.vector_ops()
 
     def _add(self, u, v):
-        self._u[self._free] = u
+        backend = self.ceed.backend
+        backend.scatter_entries(u, self._free, self._u)
         self.op.apply(self._u, self._v)
-        v += self._v[self._free]
+        backend.gather_add_entries(self._v, self._free, v)
 
     def linear_assemble_diagonal(self):
         """Diagonal on the free DOFs, ``(n_free,)``."""

@@ -305,3 +305,26 @@ def test_apply_add_and_validation(ceed):
         build.set_field("weights", hf.ELEMRESTRICTION_NONE, b, hf.VECTOR_NONE)
         build.set_field("qdata", r_q, hf.BASIS_NONE, hf.VECTOR_ACTIVE)
         build.linear_assemble_diagonal()
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_restrict_dofs_equals_submatrix(ceed, rng, index_dtype):
+    """``restrict_dofs(A, free)`` applies ``A[free][:, free]``, call after call."""
+    op, s = poisson_operator(ceed, n=3, p=2, dim=3, warp=0.1)
+    A = ceed.to_numpy(op.linear_assemble().toarray())
+    free = np.sort(rng.choice(s["num_nodes"], s["num_nodes"] // 2, replace=False))
+    sub = hf.restrict_dofs(op, free.astype(index_dtype))
+    expected_matrix = A[np.ix_(free, free)]
+    np.testing.assert_allclose(
+        ceed.to_numpy(sub.linear_assemble().toarray()), expected_matrix, atol=1e-13
+    )
+    np.testing.assert_allclose(
+        ceed.to_numpy(sub.linear_assemble_diagonal()), np.diag(expected_matrix), rtol=1e-13
+    )
+    for _ in range(2):  # the second apply must not see the first one's values
+        u = rng.standard_normal(free.size)
+        u_dev = ceed.asarray(u)
+        v = ceed.asarray(np.ones(free.size))
+        sub.apply_add(u_dev, v)
+        np.testing.assert_allclose(ceed.to_numpy(v), expected_matrix @ u + 1, atol=1e-12)
+        np.testing.assert_array_equal(ceed.to_numpy(u_dev), u)  # input untouched

@@ -58,6 +58,17 @@ class NumbaBackend(RefBackend):
         if numba is None:
             raise ImportError("Numba is not installed; install it with `pip install hofem[numba]`")
 
+    # --- arrays ------------------------------------------------------------------------------
+    @staticmethod
+    def scatter_entries(values, index, out):
+        """``out[index] = values`` in one parallel pass (NumPy's fancy indexing is serial)."""
+        numba_kernels.scatter_entries(values, index, out)
+
+    @staticmethod
+    def gather_add_entries(w, index, v):
+        """``v += w[index]`` in one parallel pass, without a temporary."""
+        numba_kernels.gather_add_entries(w, index, v)
+
     # --- restriction -------------------------------------------------------------------------
     def restriction_setup(self, r):
         """Keep the host indices and signs; the transpose map is built on first use."""

@@ -28,9 +28,11 @@ __all__ = [
     "compile_contract",
     "contract_program",
     "gather",
+    "gather_add_entries",
     "gather_block",
     "scatter_block",
     "scatter_csr",
+    "scatter_entries",
     "tile_source",
     "transpose_map",
 ]
@@ -327,6 +329,20 @@ def cg_dot(a, b):
             t0 += a[i] * b[i]
         partial[c] = ((t0 + t1) + (t2 + t3)) + ((t4 + t5) + (t6 + t7))
     return partial
+
+
+@numba.njit(**_JIT)
+def scatter_entries(values, index, out):
+    """``out[index] = values``; float64 values (n,), int index (n,) distinct, out (l_size,)."""
+    for i in numba.prange(index.shape[0]):
+        out[index[i]] = values[i]
+
+
+@numba.njit(**_JIT)
+def gather_add_entries(w, index, v):
+    """``v += w[index]``; float64 w (l_size,), int index (n,), v (n,)."""
+    for i in numba.prange(index.shape[0]):
+        v[i] += w[index[i]]
 
 
 @numba.njit(**_JIT)

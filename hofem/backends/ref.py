@@ -67,6 +67,31 @@ class RefBackend:
             return
         raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
 
+    @staticmethod
+    def scatter_entries(values, index, out):
+        """``out[index] = values``: a vector of free DOFs into an L-vector.
+
+        Parameters
+        ----------
+        values : array (n,), float64
+        index : int array (n,)
+            Distinct entries of ``out``.
+        out : array (l_size,), float64, updated
+        """
+        out[index] = values
+
+    @staticmethod
+    def gather_add_entries(w, index, v):
+        """``v += w[index]``: the free DOFs of an L-vector added into ``v``.
+
+        Parameters
+        ----------
+        w : array (l_size,), float64
+        index : int array (n,)
+        v : array (n,), float64, updated
+        """
+        v += w[index]
+
     # --- restriction -------------------------------------------------------------------------
     def restriction_setup(self, r):
         """Move offset indices (and signs) to the device; strided ones are made when applied.
