@@ -232,3 +232,24 @@ def test_metis_cuts_fewer_facets_than_rcb():
     assert 0 < cuts["metis"] <= cuts["rcb"], cuts
     with pytest.raises(ValueError, match="partition method must be one of"):
         partition(mesh, 2, "scotch")
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+def test_bench_parallel_line(geometry):
+    """``bench-parallel``: one JSON line from rank 0 with the scaling and memory keys."""
+    args = ["-m", "hofem.bakeoff", "bench-parallel", "--ceed", "/cpu/self/ref", "--bp", "bp3"]
+    args += ["--order", "2", "--dofs", "3000", "--iterations", "3", "--geometry", geometry]
+    run = mpiexec(2, *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert len(lines) == 1, lines
+    result = json.loads(lines[0])
+    assert result["ranks"] == 2 and result["geometry_used"] == geometry
+    assert result["iterations"] == 3 and result["dofs"] == 15**3  # 7 cells of p = 2 a side
+    for key in ("host_bytes_per_local_dof", "footprint_bytes_per_local_dof", "dof_balance"):
+        assert result[key] > 0, key
+    bad = mpiexec(2, *args[:-1], "sideways")
+    assert bad.returncode == 2
+    assert "--geometry: invalid choice: 'sideways'" in bad.stderr

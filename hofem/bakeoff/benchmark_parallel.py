@@ -21,7 +21,14 @@ import time
 import hofem as hf
 from hofem.memory import peak_rss_bytes
 
-from .common import Parser, add_ceed_argument, add_problem_arguments, positive_float, positive_int
+from .common import (
+    Parser,
+    add_ceed_argument,
+    add_geometry_argument,
+    add_problem_arguments,
+    positive_float,
+    positive_int,
+)
 from .distributed import setup_distributed
 from .problems import solve_footprint
 
@@ -34,14 +41,17 @@ def parse_args(argv=None):
     add_ceed_argument(parser, "/cpu/self")
     parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
+    add_geometry_argument(parser)
     return parser.parse_args(argv)
 
 
-def run_case(comm, ceed, bp, p, dofs, iterations, transport):
+def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
     """One timed case (collective); the result dict on every rank."""
     elements = max(1, round((dofs ** (1 / 3) - 1) / p))
     baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
-    problem = setup_distributed(bp, ceed, p, comm, elements=elements, transport=transport)
+    problem = setup_distributed(
+        bp, ceed, p, comm, elements=elements, transport=transport, geometry=geometry
+    )
     host_peak = peak_rss_bytes() - baseline
     op, b = problem.operator, problem.rhs
     hf.cg(op, b, rtol=0.0, maxiter=2)  # warm-up: compilation, NCCL/MPI set-up
@@ -70,6 +80,7 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport):
         "ranks": comm.size,
         "dofs_per_rank": space.num_dofs / comm.size,
         "backend": ceed.resource,
+        "geometry_used": problem.geometry,
         "transport": space.exchange.transport,
         "iterations": info.iterations,
         "solve_s": seconds,
@@ -96,7 +107,9 @@ def main(argv=None):
             for p in args.orders:
                 for dofs in args.dofs:
                     total = dofs * comm.size if args.per_rank else dofs
-                    result = run_case(comm, ceed, bp, p, total, args.iterations, args.transport)
+                    result = run_case(
+                        comm, ceed, bp, p, total, args.iterations, args.transport, args.geometry
+                    )
                     if comm.rank == 0:
                         print(json.dumps(result), flush=True)
     return 0
