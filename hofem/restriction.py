@@ -40,10 +40,13 @@ class ElemRestriction:
         Strided restrictions only.
     indices : ndarray, (num_elem, num_comp, elem_size), int32 or int64
         L-vector index of every E-vector entry, on the host (for assembly and
-        CPU kernels). Offset restrictions keep it while the backend reads it
-        there; backends with device memory drop the host copy after upload
-        (:meth:`release_host_indices`), and then each access copies it back.
-        Strided restrictions never store it: each access computes it.
+        the reference kernels). Offset restrictions store only the offsets of
+        component 0 (:meth:`compact_indices`, what the fused CPU kernels read),
+        so for ``num_comp > 1`` each access adds the component strides; for one
+        component it is the stored offsets themselves.  Backends with device
+        memory drop the host offsets after upload (:meth:`release_host_indices`),
+        and then each access copies the indices back.  Strided restrictions
+        never store it: each access computes it.
     signs : ndarray, (num_elem, 1, elem_size), float64, or None
         -1 where oriented, else 1; None for unoriented restrictions.
     """
@@ -69,10 +72,10 @@ class ElemRestriction:
         self.comp_stride = None
         self.strides = None
         self.signs = None
-        self._indices = None  # (num_elem, num_comp, elem_size) host, offset restrictions
+        self._offsets = None  # (num_elem, 1, elem_size) host, offset restrictions
         if strides is None:
             self.comp_stride = _positive_int(comp_stride, "comp_stride")
-            self._indices = self._offset_indices(offsets)
+            self._offsets = self._checked_offsets(offsets)
             if orients is not None:
                 self.signs = self._signs(orients)
         else:
@@ -82,20 +85,52 @@ class ElemRestriction:
     @property
     def indices(self):
         """See the class's Attributes: a host array, stored or made on access."""
-        if self.strides is not None:
-            return self._strided_indices()
-        if self._indices is None:  # released after upload: copy the device indices back
+        if self.strides is None and self._offsets is None:  # released: copy the device's back
             shape = (self.num_elem, self.num_comp, self.elem_size)
             return self.ceed.to_numpy(self.backend_data["indices"]).reshape(shape)
-        return self._indices
+        offsets, stride = self.compact_indices()
+        if self.num_comp == 1:
+            return offsets
+        comp = np.arange(self.num_comp, dtype=offsets.dtype) * offsets.dtype.type(stride)
+        return offsets + comp[None, :, None]  # (num_elem, num_comp, elem_size)
+
+    def compact_indices(self):
+        """Indices as component-0 offsets and a component stride, libCEED's form.
+
+        Every restriction maps component ``j`` of an element's node to
+        ``offsets[k, 0, i] + j * stride``, so kernels that add the stride
+        themselves read ``1 / num_comp`` of :attr:`indices`' bytes.
+
+        Returns
+        -------
+        offsets : ndarray (num_elem, 1, elem_size), int32 or int64
+            Stored (offset restrictions: no copy) or computed (strided, or
+            after :meth:`release_host_indices`).
+        stride : int
+            ``comp_stride``, or ``strides[1]`` of a strided restriction.
+        """
+        if self.strides is not None:
+            dtype = index_dtype(self.l_size)
+            s0, _, s2 = (dtype(s) for s in self.strides)
+            node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * s0
+            elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
+            return elem + node, self.component_stride
+        if self._offsets is None:
+            return np.ascontiguousarray(self.indices[:, :1, :]), self.component_stride
+        return self._offsets, self.component_stride
+
+    @property
+    def component_stride(self):
+        """L-vector distance between two components of a node: ``comp_stride`` or ``strides[1]``."""
+        return self.comp_stride if self.strides is None else self.strides[1]
 
     def release_host_indices(self):
-        """Drop the host copy of the offset indices (a backend holds them in device memory).
+        """Drop the host copy of the offsets (a backend holds the indices in device memory).
 
         Called by backends from ``restriction_setup`` after ``backend_data["indices"]``
         holds the indices; :attr:`indices` then copies them back on access.
         """
-        self._indices = None
+        self._offsets = None
 
     @property
     def e_size(self):
@@ -112,7 +147,8 @@ class ElemRestriction:
             self.l_size == self.e_size
         )
 
-    def _offset_indices(self, offsets):
+    def _checked_offsets(self, offsets):
+        """``offsets`` checked to stay in the L-vector, as (num_elem, 1, elem_size) int32/int64."""
         shape = (self.num_elem, self.elem_size)
         offsets = np.asarray(self.ceed.to_numpy(offsets) if offsets is not None else None)
         if offsets.dtype.kind not in "iu":
@@ -134,11 +170,7 @@ class ElemRestriction:
                 f"< l_size = {self.l_size}"
             )
         dtype = index_dtype(self.l_size)  # in range, so every index fits: no int64 temporary
-        offsets = np.ascontiguousarray(offsets, dtype=dtype)
-        if self.num_comp == 1:  # the offsets themselves, no copy when already in dtype
-            return offsets[:, None, :]  # (num_elem, 1, P)
-        comp = np.arange(self.num_comp, dtype=dtype) * dtype(self.comp_stride)
-        return offsets[:, None, :] + comp[None, :, None]  # (num_elem, num_comp, P)
+        return np.ascontiguousarray(offsets, dtype=dtype)[:, None, :]  # (num_elem, 1, P)
 
     def _signs(self, orients):
         shape = (self.num_elem, self.elem_size)
@@ -174,15 +206,6 @@ class ElemRestriction:
                 f"[0, l_size = {self.l_size})"
             )
         return strides
-
-    def _strided_indices(self):
-        """(num_elem, num_comp, elem_size) indices of a strided restriction, computed now."""
-        dtype = index_dtype(self.l_size)  # built in it directly: no int64 temporary
-        s0, s1, s2 = (dtype(s) for s in self.strides)
-        node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * s0
-        comp = np.arange(self.num_comp, dtype=dtype)[None, :, None] * s1
-        elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
-        return (elem + comp) + node  # (num_elem, num_comp, elem_size)
 
     def apply(self, u, t_mode=NOTRANSPOSE):
         """Apply the restriction (L -> E) or its transpose (E -> L, summing shared nodes).

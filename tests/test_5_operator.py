@@ -328,3 +328,24 @@ def test_restrict_dofs_equals_submatrix(ceed, rng, index_dtype):
         sub.apply_add(u_dev, v)
         np.testing.assert_allclose(ceed.to_numpy(v), expected_matrix @ u + 1, atol=1e-12)
         np.testing.assert_array_equal(ceed.to_numpy(u_dev), u)  # input untouched
+
+
+def test_vector_mass_interleaved_components(ceed, rng):
+    """Components interleaved (``comp_stride = 1``): the same operator, permuted."""
+    mass, s = mass_operator(ceed, n=2, p=2, dim=3)
+    n, offsets = s["num_nodes"], s["offsets"]
+    b3 = ceed.BasisTensorH1Lagrange(3, 3, 3, 4)
+    ops = {}
+    for name, stride, nodes in (("major", n, offsets), ("interleaved", 1, 3 * offsets)):
+        r3 = ceed.ElemRestriction(offsets.shape[0], offsets.shape[1], 3, stride, 3 * n, nodes)
+        op = ceed.Operator(ceed.QFunctionByName("Vector3MassApply"))
+        op.set_field("u", r3, b3, hf.VECTOR_ACTIVE)
+        op.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
+        op.set_field("v", r3, b3, hf.VECTOR_ACTIVE)
+        ops[name] = op
+    u = rng.standard_normal((3, n))  # (num_comp, num_nodes)
+    major = ceed.to_numpy(ops["major"](ceed.asarray(u.ravel()))).reshape(3, n)
+    inter = ceed.to_numpy(ops["interleaved"](ceed.asarray(u.T.ravel()))).reshape(n, 3)
+    np.testing.assert_allclose(inter.T, major, rtol=1e-13, atol=1e-15)
+    M = ceed.to_numpy(mass.linear_assemble().toarray())
+    np.testing.assert_allclose(major, u @ M.T, rtol=1e-12, atol=1e-14)

@@ -46,6 +46,25 @@ def test_strided_indices_are_made_on_access_and_exact(ceed):
     np.testing.assert_array_equal(ceed.to_numpy(q.apply(q.apply(u), hf.TRANSPOSE)), np.arange(40))
 
 
+@pytest.mark.parametrize("layout", ["component-major", "interleaved", "strided"])
+def test_compact_indices_hold_one_component(ceed, layout):
+    """``compact_indices``: component 0 plus a stride gives ``indices``; 1/num_comp stored."""
+    offsets = np.array([[0, 2, 4], [4, 6, 8]], dtype=np.int64)  # 2 elements of 3 nodes
+    if layout == "component-major":
+        r = ceed.ElemRestriction(2, 3, 3, 9, 27, offsets)
+    elif layout == "interleaved":
+        r = ceed.ElemRestriction(2, 3, 3, 1, 30, 3 * offsets)
+    else:
+        r = ceed.StridedElemRestriction(2, 3, 3, 18, (1, 3, 9))
+    compact, stride = r.compact_indices()
+    assert compact.shape == (2, 1, 3) and stride == r.component_stride
+    expanded = compact + stride * np.arange(3)[None, :, None]
+    np.testing.assert_array_equal(r.indices, expanded)
+    if layout != "strided" and ceed.xp is np:  # host backends keep the offsets, once
+        assert compact is r.compact_indices()[0]
+        assert memory_report(r)["host_bytes"] == compact.nbytes
+
+
 def test_numbering_offsets_are_int32_and_shared_by_the_restriction(ceed):
     mesh = box(3)
     numbering = h1_numbering(mesh, 3)

@@ -150,7 +150,7 @@ def compile_contract():
 
 
 @numba.njit(**_SERIAL)
-def gather_block(s, dest, lvec, indices, signs, e0, nb):
+def gather_block(s, dest, lvec, offsets, num_comp, comp_stride, signs, e0, nb):
     """Gather elements ``e0 : e0 + nb`` into ``s[dest:]`` (num_comp, elem_size, BLK).
 
     Parameters
@@ -159,14 +159,17 @@ def gather_block(s, dest, lvec, indices, signs, e0, nb):
     dest, e0, nb : int
         Scratch offset, first element, elements in the block (lanes ``nb:`` are zeroed).
     lvec : float64 (l_size,)
-    indices : int32/int64 (num_elem, num_comp, elem_size)
+    offsets : int32/int64 (num_elem, 1, elem_size)
+        Component 0's L-index (``ElemRestriction.compact_indices``).
+    num_comp, comp_stride : int
+        Component ``c`` is at ``offsets + c * comp_stride``.
     signs : float64 (num_elem, 1, elem_size) or None
     """
-    num_comp, elem_size = indices.shape[1], indices.shape[2]
+    elem_size = offsets.shape[2]
     for b in range(nb):
         for c in range(num_comp):
             for p in range(elem_size):
-                value = lvec[indices[e0 + b, c, p]]
+                value = lvec[offsets[e0 + b, 0, p] + c * comp_stride]
                 if signs is not None:
                     value *= signs[e0 + b, 0, p]
                 s[dest + (c * elem_size + p) * BLK + b] = value
@@ -176,19 +179,19 @@ def gather_block(s, dest, lvec, indices, signs, e0, nb):
 
 
 @numba.njit(**_SERIAL)
-def scatter_block(s, source, v, indices, signs, e0, nb):
-    """``v[indices[e0 + b]] += s[source:]`` (num_comp, elem_size, BLK) for lanes ``b < nb``.
+def scatter_block(s, source, v, offsets, num_comp, comp_stride, signs, e0, nb):
+    """``v[index] += s[source:]`` (num_comp, elem_size, BLK) for lanes ``b < nb``.
 
     Arguments as in :func:`gather_block`; ``v`` float64 (l_size,).
     """
-    num_comp, elem_size = indices.shape[1], indices.shape[2]
+    elem_size = offsets.shape[2]
     for b in range(nb):
         for c in range(num_comp):
             for p in range(elem_size):
                 value = s[source + (c * elem_size + p) * BLK + b]
                 if signs is not None:
                     value *= signs[e0 + b, 0, p]
-                v[indices[e0 + b, c, p]] += value
+                v[offsets[e0 + b, 0, p] + c * comp_stride] += value
 
 
 @numba.njit(**_JIT)
@@ -250,8 +253,8 @@ def scatter_csr(e, row_ptr, entries, signs, out):
     ----------
     e : float64 (e_size,)
         Flat E-vector.
-    row_ptr : int64 (l_size + 1,)
-    entries : int64 (e_size,)
+    row_ptr : int32/int64 (l_size + 1,)
+    entries : int32/int64 (e_size,)
         E-vector entries of L-entry ``i`` are ``entries[row_ptr[i]:row_ptr[i + 1]]``,
         ascending (so sums run in E-vector order, independent of threads).
     signs : float64 (e_size,) or None
@@ -353,22 +356,25 @@ def cg_update_p(z, beta, p):
 
 
 @numba.njit(cache=True, error_model="numpy", boundscheck=False)
-def chunk_touch(indices, elems_per_chunk, bits):
+def chunk_touch(offsets, num_comp, comp_stride, elems_per_chunk, bits):
     """Mark which element chunks touch each L-vector entry (serial: deterministic).
 
     Parameters
     ----------
-    indices : int array (num_elem, entries_per_elem)
+    offsets : int array (num_elem, 1, elem_size)
+        Component 0's L-index; component ``k`` is at ``offsets + k * comp_stride``.
+    num_comp, comp_stride : int
     elems_per_chunk : int
         Chunk ``c`` holds elements ``c * elems_per_chunk`` up to the next chunk's.
     bits : uint64 array (l_size, words), updated
         Bit ``c % 64`` of ``bits[i, c // 64]`` is set when chunk ``c`` touches entry ``i``.
     """
-    for e in range(indices.shape[0]):
+    for e in range(offsets.shape[0]):
         c = e // elems_per_chunk
         word, bit = c >> 6, np.uint64(1) << np.uint64(c & 63)
-        for j in range(indices.shape[1]):
-            bits[indices[e, j], word] |= bit
+        for k in range(num_comp):
+            for j in range(offsets.shape[2]):
+                bits[offsets[e, 0, j] + k * comp_stride, word] |= bit
 
 
 @numba.njit(cache=True, error_model="numpy", boundscheck=False)
@@ -410,12 +416,14 @@ def transpose_map(indices, l_size):
 
     Returns
     -------
-    row_ptr : int64 (l_size + 1,)
-    entries : int64 (e_size,)
+    row_ptr : int32 or int64 (l_size + 1,)
+    entries : int32 or int64 (e_size,)
+        int32 while ``e_size`` fits (the map is kept for the restriction's life).
     """
     flat = indices.ravel()
-    entries = np.argsort(flat, kind="stable").astype(np.int64)  # (e_size,)
-    row_ptr = np.zeros(l_size + 1, dtype=np.int64)
+    dtype = np.int32 if flat.size <= np.iinfo(np.int32).max else np.int64
+    entries = np.argsort(flat, kind="stable").astype(dtype, copy=False)  # (e_size,)
+    row_ptr = np.zeros(l_size + 1, dtype=dtype)
     np.cumsum(np.bincount(flat, minlength=l_size), out=row_ptr[1:])
     return row_ptr, entries
 

@@ -92,7 +92,8 @@ def colour_chunks(num_elem, blk, restrictions):
     size = max((r.l_size for r in touching), default=0)
     bits = np.zeros((size, -(-num_chunks // 64)), dtype=np.uint64)  # (size, words)
     for r in touching:
-        chunk_touch(r.indices.reshape(r.num_elem, -1), chunk, bits)
+        offsets, stride = r.compact_indices()
+        chunk_touch(offsets, r.num_comp, stride, chunk, bits)
     conflict = chunk_conflicts(bits, num_chunks)  # (num_chunks, num_chunks)
     del bits
     neighbours = [np.flatnonzero(row).tolist() for row in conflict]
@@ -388,7 +389,8 @@ def operator_kernel(op):
         sign = f"sg{i}" if r.signs is not None else "None"
         args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
         e_off, e_ref = layout.region(r.num_comp * r.elem_size)
-        body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {sign}, e0, nb)")
+        comps = f"{layout.value(r.num_comp)}, {layout.value(r.component_stride)}"
+        body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
         if f.eval_mode is EVAL_NONE:
             view(f"q{i}", layout.value(f.size), e_ref)
             continue
@@ -423,7 +425,8 @@ def operator_kernel(op):
             eo_off, source = layout.region(r.num_comp * r.elem_size)
             temp.append((f, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
             body(f"contract_program(s, Mo{o}, Po{o})")
-        body(f"scatter_block(s, {source}, v, ixo{o}, {sign}, e0, nb)")
+        comps = f"{layout.value(r.num_comp)}, {layout.value(r.component_stride)}"
+        body(f"scatter_block(s, {source}, v, ixo{o}, {comps}, {sign}, e0, nb)")
     t_off, _ = layout.region(  # temporaries, shared by every basis action
         max([temp_size(f.basis, nc, f.eval_mode, tr) for f, nc, tr, *_ in temp], default=0)
     )
@@ -468,8 +471,9 @@ def field_arrays(op, name, u):
     ndarray
         ``x{i}`` the L-vector (l_size,) of a strided field, contiguous and
         writeable like the scratch (read through its strides in the kernel);
-        ``l{i}`` L-vector; ``ix``/``sg`` restriction
-        indices (num_elem, num_comp, elem_size) and signs (num_elem, 1,
+        ``l{i}`` L-vector; ``ix``/``sg`` restriction offsets of component 0
+        (num_elem, 1, elem_size; the component stride is in ``meta``,
+        :meth:`~hofem.ElemRestriction.compact_indices`) and signs (num_elem, 1,
         elem_size); ``M``/``Mo`` the basis' matrix stack (num_mats, S, S).
     """
     kind, index = re.fullmatch(r"([A-Za-z]+)(\d+)", name).groups()
@@ -483,7 +487,7 @@ def field_arrays(op, name, u):
             return np.array(lvec)  # one array type with the scratch: one compiled kernel
         return lvec
     if kind in ("ix", "ixo"):
-        return r.indices
+        return r.compact_indices()[0]
     if kind in ("sg", "sgo"):
         return r.signs
     return matrix_stack(b)

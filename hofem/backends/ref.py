@@ -94,15 +94,18 @@ class RefBackend:
 
     # --- restriction -------------------------------------------------------------------------
     def restriction_setup(self, r):
-        """Move offset indices (and signs) to the device; strided ones are made when applied.
+        """Move offset indices (and signs) to the device; on the host, index when applied.
 
-        With device memory (``xp`` not NumPy) the restriction's host copy is released.
+        With device memory (``xp`` not NumPy) the indices are uploaded whole and
+        the restriction's host offsets released.  On NumPy nothing is copied:
+        each application reads :attr:`~hofem.ElemRestriction.indices` (the
+        stored offsets for one component, expanded for several; computed for
+        strided restrictions).
         """
         indices = None
-        if r.strides is None:
+        if r.strides is None and self.xp is not np:
             indices = self.xp.asarray(r.indices.ravel())  # (e_size,)
-            if self.xp is not np:
-                r.release_host_indices()
+            r.release_host_indices()
         r.backend_data = {
             "indices": indices,
             "signs": None if r.signs is None else self.xp.asarray(r.signs),
@@ -117,7 +120,7 @@ class RefBackend:
             e = u.reshape(shape).copy() if t_mode is NOTRANSPOSE else u.astype(np.float64).ravel()
             return e
         indices = r.backend_data["indices"]
-        if indices is None:  # strided: (e_size,) indices for this application only
+        if indices is None:  # host or strided: (e_size,) indices for this application only
             indices = xp.asarray(r.indices.ravel())
         if t_mode is NOTRANSPOSE:
             e = u[indices].reshape(shape)
