@@ -116,6 +116,7 @@ class H1Space:
         self.num_nodes = self.numbering.num_nodes
         self.num_dofs = self.num_nodes * self.num_comp
         self.restriction = self.make_restriction(self.num_comp)
+        self._shared = None  # subsets from element_subsets: {"coordinates", "parent"}
 
     @property
     def coordinates(self):
@@ -123,9 +124,14 @@ class H1Space:
 
         The mesh geometry interpolated at order p (curved where the mesh is),
         computed on each access (24 bytes per node in 3D): hold on to it only
-        while needed.
+        while needed.  Spaces made together by :meth:`element_subsets` compute
+        it once and return that one array to each other.
         """
-        return self.ceed.asarray(self._node_coordinates().ravel())
+        if self._shared is None:
+            return self.ceed.asarray(self._node_coordinates().ravel())
+        if self._shared["coordinates"] is None:  # the parent's: every subset's nodes set
+            self._shared["coordinates"] = self._shared.pop("parent").coordinates
+        return self._shared["coordinates"]
 
     @property
     def cell_type(self):
@@ -166,7 +172,37 @@ class H1Space:
         subset.num_elem = stop - start
         subset.first_cell = self.first_cell + start
         subset.restriction = subset.make_restriction(self.num_comp)
+        subset._shared = None
         return subset
+
+    def element_subsets(self, *ranges):
+        """:meth:`element_subset` of each ``(start, stop)``, sharing one coordinates vector.
+
+        The first access of :attr:`coordinates` on any of them computes this
+        space's (a single subset sets only its own nodes); the others then
+        return the same array (not a copy, so change it in place for
+        none of them).  Operators that read the geometry on the fly, one built
+        on each subset, hold one coordinate L-vector between them instead of one
+        each; nothing is computed for operators that never read it.
+
+        Parameters
+        ----------
+        *ranges : (int, int)
+
+        Returns
+        -------
+        list of H1Space
+
+        Raises
+        ------
+        ValueError
+            An empty or out-of-range subset.
+        """
+        shared = {"coordinates": None, "parent": self}
+        subsets = [self.element_subset(start, stop) for start, stop in ranges]
+        for subset in subsets:
+            subset._shared = shared
+        return subsets
 
     # --- pieces ----------------------------------------------------------------------------
     def make_restriction(self, num_comp):

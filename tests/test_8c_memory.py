@@ -111,6 +111,28 @@ def test_element_coordinates_match_the_coordinate_l_vector(ceed):
     np.testing.assert_allclose(subset.element_coordinates(1, 3), e[4:6], atol=1e-15)
 
 
+def test_element_subsets_share_one_coordinate_vector(ceed):
+    """On-the-fly operators on two subsets hold one coordinate L-vector; a lone space none."""
+    mesh = box(3, distort=0.1)
+    space = hf.H1Space(ceed, mesh, 2)
+    assert space.coordinates is not space.coordinates  # computed per access, never kept
+    first, second = space.element_subsets((0, 10), (10, space.num_elem))
+    assert first._shared["coordinates"] is None  # nothing computed before it is read
+    ops = [hf.diffusion(s, geometry="on_the_fly") for s in (first, second)]
+    assert first.coordinates is second.coordinates
+    np.testing.assert_array_equal(
+        ceed.to_numpy(first.coordinates), ceed.to_numpy(space.coordinates)
+    )
+    total = ceed.CompositeOperator(ops)
+    whole = hf.diffusion(space, geometry="on_the_fly")
+    u = ceed.asarray(np.random.default_rng(2).standard_normal(space.num_dofs))
+    np.testing.assert_allclose(ceed.to_numpy(total(u)), ceed.to_numpy(whole(u)), atol=1e-12)
+    assert ops[0].fields["dx"].vector is ops[1].fields["dx"].vector
+    held = memory_report(ops)
+    fields = held["host"].get("OperatorField", 0) + held["device"].get("OperatorField", 0)
+    assert fields == space.dim * space.num_nodes * 8  # one coordinate L-vector, not two
+
+
 def test_memory_report_counts_what_a_form_holds(ceed):
     mesh = box(3)
     space = hf.H1Space(ceed, mesh, 2)

@@ -74,10 +74,10 @@ class ParOperator(_OperatorBase):
         local, k = space.local, space.num_interior
         self.space = space
         self.ceed = space.ceed
-        self.interior = build(local.element_subset(0, k)) if k > 0 else None
-        self.boundary = (
-            build(local.element_subset(k, local.num_elem)) if k < local.num_elem else None
-        )
+        ranges = [r for r in ((0, k), (k, local.num_elem)) if r[0] < r[1]]
+        parts = dict(zip(ranges, local.element_subsets(*ranges), strict=True))
+        self.interior = build(parts[0, k]) if k > 0 else None
+        self.boundary = build(parts[k, local.num_elem]) if k < local.num_elem else None
         for op in (self.interior, self.boundary):
             if op is not None and op.shape != (local.num_dofs, local.num_dofs):
                 raise ValueError(

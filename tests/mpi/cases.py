@@ -59,10 +59,10 @@ def check_space(ceed, space, serial):
     return to_serial
 
 
-def check_operator(ceed, space, serial, to_serial, form):
+def check_operator(ceed, space, serial, to_serial, form, geometry="auto"):
     """The distributed operator applied to the serial vector's owned entries equals serial."""
     u = np.random.default_rng(3).standard_normal(serial.num_dofs)
-    y = ceed.to_numpy(getattr(par, form)(space)(ceed.asarray(u[to_serial])))
+    y = ceed.to_numpy(getattr(par, form)(space, geometry=geometry)(ceed.asarray(u[to_serial])))
     expected = ceed.to_numpy(getattr(hf, form)(serial)(ceed.asarray(u)))[to_serial]
     error = np.sqrt(global_sum(np.sum((y - expected) ** 2)))
     norm = np.sqrt(global_sum(np.sum(expected**2)))
@@ -166,6 +166,14 @@ def group_equal(resource):
     to_serial = check_space(ceed, space, hf.H1Space(ceed, mesh, 3))
     dist = setup_distributed("bp3", ceed, 3, comm, mesh=local)
     check_solve(ceed, "bp3", 3, mesh, dist, to_serial, jacobi=True)
+    # geometry on the fly: the interior and boundary halves share one coordinate vector
+    op = par.diffusion(space, geometry="on_the_fly")
+    assert (
+        op.interior is None
+        or op.boundary is None
+        or (op.interior.fields["dx"].vector is op.boundary.fields["dx"].vector)
+    )
+    check_operator(ceed, space, hf.H1Space(ceed, mesh, 3), to_serial, "diffusion", "on_the_fly")
 
 
 def group_errors(resource):
