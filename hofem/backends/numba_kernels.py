@@ -17,6 +17,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from ..restriction import index_dtype
 from .numba_codegen import BLK, Source, check_disk_cache, load_module
 
 __all__ = [
@@ -421,7 +422,7 @@ def transpose_map(indices, l_size):
         int32 while ``e_size`` fits (the map is kept for the restriction's life).
     """
     flat = indices.ravel()
-    dtype = np.int32 if flat.size <= np.iinfo(np.int32).max else np.int64
+    dtype = index_dtype(flat.size)  # entries < e_size and row_ptr <= e_size
     entries = np.argsort(flat, kind="stable").astype(dtype, copy=False)  # (e_size,)
     row_ptr = np.zeros(l_size + 1, dtype=dtype)
     np.cumsum(np.bincount(flat, minlength=l_size), out=row_ptr[1:])
