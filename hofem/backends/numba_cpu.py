@@ -80,7 +80,8 @@ class NumbaBackend(RefBackend):
         shape = (r.num_elem, r.num_comp, r.elem_size)
         if t_mode is NOTRANSPOSE:
             out = np.empty(shape)
-            numba_kernels.gather(np.ascontiguousarray(u), r.indices, signs, out)
+            offsets, stride = r.compact_indices()  # no expanded indices per application
+            numba_kernels.gather(np.ascontiguousarray(u), offsets, stride, signs, out)
             return out
         data = r.backend_data
         if data["csr"] is None:

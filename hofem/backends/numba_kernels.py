@@ -226,24 +226,28 @@ def basis_program(u, out, mats, program, scratch):
 
 
 @numba.njit(**_JIT)
-def gather(u, indices, signs, out):
-    """E-vector from an L-vector: ``out[k, j, i] = u[indices[k, j, i]] (* signs[k, 0, i])``.
+def gather(u, offsets, comp_stride, signs, out):
+    """E-vector from an L-vector: ``out[k, j, i] = u[offsets[k, 0, i] + j * comp_stride]``.
 
     Parameters
     ----------
     u : float64 (l_size,)
-    indices : int32/int64 (num_elem, num_comp, elem_size)
+    offsets : int32/int64 (num_elem, 1, elem_size)
+        Component 0's L-index (``ElemRestriction.compact_indices``).
+    comp_stride : int
     signs : float64 (num_elem, 1, elem_size) or None
+        Multiplies every component of a node.
     out : float64 (num_elem, num_comp, elem_size), written
     """
-    num_elem, num_comp, elem_size = indices.shape
+    num_elem, num_comp, elem_size = out.shape
     for k in numba.prange(num_elem):
         for j in range(num_comp):
             for i in range(elem_size):
+                index = offsets[k, 0, i] + j * comp_stride
                 if signs is None:
-                    out[k, j, i] = u[indices[k, j, i]]
+                    out[k, j, i] = u[index]
                 else:
-                    out[k, j, i] = u[indices[k, j, i]] * signs[k, 0, i]
+                    out[k, j, i] = u[index] * signs[k, 0, i]
 
 
 @numba.njit(**_JIT)

@@ -195,6 +195,10 @@ class _Layout:
         self.meta.append(number)
         return f"meta[{len(self.meta) - 1}]"
 
+    def components(self, r):
+        """Source text of restriction ``r``'s ``num_comp, comp_stride`` (gather/scatter)."""
+        return f"{self.value(r.num_comp)}, {self.value(r.component_stride)}"
+
     def meta_array(self):
         """The ``meta`` values as int64 (num_values,), with the scratch size filled in."""
         self.meta[1] = self.total * BLK
@@ -389,7 +393,7 @@ def operator_kernel(op):
         sign = f"sg{i}" if r.signs is not None else "None"
         args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
         e_off, e_ref = layout.region(r.num_comp * r.elem_size)
-        comps = f"{layout.value(r.num_comp)}, {layout.value(r.component_stride)}"
+        comps = layout.components(r)
         body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
         if f.eval_mode is EVAL_NONE:
             view(f"q{i}", layout.value(f.size), e_ref)
@@ -425,8 +429,7 @@ def operator_kernel(op):
             eo_off, source = layout.region(r.num_comp * r.elem_size)
             temp.append((f, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
             body(f"contract_program(s, Mo{o}, Po{o})")
-        comps = f"{layout.value(r.num_comp)}, {layout.value(r.component_stride)}"
-        body(f"scatter_block(s, {source}, v, ixo{o}, {comps}, {sign}, e0, nb)")
+        body(f"scatter_block(s, {source}, v, ixo{o}, {layout.components(r)}, {sign}, e0, nb)")
     t_off, _ = layout.region(  # temporaries, shared by every basis action
         max([temp_size(f.basis, nc, f.eval_mode, tr) for f, nc, tr, *_ in temp], default=0)
     )
