@@ -332,9 +332,26 @@ class H1Space:
         return free_indices(self.num_dofs, self.boundary_dofs(tags))
 
     # --- functions -------------------------------------------------------------------------
+    def _call(self, f, x):
+        """``f(x)`` as a float64 array of the backend, for points ``x`` of the backend.
+
+        ``f`` is first called with the backend's arrays, so that NumPy ufuncs and
+        functions in it (``np.sin``, ``np.stack``, ...) run on the device through
+        CuPy's dispatch and no point leaves the GPU. A function that only takes
+        host arrays (it raises ``TypeError`` on CuPy arrays, e.g. through
+        ``np.asarray``) is called again with host arrays.
+        """
+        xp = self.ceed.xp
+        try:
+            return xp.asarray(f(x), dtype=xp.float64)
+        except TypeError:
+            if xp is np:
+                raise
+            return xp.asarray(np.asarray(f(self.ceed.to_numpy(x)), dtype=np.float64))
+
     def _evaluate(self, f, x):
-        """f at points x (n, dim) as (num_comp, n)."""
-        values = np.asarray(f(x), dtype=np.float64)
+        """f at points x (n, dim) of the backend as a backend array (num_comp, n)."""
+        values = self._call(f, x)
         n = x.shape[0]
         if values.shape == (n,) and self.num_comp == 1:
             return values[None]
@@ -352,9 +369,13 @@ class H1Space:
         ----------
         f : callable
             ``f(x)`` with ``x`` of shape ``(n, dim)``; returns ``(n,)`` or
-            ``(n, num_comp)``.
+            ``(n, num_comp)``. On a GPU backend ``x`` is a CuPy array, so that the
+            values are computed on the device: NumPy ufuncs and functions
+            (``np.sin(x)``, ``np.stack``) dispatch to CuPy. A function that needs
+            host arrays (it raises ``TypeError`` on a CuPy array, as
+            ``np.asarray(x)`` does) is called again with a NumPy copy of ``x``.
         """
-        return self.ceed.asarray(self._evaluate(f, self.node_coordinates()).ravel())
+        return self._evaluate(f, self.ceed.asarray(self.node_coordinates())).ravel()
 
     def quadrature(self, q_extra=1, quad_mode=GAUSS):
         """Physical points and weights of the element quadrature (host arrays).
@@ -369,15 +390,18 @@ class H1Space:
         jacobian : ndarray (num_elem, Q, dim, dim)
             ``jacobian[e, q, c, d] = d x_c / d xi_d``.
         """
-        return self._quadrature(q_extra, quad_mode, jacobian=True)
+        x, w_det_j, jac = self._quadrature(q_extra, quad_mode, jacobian=True)
+        to_numpy = self.ceed.to_numpy
+        return to_numpy(x), to_numpy(w_det_j), to_numpy(jac)
 
     def _quadrature(self, q_extra, quad_mode, jacobian):
-        """:meth:`quadrature`, the Jacobians only when ``jacobian`` (else None).
+        """:meth:`quadrature` as arrays of the backend, the Jacobians only when ``jacobian``.
 
-        The points are interpolated one coordinate at a time into a view of a
+        The points are interpolated one coordinate at a time into a
         ``(dim, num_elem, Q)`` array, so ``x.reshape(-1, dim)`` is a view with
         contiguous columns; ``w det J`` comes from the gallery's ``Mass{dim}DBuild``
-        operator (the Jacobians are not formed for it).
+        operator (the Jacobians are not formed for it). Everything after the
+        element coordinates (host, from the mesh) stays on the backend's device.
         """
         from .forms import build_operator
 
@@ -385,13 +409,13 @@ class H1Space:
         scalar, geo = self.basis(1, q_extra, quad_mode), self.basis(dim, q_extra, quad_mode)
         xc = self._component_coordinates()  # (dim, E, P)
         x = scalar.apply(dim * E, NOTRANSPOSE, EVAL_INTERP, ceed.asarray(xc.reshape(-1, 1, P)))
-        x = ceed.to_numpy(x).reshape(dim, E, scalar.num_qpts)  # (dim, E, Q)
+        x = x.reshape(dim, E, scalar.num_qpts)  # (dim, E, Q)
         e = ceed.asarray(np.ascontiguousarray(xc.transpose(1, 0, 2)))  # (E, dim, P)
         w_det_j = build_operator(self, "Mass", geo, 1, E)(e.ravel())  # (E * Q,)
-        w_det_j = ceed.to_numpy(w_det_j).reshape(E, scalar.num_qpts)
+        w_det_j = w_det_j.reshape(E, scalar.num_qpts)
         jac = None
         if jacobian:
-            dx = ceed.to_numpy(geo.apply(E, NOTRANSPOSE, EVAL_GRAD, e))  # (E, dim d, c, Q)
+            dx = geo.apply(E, NOTRANSPOSE, EVAL_GRAD, e)  # (E, dim d, comp c, Q)
             jac = dx.transpose(0, 3, 2, 1)  # (E, Q, comp c, dim d)
         return x.transpose(1, 2, 0), w_det_j, jac
 
@@ -415,7 +439,7 @@ class H1Space:
         values = self._evaluate(f, x.reshape(-1, self.dim)).reshape(self.num_comp, num_elem, Q)
         qvec = values.transpose(1, 0, 2) * w_det_j[:, None, :]  # (num_elem, num_comp, Q)
         b = self.basis(q_extra=q_extra)
-        e = b.apply(num_elem, TRANSPOSE, EVAL_INTERP, self.ceed.asarray(qvec))
+        e = b.apply(num_elem, TRANSPOSE, EVAL_INTERP, self.ceed.xp.ascontiguousarray(qvec))
         return self.restriction.apply(e, TRANSPOSE)
 
     def _chunks(self, q_extra):
@@ -462,23 +486,24 @@ class H1Space:
         return float(np.sqrt(squares[0])), float(np.sqrt(squares[1]))
 
     def _squared_errors(self, u, exact, grad_exact, q_extra):
-        """Squared L2 (and H1-seminorm) errors over this space's cells."""
-        x, w_det_j, jacobian = self.quadrature(q_extra)
+        """Squared L2 (and H1-seminorm) errors over this space's cells (on the backend)."""
+        xp = self.ceed.xp
+        x, w_det_j, jacobian = self._quadrature(q_extra, GAUSS, grad_exact is not None)
         num_elem, Q, dim = x.shape
         b = self.basis(q_extra=q_extra)
         e = self.restriction.apply(u)
-        uh = self.ceed.to_numpy(b.apply(num_elem, NOTRANSPOSE, EVAL_INTERP, e))  # (E, C, Q)
+        uh = b.apply(num_elem, NOTRANSPOSE, EVAL_INTERP, e)  # (E, C, Q)
         ue = self._evaluate(exact, x.reshape(-1, dim)).reshape(self.num_comp, num_elem, Q)
-        l2 = float(np.sum(w_det_j[:, None] * (uh - ue.transpose(1, 0, 2)) ** 2))
+        l2 = float(xp.sum(w_det_j[:, None] * (uh - ue.transpose(1, 0, 2)) ** 2))
         if grad_exact is None:
             return l2
-        duh = self.ceed.to_numpy(b.apply(num_elem, NOTRANSPOSE, EVAL_GRAD, e))  # (E, dim, C, Q)
+        duh = b.apply(num_elem, NOTRANSPOSE, EVAL_GRAD, e)  # (E, dim, C, Q)
         # physical gradient: du/dx_c = sum_d (J^{-1})[d, c] du/dxi_d
-        inv_j = np.linalg.inv(jacobian)  # (E, Q, d, c)
-        grad = np.einsum("eqdc,edkq->ekqc", inv_j, duh)  # (E, C, Q, dim)
-        g = np.asarray(grad_exact(x.reshape(-1, dim)), dtype=np.float64)
+        inv_j = xp.linalg.inv(jacobian)  # (E, Q, d, c)
+        grad = xp.einsum("eqdc,edkq->ekqc", inv_j, duh)  # (E, C, Q, dim)
+        g = self._call(grad_exact, x.reshape(-1, dim))  # (E Q, dim) or (E Q, C, dim)
         g = g.reshape(num_elem, Q, self.num_comp, dim).transpose(0, 2, 1, 3)
-        h1 = float(np.sum(w_det_j[:, None, :, None] * (grad - g) ** 2))
+        h1 = float(xp.sum(w_det_j[:, None, :, None] * (grad - g) ** 2))
         return l2, h1
 
     def __repr__(self):

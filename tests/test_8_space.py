@@ -197,3 +197,39 @@ def test_load_vector_and_errors_are_the_same_in_chunks(ref):
     chunked = space.load_vector(f), space.errors(u, lambda x: f(x) + 1, lambda x: 0 * x)
     np.testing.assert_allclose(chunked[0], whole[0], rtol=1e-13, atol=1e-16)
     np.testing.assert_allclose(chunked[1], whole[1], rtol=1e-12)
+
+
+def test_functions_run_on_the_backend_or_on_host_copies(ceed):
+    """Functions get the backend's arrays; one that needs host arrays gets a host copy.
+
+    ``np.asarray`` raises TypeError on a CuPy array, so on GPU backends the host-only
+    function takes the fallback while the NumPy-ufunc one runs on the device; on CPU
+    backends both take the same path. Other errors are not swallowed.
+    """
+    space = hf.H1Space(ceed, box(2, 2, distort=0.1), 2, num_comp=2)
+    seen = []
+
+    def device_f(x):  # (n, dim) -> (n, 2), ufuncs and np.stack only
+        seen.append(type(x))
+        return np.stack([np.sin(x[:, 0]) * x[:, 1], np.cos(x[:, 1])], axis=1)
+
+    def host_f(x):
+        x = np.asarray(x)  # TypeError on a CuPy array
+        return np.stack([np.sin(x[:, 0]) * x[:, 1], np.cos(x[:, 1])], axis=1)
+
+    def grad(x):  # (n, 2 components, dim)
+        return np.zeros((x.shape[0], 2, x.shape[1]))
+
+    xp = ceed.xp
+    b = space.load_vector(device_f)
+    assert seen and all(t is type(b) for t in seen)  # points on the backend
+    np.testing.assert_allclose(
+        ceed.to_numpy(space.load_vector(host_f)), ceed.to_numpy(b), rtol=1e-14, atol=1e-16
+    )
+    u = space.interpolate(device_f)
+    np.testing.assert_allclose(ceed.to_numpy(space.interpolate(host_f)), ceed.to_numpy(u))
+    assert isinstance(u, xp.ndarray) and space.errors(u, host_f) < 1e-3
+    l2, h1 = space.errors(u, device_f, grad)
+    assert l2 == pytest.approx(space.errors(u, host_f), rel=1e-12) and h1 > 0.1
+    with pytest.raises(ValueError, match="boom"):
+        space.load_vector(lambda x: (_ for _ in ()).throw(ValueError("boom")))

@@ -113,10 +113,13 @@ def _rhs_function(bp):
 
     if bp.num_comp == 1:
         return f, exact
-    scale = np.arange(1.0, bp.num_comp + 1)  # component c: (c + 1) * u
 
     def vector(g):
-        return lambda x: g(x)[:, None] * scale[None, :]
+        def g_vector(x):  # component c: (c + 1) g; np.stack dispatches to CuPy arrays too
+            gx = g(x)  # (n,)
+            return np.stack([(c + 1.0) * gx for c in range(bp.num_comp)], axis=1)
+
+        return g_vector
 
     return vector(f), vector(exact)
 
