@@ -85,9 +85,6 @@ class ElemRestriction:
     @property
     def indices(self):
         """See the class's Attributes: a host array, stored or made on access."""
-        if self.strides is None and self._offsets is None:  # released: copy the device's back
-            shape = (self.num_elem, self.num_comp, self.elem_size)
-            return self.ceed.to_numpy(self.backend_data["indices"]).reshape(shape)
         offsets, stride = self.compact_indices()
         if self.num_comp == 1:
             return offsets
@@ -115,8 +112,9 @@ class ElemRestriction:
             node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * s0
             elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
             return elem + node, self.component_stride
-        if self._offsets is None:
-            return np.ascontiguousarray(self.indices[:, :1, :]), self.component_stride
+        if self._offsets is None:  # released: copy the device's back
+            offsets = self.ceed.to_numpy(self.backend_data["indices"])  # (num_elem * elem_size,)
+            return offsets.reshape(self.num_elem, 1, self.elem_size), self.component_stride
         return self._offsets, self.component_stride
 
     @property
@@ -128,7 +126,8 @@ class ElemRestriction:
         """Drop the host copy of the offsets (a backend holds the indices in device memory).
 
         Called by backends from ``restriction_setup`` after ``backend_data["indices"]``
-        holds the indices; :attr:`indices` then copies them back on access.
+        holds the component-0 offsets of :meth:`compact_indices`, flattened
+        ``(num_elem * elem_size,)``; :attr:`indices` then copies them back on access.
         """
         self._offsets = None
 

@@ -63,6 +63,14 @@ def test_compact_indices_hold_one_component(ceed, layout):
     if layout != "strided" and ceed.xp is np:  # host backends keep the offsets, once
         assert compact is r.compact_indices()[0]
         assert memory_report(r)["host_bytes"] == compact.nbytes
+    if ceed.xp is not np and not r.is_identity:  # device backends: component 0, int32
+        report = memory_report(r)
+        assert report["host_bytes"] == 0 and report["device_bytes"] == 6 * 4
+    u = np.arange(float(r.l_size))  # the kernels add the stride themselves
+    e = ceed.to_numpy(r.apply(ceed.asarray(u)))  # (2, 3, 3)
+    np.testing.assert_array_equal(e, u[expanded])
+    v = ceed.to_numpy(r.apply(ceed.asarray(e), hf.TRANSPOSE))
+    np.testing.assert_array_equal(v, np.bincount(expanded.ravel(), e.ravel(), r.l_size))
 
 
 def test_numbering_offsets_are_int32_and_shared_by_the_restriction(ceed):

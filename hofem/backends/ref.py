@@ -96,20 +96,33 @@ class RefBackend:
     def restriction_setup(self, r):
         """Move offset indices (and signs) to the device; on the host, index when applied.
 
-        With device memory (``xp`` not NumPy) the indices are uploaded whole and
-        the restriction's host offsets released.  On NumPy nothing is copied:
-        each application reads :attr:`~hofem.ElemRestriction.indices` (the
-        stored offsets for one component, expanded for several; computed for
-        strided restrictions).
+        With device memory (``xp`` not NumPy) the component-0 offsets of
+        :meth:`~hofem.ElemRestriction.compact_indices` are uploaded,
+        ``(num_elem * elem_size,)``, and the restriction's host offsets
+        released; several components are indexed by adding the component
+        stride (``1 / num_comp`` of the expanded indices' memory).  On NumPy
+        nothing is copied: each application reads
+        :attr:`~hofem.ElemRestriction.indices` (the stored offsets for one
+        component, expanded for several; computed for strided restrictions).
         """
         indices = None
         if r.strides is None and self.xp is not np:
-            indices = self.xp.asarray(r.indices.ravel())  # (e_size,)
+            indices = self.xp.asarray(r.compact_indices()[0].ravel())  # (num_elem * elem_size,)
             r.release_host_indices()
         r.backend_data = {
             "indices": indices,
             "signs": None if r.signs is None else self.xp.asarray(r.signs),
         }
+
+    def _expanded_indices(self, r):
+        """(e_size,) L-vector index of every E-vector entry, for one application."""
+        xp, offsets = self.xp, r.backend_data["indices"]
+        if offsets is None:  # host or strided
+            return xp.asarray(r.indices.ravel())
+        if r.num_comp == 1:
+            return offsets
+        comp = xp.arange(r.num_comp, dtype=offsets.dtype) * r.component_stride  # (num_comp,)
+        return (offsets.reshape(r.num_elem, 1, r.elem_size) + comp[:, None]).ravel()
 
     def restriction_apply(self, r, u, t_mode, signed=True):
         """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""
@@ -119,9 +132,7 @@ class RefBackend:
         if r.is_identity:  # the E-vector is the L-vector
             e = u.reshape(shape).copy() if t_mode is NOTRANSPOSE else u.astype(np.float64).ravel()
             return e
-        indices = r.backend_data["indices"]
-        if indices is None:  # host or strided: (e_size,) indices for this application only
-            indices = xp.asarray(r.indices.ravel())
+        indices = self._expanded_indices(r)  # (e_size,)
         if t_mode is NOTRANSPOSE:
             e = u[indices].reshape(shape)
             return e * signs if signs is not None else e

@@ -15,12 +15,12 @@ import numpy as np
 
 from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPOSE
+from ...restriction import index_dtype
 from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
 __all__ = ["CudaBatchedBackend", "device_layout"]
 
-_INT32_MAX = np.iinfo(np.int32).max
 # largest 1D size the tensor kernels are specialized for (registers grow with it)
 _MAX_T_1D = 16
 _SCATTER_THREADS = 256
@@ -37,11 +37,16 @@ def device_layout(r):
     identity : bool
         The E-vector is the L-vector (strided, backend order): no indices needed.
     index_dtype : numpy dtype class
-        int32 when every E-vector and L-vector index fits, else int64.
+        Of the stored L-vector indices: int32 when every L-vector index fits, else
+        int64. Kernels count elements and E-vector entries in 64 bits, so this
+        does not depend on the E-vector's size.
     """
-    identity = r.is_identity
-    wide = max(r.e_size, r.l_size + 1) > _INT32_MAX
-    return identity, np.int64 if wide else np.int32
+    return r.is_identity, index_dtype(r.l_size + 1)
+
+
+def _entry_dtype(r):
+    """Of the transpose map's arrays, which hold E-vector entries: int32 while they fit."""
+    return index_dtype(max(r.e_size, r.l_size + 1))
 
 
 def _blocks(n, threads=_SCATTER_THREADS):
@@ -83,10 +88,11 @@ class CudaBatchedBackend(CudaRefBackend):
         data["identity"], data["index_dtype"] = device_layout(r)
         if data["identity"]:
             data["indices"] = None
-        elif data["indices"] is None:  # strided: the kernels read explicit indices
-            data["indices"] = cupy.asarray(r.indices.ravel().astype(data["index_dtype"]))
-        else:
-            data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)  # (e_size,)
+        elif data["indices"] is None:  # strided: the kernels read explicit offsets
+            offsets = r.compact_indices()[0].ravel()  # (num_elem * elem_size,)
+            data["indices"] = cupy.asarray(offsets.astype(data["index_dtype"]))
+        else:  # (num_elem * elem_size,) component-0 offsets
+            data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)
 
     def _transpose_map(self, r):
         """Transpose map of the touched L-vector entries, built once on the host.
@@ -99,7 +105,7 @@ class CudaBatchedBackend(CudaRefBackend):
         """
         data = r.backend_data
         if "t_nodes" not in data:
-            index_dtype = data["index_dtype"]
+            index_dtype = _entry_dtype(r)
             indices = r.indices.ravel()  # (e_size,) host
             entries = np.argsort(indices, kind="stable")  # (e_size,)
             nodes, counts = np.unique(indices[entries], return_counts=True)  # (n,), (n,)
@@ -115,12 +121,21 @@ class CudaBatchedBackend(CudaRefBackend):
         if data["identity"]:
             return u.reshape(r.num_elem, r.num_comp, r.elem_size)
         e = cupy.empty((r.num_elem, r.num_comp, r.elem_size))
-        index_dtype = data["index_dtype"]
-        kernel = self._restriction_kernels(index_dtype).get_function("gather")
-        kernel(
-            _blocks(r.e_size), (_SCATTER_THREADS,), (index_dtype(r.e_size), data["indices"], u, e)
-        )
+        self._by_node("gather", r, data["indices"], u, e)
         return e
+
+    def _by_node(self, name, r, offsets, src, dst):
+        """Launch ``gather`` or ``scatter_atomic``: one thread per element node, all components."""
+        kernel = self._restriction_kernels(r.backend_data["index_dtype"]).get_function(name)
+        threads = max(_SCATTER_THREADS, min(1024, -(-r.elem_size // 32) * 32))
+        per_block = max(1, threads // r.elem_size)
+        sizes = (np.int64(r.num_elem), np.int32(r.elem_size), np.int32(r.num_comp))
+        stride = np.int64(r.component_stride)
+        kernel(
+            (max(1, min(_MAX_BLOCKS, -(-r.num_elem // per_block))),),
+            (threads,),
+            (*sizes, stride, offsets, src, dst),
+        )
 
     def _scatter_add(self, r, e, v):
         """v (l_size,) += G^T e, e (num_elem, num_comp, elem_size) C-contiguous."""
@@ -128,23 +143,18 @@ class CudaBatchedBackend(CudaRefBackend):
         if data["identity"]:
             v += e.reshape(-1)
             return
-        index_dtype = data["index_dtype"]
-        module = self._restriction_kernels(index_dtype)
         use_map = self.scatter == "map" or (
             self.scatter == "auto" and r.elem_size <= _MAP_MAX_ELEM_SIZE
         )
         if not use_map:
-            module.get_function("scatter_atomic")(
-                _blocks(r.e_size),
-                (_SCATTER_THREADS,),
-                (index_dtype(r.e_size), data["indices"], e, v),
-            )
+            self._by_node("scatter_atomic", r, data["indices"], e, v)
             return
         t_nodes, t_offsets, t_entries = self._transpose_map(r)
-        module.get_function("scatter_map")(
+        entry_dtype = t_entries.dtype.type
+        self._restriction_kernels(entry_dtype).get_function("scatter_map")(
             _blocks(t_nodes.size),
             (_SCATTER_THREADS,),
-            (index_dtype(t_nodes.size), t_nodes, t_offsets, t_entries, e, v),
+            (np.int64(t_nodes.size), t_nodes, t_offsets, t_entries, e, v),
         )
 
     @staticmethod

@@ -97,14 +97,23 @@ class _Source:
         self.params.append(decl)
 
     def field_params(self, name, field, writable):
-        """Declare a field's vector and indices; returns the C++ indices expression."""
+        """Declare a field's vector, offsets and component stride.
+
+        Returns ``address(c, per_elem)``: the C++ ``(pointer, idx, base)`` of component
+        ``c`` of an element, whose entry ``j`` (of ``per_elem``) is
+        ``pointer[idx[base + j]]``, or ``pointer[base + j]`` for the identity layout
+        (``idx`` null). The offsets are component 0's, so other components add
+        ``c * stride`` to the pointer.
+        """
         # outputs may alias each other (several active outputs add to one v): no restrict
         self.param(f"double *{name}" if writable else f"const double *__restrict__ {name}")
         index_t = _index_type(field)
         if index_t is None:
-            return "((const int *)nullptr)"
+            C = field.restriction.num_comp
+            return lambda c, n: (name, "((const int *)nullptr)", f"(elem * {C} + {c}) * {n}")
         self.param(f"const {index_t} *__restrict__ {name}_idx")
-        return f"{name}_idx"
+        self.param(f"const index_t {name}_stride")
+        return lambda c, n: (f"{name} + {c} * {name}_stride", f"{name}_idx", f"elem * {n}")
 
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at point ``q``."""
@@ -113,24 +122,23 @@ class _Source:
         if mode is EVAL_WEIGHT:
             self.param(f"const double *__restrict__ {name}")
             return lambda row: f"(qok ? {name}[q] : 0.0)"
-        idx = self.field_params(name, field, writable=False)
+        address = self.field_params(name, field, writable=False)
         if mode is EVAL_NONE:
-            size = field.size
 
             def load(row):
-                j = f"(elem * {size} + {row}) * NUM_QPTS + q"
-                return f"(qok ? {name}[entry({idx}, {j})] : 0.0)"
+                pointer, idx, base = address(row, "NUM_QPTS")
+                return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
 
             return load
         C = field.basis.num_comp
         blocks = _register_blocks(field, self.dim)
         self.lines.append(f"double r_{name}[{blocks} * COLUMN(Q_1D)];")
         for c in range(C):
+            pointer, idx, base = address(c, "NUM_NODES")
             self.lines += [
                 "{",
                 "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
-                f"  gather_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
-                "tx, ty, r);",
+                f"  gather_column<P_1D>({pointer}, {idx}, {base}, active, tx, ty, r);",
                 *(f"  {step}" for step in self._steps(mode, f"r_{name}", c, transpose=False)),
                 "}",
             ]
@@ -175,13 +183,14 @@ class _Source:
         store = lambda row: f"r_{name}[{self._block(field, row)} * COLUMN(Q_1D) + k]"  # noqa: E731
         if not field.is_active:
             return store, []
-        idx = self.field_params(name, field, writable=True)
+        address = self.field_params(name, field, writable=True)
         epilogue = []
         if field.eval_mode is EVAL_NONE:
             for row in range(field.size):
+                pointer, idx, base = address(row, "NUM_QPTS")
                 epilogue.append(
-                    f"scatter_column<Q_1D>({name}, {idx}, (elem * {field.size} + {row}) * "
-                    f"NUM_QPTS, active, tx, ty, r_{name} + {row} * COLUMN(Q_1D));"
+                    f"scatter_column<Q_1D>({pointer}, {idx}, {base}, active, tx, ty, "
+                    f"r_{name} + {row} * COLUMN(Q_1D));"
                 )
             return store, epilogue
         C = field.basis.num_comp
@@ -193,8 +202,9 @@ class _Source:
                     f"  {step}"
                     for step in self._steps(field.eval_mode, f"r_{name}", c, transpose=True)
                 ),
-                f"  scatter_column<P_1D>({name}, {idx}, (elem * {C} + {c}) * NUM_NODES, active, "
-                "tx, ty, r);",
+                "  scatter_column<P_1D>({}, {}, {}, active, tx, ty, r);".format(
+                    *address(c, "NUM_NODES")
+                ),
                 "}",
             ]
         return store, epilogue
@@ -317,8 +327,10 @@ def fused_operator(op, shape):
     grid = (max(1, min(-(-E // elems), 1 << 20)),)
 
     def indices(field):
-        data = field.restriction.backend_data
-        return () if data["identity"] else (data["indices"],)  # (e_size,) int32/int64
+        r = field.restriction
+        if r.backend_data["identity"]:
+            return ()
+        return r.backend_data["indices"], np.int64(r.component_stride)  # (num_elem * elem_size,)
 
     def run(u, v):
         args = [np.int32(E), *matrices]

@@ -1,46 +1,72 @@
 // Element restriction G: gather (L -> E) and its transpose (E -> L, summing shared nodes).
 //
 // Compile-time defines:
-//   INDEX_T  index type of the indices and of every loop counter (int or long long):
-//            int when every E-vector index and L-vector index fits in 31 bits.
+//   INDEX_T  type of the stored L-vector indices (int or long long): int when every
+//            L-vector index fits in 31 bits. Element, entry and loop counters are 64-bit,
+//            so E-vectors past 2^31 entries are addressed with int offsets too.
 //
-// indices: (e_size,) L-vector index of every E-vector entry, E-vector order
-// (num_elem, num_comp, elem_size).  Kernels use grid-stride loops.
+// offsets: (num_elem * elem_size,) L-vector index of component 0 of every element node
+// (libCEED's compact form); component c of that node is at offsets[...] + c * comp_stride.
+// E-vectors are (num_elem, num_comp, elem_size). The gather and atomic scatter give each
+// thread one node of an element (a block covers blockDim.x / elem_size elements; for
+// elements larger than the block, one element and a node loop) and loop over components.
 
 #ifndef INDEX_T
 #error "INDEX_T must be defined (int or long long)"
 #endif
 
 typedef INDEX_T index_t;
+typedef long long count_t;
 
-// e[i] = u[indices[i]]
-extern "C" __global__ void gather(const index_t e_size, const index_t *__restrict__ indices,
-                                  const double *__restrict__ u, double *__restrict__ e) {
-  for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < e_size;
-       i += (index_t)gridDim.x * blockDim.x)
-    e[i] = u[indices[i]];
+// Calls body(elem, node) for the (element, node) pairs of this thread, grid-stride.
+template <typename Body>
+__device__ __forceinline__ void for_each_node(const count_t num_elem, const int elem_size,
+                                              Body body) {
+  const int per_block = max(1, (int)blockDim.x / elem_size);
+  const int slot = threadIdx.x / elem_size;  // 0 for elements larger than the block
+  if (slot >= per_block) return;
+  for (count_t elem = (count_t)blockIdx.x * per_block + slot; elem < num_elem;
+       elem += (count_t)gridDim.x * per_block)
+    for (int node = threadIdx.x - slot * elem_size; node < elem_size; node += blockDim.x)
+      body(elem, node);
 }
 
-// v[indices[i]] += e[i], with atomics
-extern "C" __global__ void scatter_atomic(const index_t e_size,
-                                          const index_t *__restrict__ indices,
+// e[elem, c, node] = u[offsets[elem, node] + c * comp_stride]
+extern "C" __global__ void gather(const count_t num_elem, const int elem_size, const int num_comp,
+                                  const count_t comp_stride, const index_t *__restrict__ offsets,
+                                  const double *__restrict__ u, double *__restrict__ e) {
+  for_each_node(num_elem, elem_size, [&](count_t elem, int node) {
+    const count_t l = offsets[elem * elem_size + node];
+    double *out = e + elem * num_comp * elem_size + node;
+    for (int c = 0; c < num_comp; c++) out[c * elem_size] = u[l + c * comp_stride];
+  });
+}
+
+// v[offsets[elem, node] + c * comp_stride] += e[elem, c, node], with atomics
+extern "C" __global__ void scatter_atomic(const count_t num_elem, const int elem_size,
+                                          const int num_comp, const count_t comp_stride,
+                                          const index_t *__restrict__ offsets,
                                           const double *__restrict__ e, double *__restrict__ v) {
-  for (index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x; i < e_size;
-       i += (index_t)gridDim.x * blockDim.x)
-    atomicAdd(v + indices[i], e[i]);
+  for_each_node(num_elem, elem_size, [&](count_t elem, int node) {
+    const count_t l = offsets[elem * elem_size + node];
+    const double *in = e + elem * num_comp * elem_size + node;
+    for (int c = 0; c < num_comp; c++) atomicAdd(v + l + c * comp_stride, in[c * elem_size]);
+  });
 }
 
 // v[t_nodes[j]] += sum of e[t_entries[k]] for k in [t_offsets[j], t_offsets[j + 1]): the
 // transpose map (CSR from the touched L-vector entries to the E-vector entries that read
-// them), one thread per touched L-vector entry, no atomics.
-extern "C" __global__ void scatter_map(const index_t num_nodes, const index_t *__restrict__ t_nodes,
+// them), one thread per touched L-vector entry, no atomics. Its arrays hold E-vector
+// entries, so they are index_t only when the E-vector fits in 31 bits (the module is
+// compiled with INDEX_T of the E-vector's size for this kernel).
+extern "C" __global__ void scatter_map(const count_t num_nodes, const index_t *__restrict__ t_nodes,
                                        const index_t *__restrict__ t_offsets,
                                        const index_t *__restrict__ t_entries,
                                        const double *__restrict__ e, double *__restrict__ v) {
-  for (index_t j = (index_t)blockIdx.x * blockDim.x + threadIdx.x; j < num_nodes;
-       j += (index_t)gridDim.x * blockDim.x) {
+  for (count_t j = (count_t)blockIdx.x * blockDim.x + threadIdx.x; j < num_nodes;
+       j += (count_t)gridDim.x * blockDim.x) {
     double sum = 0.0;
-    for (index_t k = t_offsets[j]; k < t_offsets[j + 1]; k++) sum += e[t_entries[k]];
+    for (count_t k = t_offsets[j]; k < t_offsets[j + 1]; k++) sum += e[t_entries[k]];
     v[t_nodes[j]] += sum;
   }
 }
