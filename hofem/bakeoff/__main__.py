@@ -26,7 +26,15 @@ import hofem as hf
 from hofem import meshes
 from hofem.backends import BackendUnavailable
 
-from .common import Parser, add_ceed_argument, bp_name, order, positive_float, positive_int
+from .common import (
+    Parser,
+    add_ceed_argument,
+    add_geometry_argument,
+    bp_name,
+    order,
+    positive_float,
+    positive_int,
+)
 from .distributed import launched_under_mpi, setup_distributed
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
@@ -93,6 +101,7 @@ def parse_args(argv):
         default="auto",
         help="under mpiexec, how halos move (default auto: NCCL between GPUs when available)",
     )
+    add_geometry_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -102,6 +111,11 @@ def report(result, extra=()):
     print(
         f"{result['bp'].upper()} on {result['elements']} {result['cell']} cells, p = "
         f"{result['p']}, q = {result['q']}, {result['dofs']} DOFs, backend {result['backend']}"
+    )
+    print(
+        f"set-up {result['setup_s']:.1f} s ({result['geometry_used']} geometry), host peak "
+        f"{result['host_peak_bytes'] / 1e9:.2f} GB, solve footprint "
+        f"{result['footprint_bytes'] / result['dofs']:.0f} B/DOF"
     )
     print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
     for line in extra:
@@ -133,6 +147,7 @@ def run_distributed(args):
         distort=args.distort,
         method=args.partition,
         transport=args.transport,
+        geometry=args.geometry,
     )
     result = solve(
         problem,
@@ -174,7 +189,7 @@ def solve_one(argv):
         mesh = meshes.read(args.mesh)
     else:
         mesh = meshes.box(args.elements, 3, simplex=args.simplex, distort=args.distort)
-    problem = setup(args.bp, ceed, args.order, mesh)
+    problem = setup(args.bp, ceed, args.order, mesh, geometry=args.geometry)
     result = solve(
         problem,
         rtol=args.rtol,
