@@ -88,8 +88,9 @@ class ElemRestriction:
         offsets, stride = self.compact_indices()
         if self.num_comp == 1:
             return offsets
-        comp = np.arange(self.num_comp, dtype=offsets.dtype) * offsets.dtype.type(stride)
-        return offsets + comp[None, :, None]  # (num_elem, num_comp, elem_size)
+        dtype = index_dtype(self.l_size)  # components may pass int32 where offsets do not
+        comp = np.arange(self.num_comp, dtype=dtype) * dtype(stride)  # (num_comp,)
+        return offsets.astype(dtype, copy=False) + comp[None, :, None]  # (E, num_comp, P)
 
     def compact_indices(self):
         """Indices as component-0 offsets and a component stride, libCEED's form.
@@ -107,7 +108,7 @@ class ElemRestriction:
             ``comp_stride``, or ``strides[1]`` of a strided restriction.
         """
         if self.strides is not None:
-            dtype = index_dtype(self.l_size)
+            dtype = self.offsets_dtype
             s0, _, s2 = (dtype(s) for s in self.strides)
             node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * s0
             elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
@@ -116,6 +117,18 @@ class ElemRestriction:
             offsets = self.ceed.to_numpy(self.backend_data["indices"])  # (num_elem * elem_size,)
             return offsets.reshape(self.num_elem, 1, self.elem_size), self.component_stride
         return self._offsets, self.component_stride
+
+    @property
+    def offsets_dtype(self):
+        """int32 or int64: the narrowest type of the :meth:`compact_indices` offsets.
+
+        Component-0 offsets stay below ``l_size - (num_comp - 1) * comp_stride``, so
+        a 3-component field of 1e9 nodes (3e9 L-vector entries) keeps int32
+        offsets; kernels add ``c * stride`` in 64 bits.
+        """
+        if self.strides is not None:
+            return index_dtype(self.l_size)
+        return index_dtype(self.l_size - (self.num_comp - 1) * self.comp_stride)
 
     @property
     def component_stride(self):
@@ -168,8 +181,8 @@ class ElemRestriction:
                 f"0 <= offset and offset + (num_comp - 1) * comp_stride = offset + {last} "
                 f"< l_size = {self.l_size}"
             )
-        dtype = index_dtype(self.l_size)  # in range, so every index fits: no int64 temporary
-        return np.ascontiguousarray(offsets, dtype=dtype)[:, None, :]  # (num_elem, 1, P)
+        # in range, so every offset fits: no int64 temporary
+        return np.ascontiguousarray(offsets, dtype=self.offsets_dtype)[:, None, :]  # (E, 1, P)
 
     def _signs(self, orients):
         shape = (self.num_elem, self.elem_size)

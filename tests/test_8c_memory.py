@@ -177,3 +177,15 @@ def test_form_setup_peak_is_bounded():
     assert op.shape == (space.num_dofs, space.num_dofs)
     # whole-mesh Jacobians alone would be 9 / 6 of the q-data; chunks keep them small
     assert peak < 1.3 * qdata + 2e6, (peak, qdata)
+
+
+def test_offsets_stay_int32_when_only_the_components_pass_2_31(ceed):
+    """A 3-component field of 2^30 nodes: 3 * 2^30 L-entries, int32 component-0 offsets."""
+    n = 2**30
+    r = ceed.ElemRestriction(1, 2, 3, n, 3 * n, np.array([[0, n - 1]]))
+    offsets, stride = r.compact_indices()
+    assert r.offsets_dtype is np.int32 and offsets.dtype == np.int32 and stride == n
+    assert r.indices.dtype == np.int64 and r.indices[0, 2, 1] == 3 * n - 1  # expanded: wide
+    device = r.backend_data.get("indices")
+    assert device is None or device.dtype == np.int32
+    assert ceed.ElemRestriction(1, 2, 1, 3 * n, 3 * n, [[0, 1]]).offsets_dtype is np.int64

@@ -10,6 +10,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
+from ..restriction import index_dtype
 
 __all__ = ["RefBackend"]
 
@@ -121,8 +122,10 @@ class RefBackend:
             return xp.asarray(r.indices.ravel())
         if r.num_comp == 1:
             return offsets
-        comp = xp.arange(r.num_comp, dtype=offsets.dtype) * r.component_stride  # (num_comp,)
-        return (offsets.reshape(r.num_elem, 1, r.elem_size) + comp[:, None]).ravel()
+        dtype = index_dtype(r.l_size)  # components may pass int32 where offsets do not
+        comp = xp.arange(r.num_comp, dtype=dtype) * r.component_stride  # (num_comp,)
+        offsets = offsets.astype(dtype, copy=False).reshape(r.num_elem, 1, r.elem_size)
+        return (offsets + comp[:, None]).ravel()
 
     def restriction_apply(self, r, u, t_mode, signed=True):
         """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""

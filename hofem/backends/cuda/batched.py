@@ -37,11 +37,11 @@ def device_layout(r):
     identity : bool
         The E-vector is the L-vector (strided, backend order): no indices needed.
     index_dtype : numpy dtype class
-        Of the stored L-vector indices: int32 when every L-vector index fits, else
-        int64. Kernels count elements and E-vector entries in 64 bits, so this
-        does not depend on the E-vector's size.
+        Of the stored component-0 offsets (:attr:`~hofem.ElemRestriction.offsets_dtype`).
+        Kernels count elements and E-vector entries and add component strides in
+        64 bits, so this depends on neither the E-vector's size nor the components.
     """
-    return r.is_identity, index_dtype(r.l_size + 1)
+    return r.is_identity, r.offsets_dtype
 
 
 def _entry_dtype(r):
