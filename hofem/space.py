@@ -110,7 +110,9 @@ class H1Space:
                 f"numbering has {self.numbering.offsets.shape[0]} cells of order "
                 f"{self.numbering.order}; the mesh has {mesh.num_cells}, the space order {order}"
             )
-        self.offsets = self.numbering.offsets  # (num_elem, P)
+        # (num_elem, P), a read-only view: restrictions made from it share one device copy
+        self.offsets = self.numbering.offsets.view()
+        self.offsets.flags.writeable = False
         self.num_elem, self.elem_size = self.offsets.shape
         self.first_cell = 0
         self.num_nodes = self.numbering.num_nodes

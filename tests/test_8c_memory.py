@@ -1,5 +1,6 @@
 """Set-up memory: index widths past 2^31 entries, chunked q-data, what a solve holds."""
 
+import gc
 import tracemalloc
 
 import numpy as np
@@ -189,3 +190,31 @@ def test_offsets_stay_int32_when_only_the_components_pass_2_31(ceed):
     device = r.backend_data.get("indices")
     assert device is None or device.dtype == np.int32
     assert ceed.ElemRestriction(1, 2, 1, 3 * n, 3 * n, [[0, 1]]).offsets_dtype is np.int64
+
+
+def test_restrictions_of_a_space_share_its_device_offsets(ceed):
+    """A space's offsets are read-only; its restrictions (any num_comp) share one device copy."""
+    space = hf.H1Space(ceed, box(2), 2)
+    assert not space.offsets.flags.writeable
+    scalar, coords = space.make_restriction(1), space.make_restriction(3)
+    held = memory_report(scalar, coords)
+    assert held["host_bytes"] + held["device_bytes"] <= space.offsets.nbytes
+    u = np.arange(3.0 * space.num_nodes)
+    e = ceed.to_numpy(coords.apply(ceed.asarray(u)))  # (E, 3, P)
+    np.testing.assert_array_equal(
+        e, u[space.offsets[:, None, :] + space.num_nodes * np.arange(3)[:, None]]
+    )
+    writeable = np.array(space.offsets)  # a user's array: copied for each restriction
+    a, b = (
+        ceed.ElemRestriction(space.num_elem, space.elem_size, 1, 1, space.num_nodes, writeable)
+        for _ in range(2)
+    )
+    if ceed.xp is not np:
+        assert scalar.backend_data["indices"] is coords.backend_data["indices"]
+        assert a.backend_data["indices"] is not b.backend_data["indices"]
+    shared = getattr(ceed.backend, "_shared_offsets", {})
+    before = len(shared)
+    for _ in range(3):  # the shared copies go with their spaces
+        hf.H1Space(ceed, box(2), 1)
+    gc.collect()
+    assert len(shared) <= before

@@ -5,6 +5,8 @@ CUDA reference backend reuses it with CuPy), one array expression per step,
 no element loops in Python.
 """
 
+import weakref
+
 import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
@@ -108,12 +110,32 @@ class RefBackend:
         """
         indices = None
         if r.strides is None and self.xp is not np:
-            indices = self.xp.asarray(r.compact_indices()[0].ravel())  # (num_elem * elem_size,)
+            indices = self._device_offsets(r.compact_indices()[0].ravel())  # (E * elem_size,)
             r.release_host_indices()
         r.backend_data = {
             "indices": indices,
             "signs": None if r.signs is None else self.xp.asarray(r.signs),
         }
+
+    def _device_offsets(self, offsets):
+        """Device copy of host ``offsets``; read-only ones are uploaded once and shared.
+
+        An :class:`hofem.H1Space` hands out its offsets read-only, so every
+        restriction made from them (the solution's, a coordinate field's, any
+        ``make_restriction(num_comp)``) shares one device array. The copy is kept
+        while the host array lives; writeable arrays are copied every time.
+        """
+        if offsets.flags.writeable:
+            return self.xp.asarray(offsets)
+        shared = self.__dict__.setdefault("_shared_offsets", {})
+        key = (offsets.__array_interface__["data"][0], offsets.shape, offsets.dtype.str)
+        if key not in shared:
+            base = offsets
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            shared[key] = self.xp.asarray(offsets)
+            weakref.finalize(base, shared.pop, key, None)
+        return shared[key]
 
     def _expanded_indices(self, r):
         """(e_size,) L-vector index of every E-vector entry, for one application."""

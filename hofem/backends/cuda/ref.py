@@ -6,6 +6,8 @@ device.  Only what touches host-only types is overridden: host/device moves,
 the sparse matrix and ``LinearOperator`` types.
 """
 
+import functools
+
 import numpy as np
 
 from ..ref import RefBackend
@@ -32,6 +34,14 @@ def require_device():
         raise ImportError(f"no CUDA device is visible to CuPy; {_INSTALL_HINT}")
 
 
+@functools.cache
+def _gather_add_kernel():
+    """``v[i] += w[index[i]]``, one thread per entry of ``v``."""
+    return cupy.ElementwiseKernel(
+        "raw float64 w, I index", "float64 v", "v += w[index]", "hofem_gather_add"
+    )
+
+
 class CudaRefBackend(RefBackend):
     """The NumPy reference code on CuPy arrays: the readable GPU baseline and GPU oracle."""
 
@@ -48,6 +58,11 @@ class CudaRefBackend(RefBackend):
         if isinstance(x, cupy.ndarray):
             return cupy.asarray(x, dtype=dtype)
         return cupy.asarray(np.asarray(x), dtype=dtype)
+
+    @staticmethod
+    def gather_add_entries(w, index, v):
+        """``v += w[index]`` in one kernel: no ``w[index]`` temporary (an n-vector per call)."""
+        _gather_add_kernel()(w, index, v)
 
     def synchronize(self):
         """Wait for the current device's queued work (before reading host clocks)."""
