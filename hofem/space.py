@@ -19,27 +19,37 @@ from .constants import (
 )
 from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
 from .quadrature import lobatto_quadrature
+from .restriction import index_dtype
 
 __all__ = ["H1Space"]
 
 _TOPOLOGY = {"line": LINE, "triangle": TRIANGLE, "quad": QUAD, "tetra": TET, "hexahedron": HEX}
 
 
-def free_indices(size, constrained):
+def free_indices(size, constrained, chunk=1 << 24):
     """Sorted indices of ``0..size - 1`` not in ``constrained``, by a mask (no sort).
 
     Parameters
     ----------
     size : int
     constrained : int array (n,)
+    chunk : int
+        Mask entries turned into indices at a time (no int64 array of ``size``).
 
     Returns
     -------
-    ndarray (size - number of distinct constrained,), int64
+    ndarray (size - number of distinct constrained,), int32 (int64 when ``size``
+    passes 2^31 - 1)
     """
     free = np.ones(size, dtype=bool)  # (size,)
     free[constrained] = False
-    return np.flatnonzero(free)
+    out = np.empty(int(np.count_nonzero(free)), dtype=index_dtype(size))  # (n_free,)
+    count = 0
+    for start in range(0, size, chunk):
+        local = np.flatnonzero(free[start : start + chunk])  # (<= chunk,)
+        out[count : count + local.size] = local + start
+        count += local.size
+    return out
 
 
 class H1Space:
@@ -130,7 +140,7 @@ class H1Space:
         it once and return that one array to each other.
         """
         if self._shared is None:
-            return self.ceed.asarray(self._node_coordinates().ravel())
+            return self._node_coordinates(self.ceed)
         if self._shared["coordinates"] is None:  # the parent's: every subset's nodes set
             self._shared["coordinates"] = self._shared.pop("parent").coordinates
         return self._shared["coordinates"]
@@ -298,20 +308,27 @@ class H1Space:
         x = cell_x @ self._geometry_interp().T  # (dim * n, P): one BLAS product
         return x.reshape(dim, n, self.elem_size)
 
-    def _node_coordinates(self):
-        """(dim, num_nodes) physical node coordinates, component-major like the L-vector.
+    def _node_coordinates(self, ceed=None):
+        """(dim * num_nodes,) physical node coordinates, component-major like the L-vector.
 
-        Computed in chunks of cells, written straight into the component-major
-        array (no transposed copy of the whole field).
+        Written chunk by chunk of cells into an array of ``ceed``'s backend (a host
+        array without ``ceed``): on a GPU the whole field never exists on the host.
         """
-        x = np.empty((self.dim, self.num_nodes))
+        xp = np if ceed is None else ceed.xp
+        to_backend = np.asarray if ceed is None else ceed.asarray
+        N = self.num_nodes
+        x = xp.zeros(self.dim * N)  # (dim * num_nodes,)
+        wide = index_dtype(self.dim * N)  # c * N + node may pass int32 where node does not
         for a, b in self.cell_chunks(self.elem_size):
-            x[:, self.offsets[a:b]] = self.element_coordinates(a, b).transpose(1, 0, 2)
+            nodes = to_backend(self.offsets[a:b].astype(wide, copy=False))  # (b - a, P)
+            cell_x = to_backend(self._component_coordinates(a, b))  # (dim, b - a, P)
+            for c in range(self.dim):
+                x[c * N + nodes] = cell_x[c]
         return x
 
     def node_coordinates(self):
         """Host array ``(num_nodes, dim)`` of the global node coordinates."""
-        return self._node_coordinates().T
+        return self._node_coordinates().reshape(self.dim, self.num_nodes).T
 
     # --- boundary --------------------------------------------------------------------------
     def boundary_dofs(self, tags=None):
@@ -330,7 +347,7 @@ class H1Space:
         return (nodes[None, :] + self.num_nodes * np.arange(self.num_comp)[:, None]).ravel()
 
     def free_dofs(self, tags=None):
-        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``, int64."""
+        """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``, int32 or int64."""
         return free_indices(self.num_dofs, self.boundary_dofs(tags))
 
     # --- functions -------------------------------------------------------------------------
@@ -377,7 +394,8 @@ class H1Space:
             host arrays (it raises ``TypeError`` on a CuPy array, as
             ``np.asarray(x)`` does) is called again with a NumPy copy of ``x``.
         """
-        return self._evaluate(f, self.ceed.asarray(self.node_coordinates())).ravel()
+        x = self._node_coordinates(self.ceed).reshape(self.dim, self.num_nodes).T  # (N, dim)
+        return self._evaluate(f, x).ravel()
 
     def quadrature(self, q_extra=1, quad_mode=GAUSS):
         """Physical points and weights of the element quadrature (host arrays).

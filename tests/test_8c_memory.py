@@ -89,6 +89,10 @@ def test_numbering_offsets_are_int32_and_shared_by_the_restriction(ceed):
 def test_free_indices():
     np.testing.assert_array_equal(free_indices(6, np.array([0, 3, 3])), [1, 2, 4, 5])
     assert free_indices(3, np.array([], dtype=np.int64)).tolist() == [0, 1, 2]
+    constrained = np.array([0, 4, 5, 11, 12, 19])
+    chunked = free_indices(20, constrained, chunk=3)  # chunks of the mask, no int64 array
+    assert chunked.dtype == np.int32
+    np.testing.assert_array_equal(chunked, np.setdiff1d(np.arange(20), constrained))
 
 
 @pytest.mark.parametrize("coefficient", [None, 2.5, lambda x: 1 + x[:, 0] * x[:, 2]])

@@ -126,14 +126,14 @@ class RefBackend:
         while the host array lives; writeable arrays are copied every time.
         """
         if offsets.flags.writeable:
-            return self.xp.asarray(offsets)
+            return self.asarray(offsets)
         shared = self.__dict__.setdefault("_shared_offsets", {})
         key = (offsets.__array_interface__["data"][0], offsets.shape, offsets.dtype.str)
         if key not in shared:
             base = offsets
             while isinstance(base.base, np.ndarray):
                 base = base.base
-            shared[key] = self.xp.asarray(offsets)
+            shared[key] = self.asarray(offsets)
             weakref.finalize(base, shared.pop, key, None)
         return shared[key]
 
@@ -141,7 +141,7 @@ class RefBackend:
         """(e_size,) L-vector index of every E-vector entry, for one application."""
         xp, offsets = self.xp, r.backend_data["indices"]
         if offsets is None:  # host or strided
-            return xp.asarray(r.indices.ravel())
+            return self.asarray(r.indices.ravel())
         if r.num_comp == 1:
             return offsets
         dtype = index_dtype(r.l_size)  # components may pass int32 where offsets do not

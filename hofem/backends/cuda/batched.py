@@ -90,7 +90,7 @@ class CudaBatchedBackend(CudaRefBackend):
             data["indices"] = None
         elif data["indices"] is None:  # strided: the kernels read explicit offsets
             offsets = r.compact_indices()[0].ravel()  # (num_elem * elem_size,)
-            data["indices"] = cupy.asarray(offsets.astype(data["index_dtype"]))
+            data["indices"] = self.asarray(offsets.astype(data["index_dtype"]))
         else:  # (num_elem * elem_size,) component-0 offsets
             data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)
 
@@ -111,9 +111,9 @@ class CudaBatchedBackend(CudaRefBackend):
             nodes, counts = np.unique(indices[entries], return_counts=True)  # (n,), (n,)
             offsets = np.zeros(nodes.size + 1, dtype=index_dtype)  # (n + 1,)
             np.cumsum(counts, out=offsets[1:])
-            data["t_nodes"] = cupy.asarray(nodes.astype(index_dtype))
-            data["t_offsets"] = cupy.asarray(offsets)
-            data["t_entries"] = cupy.asarray(entries.astype(index_dtype))
+            data["t_nodes"] = self.asarray(nodes.astype(index_dtype))
+            data["t_offsets"] = self.asarray(offsets)
+            data["t_entries"] = self.asarray(entries.astype(index_dtype))
         return data["t_nodes"], data["t_offsets"], data["t_entries"]
 
     def _gather(self, r, u):
