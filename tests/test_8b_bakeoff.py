@@ -121,6 +121,26 @@ def test_plot_writes_images_and_a_table(swept, tmp_path):
     assert table.count("### BP") == 4 and "| 2 | 3 | 343 |" in table
 
 
+def test_plot_separates_devices(swept, tmp_path):
+    """A results file of two devices: one figure per device, titled and named by it."""
+    out, _ = swept
+    mixed = tmp_path / "mixed.jsonl"
+    lines = out.read_text().splitlines()
+    moved = [json.loads(line) for line in lines if '"/cpu/self/numba"' in line]
+    for record in moved:  # the same cases again, as if measured on a second machine
+        record.update(device="Other CPU", elements_1d=record["elements_1d"] + 10)
+    mixed.write_text("\n".join(lines + [json.dumps(r) for r in moved]) + "\n")
+    run = bakeoff("plot", str(mixed), "--out", str(tmp_path / "figures"))
+    assert run.returncode == 0, run.stderr
+    names = {os.path.basename(f) for f in run.stdout.split()}
+    device = lines and json.loads(lines[0])["device"]
+    assert f"throughput_hex_cpu-self-numba_{plot._slug(device)}.png" in names
+    assert "throughput_hex_cpu-self-numba_Other-CPU.png" in names
+    assert "ratio_hex_cpu-self-numba_over_cpu-self-ref_Other-CPU.png" not in names  # no ref there
+    table = (tmp_path / "figures" / "results.md").read_text()
+    assert "/cpu/self/numba (Other CPU)" in table and f"/cpu/self/numba ({device})" in table
+
+
 def test_a_case_that_will_not_fit_is_skipped_with_the_reason(tmp_path):
     out = tmp_path / "r.jsonl"
     argv = ["--problems", "bp2", "--orders", "3", "--elements", "4", "--ceed", "/cpu/self/ref"]

@@ -5,8 +5,9 @@ Usage::
     python -m hofem.bakeoff plot results.jsonl --out figures/ [--baseline RES] [--format png]
 
 Reads a sweep's results file (the ok lines; of a case run twice, the last)
-and writes, for each cell type and backend, with one panel per problem and
-one line per order p:
+and writes, for each cell type and backend (and device, when the file holds
+results of several: the device's name then ends each figure's file name), with
+one panel per problem and one line per order p:
 
 - ``throughput_{cell}_{backend}.png``: DOFs x CG iterations / s against DOFs;
 - ``time_per_iteration_{cell}_{backend}.png``: the same against seconds per
@@ -55,11 +56,11 @@ def _series(record):
 
 
 def _groups(records):
-    """``(cell, backend [geometry]) -> bp -> p -> lines sorted by DOFs`` of the ok lines."""
+    """``(cell, backend [geometry], device) -> bp -> p -> lines sorted by DOFs`` of the ok lines."""
     groups = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in records:
         if r["status"] == "ok" and r["iterations"]:
-            groups[r["cell"], _series(r)][r["bp"]][r["p"]].append(r)
+            groups[r["cell"], _series(r), r["device"]][r["bp"]][r["p"]].append(r)
     for by_bp in groups.values():
         for by_p in by_bp.values():
             for lines in by_p.values():
@@ -100,10 +101,16 @@ def _seconds_per_iteration(record):
     return record["solve_s"] / record["iterations"]
 
 
+def _suffix(groups):
+    """File-name suffix of a device: empty unless the results hold several devices."""
+    several = len({device for _, _, device in groups}) > 1
+    return lambda device: f"_{_slug(device)}" if several else ""
+
+
 def plot_throughput(plt, groups, out, fmt, written):
-    """Throughput against DOFs and against seconds per iteration, per cell and backend."""
-    for (cell, ceed), by_bp in sorted(groups.items()):
-        device = next(iter(next(iter(by_bp.values())).values()))[0]["device"]
+    """Throughput against DOFs and against seconds per iteration, per cell, backend, device."""
+    suffix = _suffix(groups)
+    for (cell, ceed, device), by_bp in sorted(groups.items()):
         views = (
             ("throughput", "DOFs", lambda r: r["dofs"]),
             (
@@ -123,13 +130,14 @@ def plot_throughput(plt, groups, out, fmt, written):
                 ax.set_ylabel("MDOF x CG iterations / s")
                 ax.set_ylim(bottom=0)
                 ax.legend(fontsize="small")
-            _save(fig, plt, out / f"{name}_{cell}_{_slug(ceed)}.{fmt}", written)
+            _save(fig, plt, out / f"{name}_{cell}_{_slug(ceed)}{suffix(device)}.{fmt}", written)
 
 
 def plot_ratios(plt, groups, baseline, out, fmt, written):
-    """Throughput of each backend over ``baseline``'s on the same cases."""
-    for (cell, ceed), by_bp in sorted(groups.items()):
-        base = groups.get((cell, baseline))
+    """Throughput of each backend over ``baseline``'s on the same cases and device."""
+    suffix = _suffix(groups)
+    for (cell, ceed, device), by_bp in sorted(groups.items()):
+        base = groups.get((cell, baseline, device))
         if ceed == baseline or base is None:
             continue
         fig, panels = _panels(plt, sorted(set(by_bp) & set(base)), f"{ceed} / {baseline}, {cell}")
@@ -147,7 +155,7 @@ def plot_ratios(plt, groups, baseline, out, fmt, written):
             ax.set_yscale("log")
             ax.yaxis.set_minor_formatter(plt.NullFormatter())
             ax.legend(fontsize="small")
-        name = f"ratio_{cell}_{_slug(ceed)}_over_{_slug(baseline)}.{fmt}"
+        name = f"ratio_{cell}_{_slug(ceed)}_over_{_slug(baseline)}{suffix(device)}.{fmt}"
         _save(fig, plt, out / name, written)
 
 
@@ -159,9 +167,8 @@ def markdown_table(records):
         for _, n2, rate, floor in pairs
     }
     lines = []
-    for (cell, ceed), by_bp in sorted(_groups(records).items()):
+    for (cell, ceed, device), by_bp in sorted(_groups(records).items()):
         for bp, by_p in sorted(by_bp.items()):
-            device = next(iter(by_p.values()))[0]["device"]
             lines += [
                 f"### {bp.upper()}, {cell}, {ceed} ({device})",
                 "",
@@ -221,7 +228,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     written = []
     plot_throughput(plt, groups, out, args.format, written)
-    backends = sorted(ceed for _, ceed in groups)
+    backends = sorted(ceed for _, ceed, _ in groups)
     baseline = args.baseline or ("/cpu/self/ref" if "/cpu/self/ref" in backends else backends[0])
     plot_ratios(plt, groups, baseline, out, args.format, written)
     table = out / "results.md"
