@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..jacobian import det as jacobian_det
+from ..restriction import index_dtype
 from . import reference as ref
 
 CHECK_CHUNK = 1 << 20  # geometric nodes per chunk of the orientation check
@@ -17,25 +18,27 @@ def unique_rows(a):
 
     Parameters
     ----------
-    a : ndarray of int64, shape ``(n, m)``
+    a : ndarray of int32 or int64, shape ``(n, m)``
 
     Returns
     -------
-    inverse : ndarray of int64, shape ``(n,)``
+    inverse : ndarray of int32 (int64 when ``n`` passes 2^31 - 1), shape ``(n,)``
         Id of each row's class; equal rows get equal ids, ids ascend with the
         rows' lexicographic order (column 0 most significant).
     count : int
         Number of distinct rows.
     """
     n = a.shape[0]
+    dtype = index_dtype(n)
     if n == 0:
-        return np.empty(0, dtype=np.int64), 0
+        return np.empty(0, dtype=dtype), 0
     order = np.lexsort(a.T[::-1])  # (n,)
     s = a[order]  # (n, m)
     new = np.ones(n, dtype=bool)  # (n,)
     new[1:] = np.any(s[1:] != s[:-1], axis=1)
-    ids = np.cumsum(new) - 1  # (n,)
-    inverse = np.empty(n, dtype=np.int64)  # (n,)
+    del s
+    ids = np.cumsum(new, dtype=dtype) - 1  # (n,)
+    inverse = np.empty(n, dtype=dtype)  # (n,)
     inverse[order] = ids
     return inverse, int(ids[-1]) + 1
 

@@ -128,6 +128,7 @@ def h1_numbering(mesh, order):
     support = np.count_nonzero(weights, axis=1)  # (num_nodes_per_cell,)
     max_weight = int(weights.max())
     num_corners = weights.shape[1]
+    key_dtype = index_dtype(mesh.num_points * (max_weight + 1))  # int32 keys while they fit
 
     # ids stay below num_cells * P: int32 unless that bound passes 2^31 - 1
     offsets = np.empty(
@@ -138,26 +139,42 @@ def h1_numbering(mesh, order):
         nodes = np.flatnonzero(support == s)  # (n_s,): local nodes supported on s corners
         if nodes.size == 0:
             continue
+        chunks = _cell_chunks(mesh.num_cells, nodes.size * s)
         if s == num_corners:  # interior nodes are never shared
-            ids = np.arange(mesh.num_cells * nodes.size, dtype=np.int64)
+            ids = np.arange(mesh.num_cells * nodes.size, dtype=offsets.dtype)
             count = ids.size
         elif s == 1:  # vertex nodes (all of the same weight): rank the vertices, no sort
-            vid = mesh.cells[:, np.argmax(weights[nodes], axis=1)]  # (num_cells, n_1)
+            column = np.argmax(weights[nodes], axis=1)  # (n_1,) corner of each vertex node
             used = np.zeros(mesh.num_points, dtype=bool)  # (num_points,)
-            used[vid] = True
-            ids = (np.cumsum(used) - 1)[vid]  # (num_cells, n_1)
-            count = int(np.count_nonzero(used))
+            for a, b in chunks:
+                used[mesh.cells[a:b, column]] = True
+            rank = np.cumsum(used, dtype=offsets.dtype) - 1  # (num_points,)
+            ids = np.empty((mesh.num_cells, nodes.size), dtype=offsets.dtype)
+            for a, b in chunks:
+                ids[a:b] = rank[mesh.cells[a:b, column]]
+            count = int(rank[-1]) + 1 if rank.size else 0
         else:
             w = weights[nodes]  # (n_s, num_corners)
             corner = np.argsort(w == 0, axis=1, kind="stable")[:, :s]  # (n_s, s) nonzero corners
             w = np.take_along_axis(w, corner, axis=1)  # (n_s, s)
-            vid = mesh.cells[:, corner]  # (num_cells, n_s, s)
-            # pack (vertex id, weight) into one int64 and sort by vertex id
-            key = np.sort(vid * (max_weight + 1) + w, axis=2)  # (num_cells, n_s, s)
+            # pack (vertex id, weight) into one integer and sort by vertex id
+            key = np.empty((mesh.num_cells, nodes.size, s), dtype=key_dtype)
+            for a, b in chunks:
+                vid = mesh.cells[a:b][:, corner].astype(key_dtype)  # (b - a, n_s, s)
+                key[a:b] = np.sort(vid * key_dtype(max_weight + 1) + w, axis=2)
             ids, count = unique_rows(key.reshape(-1, s))  # (num_cells * n_s,)
-        offsets[:, nodes] = num_nodes + ids.reshape(mesh.num_cells, nodes.size)
+            del key
+        ids = ids.reshape(mesh.num_cells, nodes.size).astype(offsets.dtype, copy=False)
+        ids += offsets.dtype.type(num_nodes)
+        offsets[:, nodes] = ids
         num_nodes += count
     return H1Numbering(mesh, order, offsets, num_nodes, lattice, weights)
+
+
+def _cell_chunks(num_cells, per_cell, entries=1 << 20):
+    """Ranges of cells of about ``entries`` entries of ``per_cell`` each (bounded temporaries)."""
+    size = max(1, entries // max(1, per_cell))
+    return [(a, min(a + size, num_cells)) for a in range(0, num_cells, size)]
 
 
 def _box_offsets(mesh, p):
