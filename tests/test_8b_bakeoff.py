@@ -133,7 +133,7 @@ def test_plot_separates_devices(swept, tmp_path):
     run = bakeoff("plot", str(mixed), "--out", str(tmp_path / "figures"))
     assert run.returncode == 0, run.stderr
     names = {os.path.basename(f) for f in run.stdout.split()}
-    device = lines and json.loads(lines[0])["device"]
+    device = json.loads(lines[0])["device"]
     assert f"throughput_hex_cpu-self-numba_{plot._slug(device)}.png" in names
     assert "throughput_hex_cpu-self-numba_Other-CPU.png" in names
     assert "ratio_hex_cpu-self-numba_over_cpu-self-ref_Other-CPU.png" not in names  # no ref there
