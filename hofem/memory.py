@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["memory_report", "peak_rss_bytes"]
+__all__ = ["chunk_ranges", "memory_report", "owning_array", "peak_rss_bytes"]
 
 _SKIP = ("ceed", "comm", "backend", "qf", "qfunction")  # shared context, not per-object data
 
@@ -26,11 +26,31 @@ def peak_rss_bytes():
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
-def _base(array):
+def owning_array(array):
     """The array owning the memory of ``array`` (itself when it owns it)."""
     while getattr(array, "base", None) is not None and hasattr(array.base, "nbytes"):
         array = array.base
     return array
+
+
+def chunk_ranges(count, per_item, entries=1 << 20):
+    """Consecutive ranges ``(start, stop)`` covering ``0:count``, bounding temporaries.
+
+    Parameters
+    ----------
+    count : int
+        Items (cells, elements) to cover.
+    per_item : int
+        Entries (points, nodes, key columns) each item contributes.
+    entries : int
+        At most this many entries per range (one item at least).
+
+    Returns
+    -------
+    list of (int, int)
+    """
+    size = max(1, entries // max(1, per_item))
+    return [(a, min(a + size, count)) for a in range(0, count, size)]
 
 
 def _is_array(value):
@@ -64,7 +84,7 @@ def memory_report(*objects):
     while stack:
         holder, value = stack.pop()
         if _is_array(value):
-            base = _base(value)
+            base = owning_array(value)
             if id(base) not in seen_arrays:
                 seen_arrays.add(id(base))
                 where = "host" if isinstance(base, np.ndarray) else "device"

@@ -18,6 +18,41 @@ def index_dtype(bound):
     return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
 
 
+def _read_only(offsets):
+    """A read-only view of ``offsets`` (num_elem, 1, elem_size): what restrictions hand out.
+
+    Kernels never write offsets, and one array kind means one compiled Numba signature.
+    """
+    view = offsets.view()
+    view.flags.writeable = False
+    return view
+
+
+def expand_offsets(offsets, num_comp, stride, l_size, xp=np):
+    """Indices of every component from component 0's offsets, libCEED's compact form.
+
+    Parameters
+    ----------
+    offsets : int array (num_elem, 1, elem_size), of ``xp``
+    num_comp, stride : int
+        Component ``c`` of a node is at ``offset + c * stride``.
+    l_size : int
+        Bounds the indices: int32 while they fit, else int64 (the components may
+        pass int32 where the offsets do not).
+    xp : module
+        NumPy, or CuPy for device offsets.
+
+    Returns
+    -------
+    int array (num_elem, num_comp, elem_size): ``offsets`` itself for one component.
+    """
+    if num_comp == 1:
+        return offsets
+    dtype = index_dtype(l_size)
+    comp = xp.arange(num_comp, dtype=dtype) * stride  # (num_comp,)
+    return offsets.astype(dtype, copy=False) + comp[:, None]
+
+
 class ElemRestriction:
     """Map between an L-vector and the element-local E-vector.
 
@@ -86,11 +121,7 @@ class ElemRestriction:
     def indices(self):
         """See the class's Attributes: a host array, stored or made on access."""
         offsets, stride = self.compact_indices()
-        if self.num_comp == 1:
-            return offsets
-        dtype = index_dtype(self.l_size)  # components may pass int32 where offsets do not
-        comp = np.arange(self.num_comp, dtype=dtype) * dtype(stride)  # (num_comp,)
-        return offsets.astype(dtype, copy=False) + comp[None, :, None]  # (E, num_comp, P)
+        return expand_offsets(offsets, self.num_comp, stride, self.l_size)
 
     def compact_indices(self):
         """Indices as component-0 offsets and a component stride, libCEED's form.
@@ -112,7 +143,7 @@ class ElemRestriction:
             s0, _, s2 = (dtype(s) for s in self.strides)
             node = np.arange(self.elem_size, dtype=dtype)[None, None, :] * s0
             elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
-            return elem + node, self.component_stride
+            return _read_only(elem + node), self.component_stride
         if self._offsets is None:  # released: copy the device's back
             offsets = self.ceed.to_numpy(self.backend_data["indices"])  # (num_elem * elem_size,)
             return offsets.reshape(self.num_elem, 1, self.elem_size), self.component_stride
@@ -182,7 +213,7 @@ class ElemRestriction:
                 f"< l_size = {self.l_size}"
             )
         # in range, so every offset fits: no int64 temporary
-        return np.ascontiguousarray(offsets, dtype=self.offsets_dtype)[:, None, :]  # (E, 1, P)
+        return _read_only(np.ascontiguousarray(offsets, dtype=self.offsets_dtype)[:, None, :])
 
     def _signs(self, orients):
         shape = (self.num_elem, self.elem_size)

@@ -17,6 +17,7 @@ from .constants import (
     TRANSPOSE,
     TRIANGLE,
 )
+from .memory import chunk_ranges
 from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
 from .quadrature import lobatto_quadrature
 from .restriction import index_dtype
@@ -120,9 +121,7 @@ class H1Space:
                 f"numbering has {self.numbering.offsets.shape[0]} cells of order "
                 f"{self.numbering.order}; the mesh has {mesh.num_cells}, the space order {order}"
             )
-        # (num_elem, P), a read-only view: restrictions made from it share one device copy
-        self.offsets = self.numbering.offsets.view()
-        self.offsets.flags.writeable = False
+        self.offsets = self.numbering.offsets  # (num_elem, P), read-only
         self.num_elem, self.elem_size = self.offsets.shape
         self.first_cell = 0
         self.num_nodes = self.numbering.num_nodes
@@ -282,8 +281,7 @@ class H1Space:
         list of (int, int)
             Consecutive ranges covering ``0:num_elem``.
         """
-        size = max(1, self.CHUNK_POINTS // points_per_cell)
-        return [(a, min(a + size, self.num_elem)) for a in range(0, self.num_elem, size)]
+        return chunk_ranges(self.num_elem, points_per_cell, self.CHUNK_POINTS)
 
     def element_coordinates(self, start=0, stop=None):
         """Node coordinates of this space's cells ``start:stop`` as a host E-vector.

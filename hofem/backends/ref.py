@@ -12,7 +12,8 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
-from ..restriction import index_dtype
+from ..memory import owning_array
+from ..restriction import expand_offsets
 
 __all__ = ["RefBackend"]
 
@@ -118,36 +119,31 @@ class RefBackend:
         }
 
     def _device_offsets(self, offsets):
-        """Device copy of host ``offsets``; read-only ones are uploaded once and shared.
+        """Device copy of host ``offsets``; those of a read-only array are uploaded once.
 
-        An :class:`hofem.H1Space` hands out its offsets read-only, so every
-        restriction made from them (the solution's, a coordinate field's, any
-        ``make_restriction(num_comp)``) shares one device array. The copy is kept
-        while the host array lives; writeable arrays are copied every time.
+        A numbering's offsets are read-only (:class:`hofem.meshes.H1Numbering`), so
+        every restriction an :class:`hofem.H1Space` makes from them (the solution's,
+        a coordinate field's, any ``make_restriction(num_comp)``) shares one device
+        array, kept while the host array lives. Offsets whose memory is writeable
+        (a user's array) are copied every time: they may change between uploads.
         """
-        if offsets.flags.writeable:
+        owner = owning_array(offsets)
+        if owner.flags.writeable:
             return self.asarray(offsets)
         shared = self.__dict__.setdefault("_shared_offsets", {})
         key = (offsets.__array_interface__["data"][0], offsets.shape, offsets.dtype.str)
         if key not in shared:
-            base = offsets
-            while isinstance(base.base, np.ndarray):
-                base = base.base
             shared[key] = self.asarray(offsets)
-            weakref.finalize(base, shared.pop, key, None)
+            weakref.finalize(owner, shared.pop, key, None)
         return shared[key]
 
     def _expanded_indices(self, r):
         """(e_size,) L-vector index of every E-vector entry, for one application."""
-        xp, offsets = self.xp, r.backend_data["indices"]
+        offsets = r.backend_data["indices"]  # (num_elem * elem_size,) device, or None
         if offsets is None:  # host or strided
             return self.asarray(r.indices.ravel())
-        if r.num_comp == 1:
-            return offsets
-        dtype = index_dtype(r.l_size)  # components may pass int32 where offsets do not
-        comp = xp.arange(r.num_comp, dtype=dtype) * r.component_stride  # (num_comp,)
-        offsets = offsets.astype(dtype, copy=False).reshape(r.num_elem, 1, r.elem_size)
-        return (offsets + comp[:, None]).ravel()
+        offsets = offsets.reshape(r.num_elem, 1, r.elem_size)
+        return expand_offsets(offsets, r.num_comp, r.component_stride, r.l_size, self.xp).ravel()
 
     def restriction_apply(self, r, u, t_mode, signed=True):
         """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..memory import chunk_ranges
 from ..restriction import index_dtype
 from . import reference as ref
 from .mesh import Mesh, unique_rows
@@ -31,7 +32,9 @@ class H1Numbering:
     offsets : ndarray of int32 or int64, shape ``(num_cells, num_nodes_per_cell)``
         Global node id of each cell's lattice nodes (tensor cells: x fastest,
         index ``i + (p + 1) j + (p + 1)^2 k``; simplices ``for k: for j: for i``);
-        int32 unless ``num_cells * num_nodes_per_cell`` passes 2^31 - 1.
+        int32 unless ``num_cells * num_nodes_per_cell`` passes 2^31 - 1. Read-only
+        (a numbering never changes): restrictions made from it may share one
+        device copy (:meth:`hofem.backends.ref.RefBackend.restriction_setup`).
     num_nodes : int
         Number of global nodes. Vertex nodes come first, in vertex order
         (ids ``0..num_points - 1`` when every point is a cell corner), then
@@ -50,6 +53,9 @@ class H1Numbering:
     num_nodes: int
     node_lattice: np.ndarray
     node_weights: np.ndarray
+
+    def __post_init__(self):
+        self.offsets.flags.writeable = False
 
     def boundary_nodes(self, tags=None):
         """Global ids of the nodes on the mesh's tagged facets.
@@ -139,7 +145,7 @@ def h1_numbering(mesh, order):
         nodes = np.flatnonzero(support == s)  # (n_s,): local nodes supported on s corners
         if nodes.size == 0:
             continue
-        chunks = _cell_chunks(mesh.num_cells, nodes.size * s)
+        chunks = chunk_ranges(mesh.num_cells, nodes.size * s)
         if s == num_corners:  # interior nodes are never shared
             ids = np.arange(mesh.num_cells * nodes.size, dtype=offsets.dtype)
             count = ids.size
@@ -169,12 +175,6 @@ def h1_numbering(mesh, order):
         offsets[:, nodes] = ids
         num_nodes += count
     return H1Numbering(mesh, order, offsets, num_nodes, lattice, weights)
-
-
-def _cell_chunks(num_cells, per_cell, entries=1 << 20):
-    """Ranges of cells of about ``entries`` entries of ``per_cell`` each (bounded temporaries)."""
-    size = max(1, entries // max(1, per_cell))
-    return [(a, min(a + size, num_cells)) for a in range(0, num_cells, size)]
 
 
 def _box_offsets(mesh, p):
@@ -224,9 +224,8 @@ def _box_offsets(mesh, p):
     node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
     offsets = np.empty((mesh.num_cells, len(node)), dtype=index_dtype(num_nodes))
     corners = ref.corner_nodes(mesh.cell_type, p)  # (num_corners,)
-    chunk = max(1, (1 << 20) // len(node))
-    for start in range(0, mesh.num_cells, chunk):  # cell chunks: no (num_cells, P) int64
-        e = np.arange(start, min(start + chunk, mesh.num_cells), dtype=np.int64)
+    for start, stop in chunk_ranges(mesh.num_cells, len(node)):  # no (num_cells, P) int64
+        e = np.arange(start, stop, dtype=np.int64)
         cell = np.unravel_index(e, n[::-1])[::-1]  # per direction (chunk,), x first
         for i, a in enumerate(node):
             S = tuple(d for d in range(dim) if 0 < a[d] < p)
@@ -238,8 +237,8 @@ def _box_offsets(mesh, p):
                 if inside:
                     offset += (int(a[d]) - 1) * o_stride
                     o_stride *= p - 1
-            offsets[start : start + len(e), i] = base[S] + entity * (p - 1) ** len(S) + offset
-        if not np.array_equal(offsets[start : start + len(e)][:, corners], mesh.cells[e]):
+            offsets[start:stop, i] = base[S] + entity * (p - 1) ** len(S) + offset
+        if not np.array_equal(offsets[start:stop, corners], mesh.cells[e]):
             raise ValueError(
                 f"mesh.box_shape {mesh.box_shape} does not match its cells: the cells "
                 "are not in box grid order; build the mesh without box_shape"
