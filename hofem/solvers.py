@@ -5,7 +5,7 @@ import math
 from .operator import _OperatorBase
 from .vector_ops import vector_ops
 
-__all__ = ["CGInfo", "cg", "jacobi"]
+__all__ = ["CGInfo", "Jacobi", "cg", "jacobi"]
 
 
 class CGInfo(int):
@@ -46,12 +46,37 @@ def _matvec(A, name):
     )
 
 
-def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=None, check_every=1):
+def cg(
+    A,
+    b,
+    x0=None,
+    *,
+    rtol=1e-8,
+    atol=0.0,
+    maxiter=None,
+    M=None,
+    callback=None,
+    check_every=None,
+    device_loop=None,
+):
     """Conjugate gradients for symmetric positive definite ``A``, SciPy's conventions.
 
-    Converged when ``||r|| <= max(rtol * ||b||, atol)``.  Vector updates are
-    array expressions of the array module of ``b``; the only host
-    synchronization is the convergence check every ``check_every`` iterations.
+    Converged when ``||r|| <= max(rtol * ||b||, atol)``.
+
+    Two loops run the same iteration:
+
+    - the **device loop**, for hofem operators on a CUDA backend (and
+      restricted ones, :func:`hofem.restrict_dofs`) with no callback and
+      ``M`` None or a :class:`Jacobi`: CG's scalars and its convergence test
+      live on the device (:mod:`hofem.backends.cuda.cg`), vector updates are
+      fused with the reductions that follow them, ``/gpu/cuda/gen`` forms
+      ``p . Ap`` inside the operator kernel and replays the iteration as a
+      CUDA graph.  The host only looks every ``check_every`` iterations, and
+      the solve still stops at the iteration that converged.
+    - the **host loop** otherwise: vector updates are array expressions of the
+      array module of ``b``; the only host synchronization is the convergence
+      check every ``check_every`` iterations, and the reported count is the
+      multiple of ``check_every`` at which a check found convergence.
 
     Parameters
     ----------
@@ -67,10 +92,13 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         Preconditioner approximating ``A^{-1}`` (see :func:`jacobi`).
     callback : callable, optional
         ``callback(xk)`` after every iteration.
-    check_every : int, default 1
-        Iterations between convergence checks (each is one host sync); the
-        reported iteration count is then the multiple of it at which the check
-        found convergence.
+    check_every : int, optional
+        Iterations between host checks (each is one synchronization).  Default:
+        1 in the host loop; in the device loop as many iterations as run in
+        about 2.5 ms (measured during the solve), so checks cost about 2%.
+    device_loop : bool, optional
+        Default (None): the device loop where it applies.  False: always the
+        host loop.  True: the device loop, or ValueError where it does not apply.
 
     Returns
     -------
@@ -85,7 +113,7 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
         ``A`` or ``M`` of an unsupported type; ``b`` not an array.
     ValueError
         Shapes that disagree, non-positive ``maxiter``/``check_every``,
-        negative tolerances.
+        negative tolerances; ``device_loop=True`` where it does not apply.
     """
     ops = vector_ops(A, b)
     xp = ops.xp
@@ -95,8 +123,14 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     if rtol < 0 or atol < 0:
         raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
     maxiter = 10 * ops.length(b) if maxiter is None else int(maxiter)
-    if maxiter < 1 or int(check_every) < 1:
+    if maxiter < 1 or (check_every is not None and int(check_every) < 1):
         raise ValueError(f"maxiter and check_every must be >= 1, got {maxiter}, {check_every}")
+    device = _device_cg(A, b, x0, M, callback, device_loop)
+    if device is not None:
+        inv_diag = None if M is None else M.inv_diag
+        tol = max(rtol * ops.norm(b), atol)
+        return _device_solve(device, b, x0, tol, maxiter, inv_diag, check_every)
+    check_every = 1 if check_every is None else int(check_every)
     raw_matvec = _matvec(A, "A")
 
     def matvec(v):
@@ -168,6 +202,70 @@ def cg(A, b, x0=None, *, rtol=1e-8, atol=0.0, maxiter=None, M=None, callback=Non
     )
 
 
+def _device_cg(A, b, x0, M, callback, device_loop):
+    """The backend's device CG for this solve, or None for the host loop."""
+    why = None
+    backend = getattr(getattr(A, "ceed", None), "backend", None)
+    solver = None
+    if device_loop is False:
+        return None
+    if not isinstance(A, _OperatorBase) or not hasattr(backend, "device_cg"):
+        why = "A must be a hofem operator on a CUDA backend"
+    elif callback is not None:
+        why = "a callback needs every iterate on the host"
+    elif M is not None and not isinstance(M, Jacobi):
+        why = "M must be None or a Jacobi preconditioner (hofem.jacobi)"
+    else:
+        solver = backend.device_cg(A)
+        why = None if solver is not None else "A must be square (or restricted, restrict_dofs)"
+    if solver is not None:
+        backend.check_vector(b, "b", (A.shape[0],))
+        if x0 is not None:
+            backend.check_vector(x0, "x0", (A.shape[0],))
+        if M is not None:
+            backend.check_vector(M.inv_diag, "M.inv_diag", (A.shape[0],))
+    if device_loop and solver is None:
+        raise ValueError(f"device_loop=True does not apply: {why}; leave device_loop=None")
+    return solver
+
+
+def _device_solve(solver, b, x0, tol, maxiter, inv_diag, check_every):
+    """Run a :class:`~hofem.backends.cuda.cg.DeviceCG` and report as the host loop does."""
+    x, status, iterations, r_norm = solver.solve(b, x0, tol, maxiter, inv_diag, check_every)
+    if status == "converged":
+        return x, CGInfo(0, iterations, r_norm, "converged")
+    if status == "breakdown":
+        return x, CGInfo(
+            -1,
+            iterations + 1,
+            r_norm,
+            f"breakdown by iteration {iterations + 1} (||r|| = {r_norm:.3e}): p.Ap <= 0 or "
+            "NaN/Inf; A (and M) must be symmetric positive definite",
+        )
+    return x, CGInfo(
+        iterations,
+        iterations,
+        r_norm,
+        f"not converged in {iterations} iterations: ||r|| = {r_norm:.3e} > tol = {tol:.3e}",
+    )
+
+
+class Jacobi:
+    """Jacobi preconditioner ``r -> inv_diag * r``; make it with :func:`jacobi`.
+
+    Parameters
+    ----------
+    inv_diag : array (n,), float64
+        The inverse of ``diag(A)``, on the operator's backend.
+    """
+
+    def __init__(self, inv_diag):
+        self.inv_diag = inv_diag
+
+    def __call__(self, r):
+        return self.inv_diag * r
+
+
 def jacobi(op):
     """Jacobi preconditioner ``r -> r / diag(A)`` from the assembled diagonal.
 
@@ -178,8 +276,8 @@ def jacobi(op):
 
     Returns
     -------
-    callable
-        Applies the inverse diagonal to an L-vector.
+    Jacobi
+        Applies the inverse diagonal to an L-vector (callable).
 
     Raises
     ------
@@ -194,5 +292,4 @@ def jacobi(op):
             f"diagonal entry {int(zero[0])} is zero; Jacobi needs a nonzero "
             "diagonal (are constrained DOFs removed?)"
         )
-    inv_diag = 1.0 / diag
-    return lambda r: inv_diag * r
+    return Jacobi(1.0 / diag)

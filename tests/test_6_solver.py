@@ -7,6 +7,7 @@ import scipy.sparse.linalg
 from util import mass_operator, poisson_operator
 
 import hofem as hf
+from hofem import meshes
 
 
 def shifted_poisson(ceed):
@@ -98,3 +99,80 @@ def _zero_operator(ceed, like):
 
 def _negate(ctx, du, qdata, dv):
     dv[0] = -qdata[0] * du[0]
+
+
+def _cg_problems(ceed):
+    """(name, A, b): an operator, a composite one and a restricted one (Dirichlet)."""
+    rng = np.random.default_rng(1)
+    mass, _ = mass_operator(ceed, n=3, p=3, dim=3, warp=0.1)
+    space = hf.H1Space(ceed, meshes.box(3, dim=3), 3)
+    restricted = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+    problems = []
+    for name, A in (
+        ("operator", mass),
+        ("composite", shifted_poisson(ceed)),
+        ("restricted", restricted),
+    ):
+        problems.append((name, A, ceed.asarray(rng.standard_normal(A.shape[0]))))
+    return problems
+
+
+@pytest.mark.parametrize("precondition", [False, True])
+def test_device_loop_matches_the_host_loop(ceed, precondition):
+    """Both loops agree; the device loop stops at the same iteration however seldom it checks."""
+    device = hasattr(ceed.backend, "device_cg")
+    for name, A, b in _cg_problems(ceed):
+        M = hf.jacobi(A) if precondition else None
+        x_host, host = hf.cg(A, b, rtol=1e-9, M=M, device_loop=False)
+        x_one, one = hf.cg(A, b, rtol=1e-9, M=M, check_every=1)
+        assert host == 0 and one == 0, (name, one.message)
+        # other reduction orders: the threshold may be crossed one iteration apart
+        assert abs(one.iterations - host.iterations) <= 1, name
+        scale = float(np.linalg.norm(ceed.to_numpy(x_host)))
+        error = float(np.linalg.norm(ceed.to_numpy(x_one - x_host)))
+        assert error <= 1e-8 * scale, (name, error / scale)  # Krylov rounding
+        for check_every in (None, 7):
+            x, info = hf.cg(A, b, rtol=1e-9, M=M, check_every=check_every)
+            assert info == 0, (name, info.message)
+            if device or check_every is None:  # the same arithmetic as check_every=1
+                assert info.iterations == one.iterations, (name, check_every)
+                assert info.residual_norm == one.residual_norm
+                np.testing.assert_array_equal(ceed.to_numpy(x), ceed.to_numpy(x_one))
+            else:  # the host loop notices convergence at a multiple of check_every
+                assert info.iterations % check_every == 0
+                assert 0 <= info.iterations - one.iterations < check_every
+
+
+def test_device_loop_maxiter_breakdown_and_x0(ceed):
+    _, A, b = _cg_problems(ceed)[2]
+    x, info = hf.cg(A, b, maxiter=3, check_every=2)
+    x_host, _ = hf.cg(A, b, maxiter=3, device_loop=False)
+    assert info == 3 and info.iterations == 3 and "not converged in 3" in info.message
+    np.testing.assert_allclose(ceed.to_numpy(x), ceed.to_numpy(x_host), rtol=1e-12, atol=1e-14)
+    # restarting from the third iterate finishes the solve
+    x_full, full = hf.cg(A, b, rtol=1e-9)
+    x, rest = hf.cg(A, b, x0=x, rtol=1e-9)
+    assert full == 0 and rest == 0 and rest.iterations > 0
+    np.testing.assert_allclose(ceed.to_numpy(x), ceed.to_numpy(x_full), rtol=1e-6, atol=1e-9)
+    # an already converged start: no iteration
+    assert hf.cg(A, b, x0=x_full, rtol=1.0)[1].iterations == 0
+    space = hf.H1Space(ceed, meshes.box(3, dim=3), 3)
+    negative = hf.restrict_dofs(hf.diffusion(space, coefficient=-1.0), space.free_dofs())
+    _, info = hf.cg(negative, b)
+    assert info < 0 and "breakdown by iteration 1" in info.message
+
+
+def test_device_loop_validation(ceed):
+    _, A, b = _cg_problems(ceed)[0]
+    if not hasattr(ceed.backend, "device_cg"):
+        with pytest.raises(ValueError, match="device_loop=True does not apply: A must be a hofem"):
+            hf.cg(A, b, device_loop=True)
+        return
+    with pytest.raises(ValueError, match="device_loop=True does not apply: a callback"):
+        hf.cg(A, b, device_loop=True, callback=lambda x: None)
+    with pytest.raises(ValueError, match="M must be None or a Jacobi"):
+        hf.cg(A, b, device_loop=True, M=lambda r: r)
+    with pytest.raises(TypeError, match=r"b must be a cupy\.ndarray"):
+        hf.cg(A, ceed.to_numpy(b))
+    with pytest.raises(ValueError, match=r"x0 must have shape"):
+        hf.cg(A, b, x0=b[:-1])

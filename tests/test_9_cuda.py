@@ -203,6 +203,31 @@ def test_gen_fuses_and_matches_ref(gen, ref, dim, p, form, collocated):
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-12
 
 
+@pytest.mark.parametrize(("dim", "p"), [(1, 1), (2, 2), (2, 9), (3, 1), (3, 4), (3, 6), (3, 9)])
+@pytest.mark.parametrize("form", ["mass", "diffusion"])
+def test_gen_kernel_returns_u_dot_Au(gen, dim, p, form):
+    """CG's kernel variant: the block partial sums add up to u . Au, and a stop skips it."""
+    n = {1: 40, 2: 12, 3: 6}[dim]  # more blocks than one, threads idle where T_1D > P_1d
+    op, _ = box_operator(gen, form, n, p, dim, warp=0.1)
+    _check_dot(gen, op)
+
+
+def _check_dot(gen, op):
+    """``apply_dot``'s partial sums add up to u . Au; a stopped CG's status skips it."""
+    run = gen.backend.cg_apply_dot(op)
+    assert run is not None
+    u = cupy.random.default_rng(3).standard_normal(op.shape[1])
+    v = cupy.zeros_like(u)
+    partial = cupy.full(run.num_blocks, cupy.nan)  # (blocks,) every entry written
+    status = cupy.zeros(3, dtype=cupy.int64)
+    run.apply_dot(u, v, partial, status)
+    assert rel_error(v.get(), op(u).get()) < 1e-13
+    assert float(partial.sum()) == pytest.approx(float(cupy.vdot(u, v)), rel=1e-12)
+    status[0] = 1  # a stopped solve: the kernel leaves everything as it is
+    run.apply_dot(u, v, partial, status)
+    assert rel_error(v.get(), op(u).get()) < 1e-13
+
+
 def test_gen_vector_and_setup_operators(gen, ref):
     """Three-component fields fuse too."""
     from hofem import meshes
@@ -244,6 +269,7 @@ def test_gen_two_active_outputs_and_context(gen, ref):
         u = np.random.default_rng(6).standard_normal(op.shape[1])
         if ceed is gen:
             assert _fused(op)
+            _check_dot(gen, op)  # u . Au sums over both outputs
         results.append(ceed.to_numpy(op(ceed.asarray(u))))
     assert rel_error(*results) < 1e-12
 

@@ -86,16 +86,22 @@ def _fused_operators():
 
 
 def test_generated_operator_kernels_compile(tmp_path):
-    from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
+    from hofem.backends.cuda.operator_fuse import dot_pairs, fusable_shape, kernel_source
 
     jobs = []
+    dots = 0
     for k, op in enumerate(_fused_operators()):
         shape = fusable_shape(op, 16)
         assert shape is not None, f"operator {k} ({op.qf.name}) does not fuse"
+        # the CG variant (u . Au partial sums) for square operators on one restriction
+        variants = (False, True) if dot_pairs(op) is not None else (False,)
+        dots += len(variants) - 1
         for collocated in (False, True):
-            path = tmp_path / f"op{k}-{int(collocated)}.cu"
-            path.write_text(kernel_source(op, shape, collocated))
-            jobs.append(path)
+            for dot in variants:
+                path = tmp_path / f"op{k}-{int(collocated)}-{int(dot)}.cu"
+                path.write_text(kernel_source(op, shape, collocated, dot=dot))
+                jobs.append(path)
+    assert dots == 10  # the apply operators: 8 scalar and 2 vector ones
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

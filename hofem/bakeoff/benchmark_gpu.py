@@ -14,6 +14,7 @@ Usage::
     python -m hofem.bakeoff bench-gpu [--ceed /gpu/cuda/batched] [--orders 1 2 ... 8]
         [--problems bp1 bp3] [--dofs 1.2e7] [--repeat 10]
         [--cases copy basis restriction operator cg tet] [--tet-points 1.2e8]
+        [--cg-loops device host]
 """
 
 import math
@@ -119,7 +120,7 @@ def bench_restriction(ceed, p, dofs, repeat):
         backend.scatter = type(backend).scatter
 
 
-def bench_operator(ceed, bp, p, dofs, repeat, cg_iters, geometry="stored"):
+def bench_operator(ceed, bp, p, dofs, repeat, cg_iters, geometry="stored", loops=("device",)):
     import cupy
 
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
@@ -132,19 +133,23 @@ def bench_operator(ceed, bp, p, dofs, repeat, cg_iters, geometry="stored"):
     base = dict(backend=ceed.resource, bp=bp, p=p, q=p + 2, num_elem=n**3, dofs=num_dofs)
     base.update(geometry=geometry, geometry_used=parts["geometry"])
     emit(case="operator", **base, seconds=seconds, dofs_per_s=num_dofs / seconds)
-    if cg_iters:
-        b = op(u)
-
-        def solve():
-            return hf.cg(op, b, rtol=1e-30, maxiter=cg_iters, check_every=cg_iters)
+    apply_rate = num_dofs / seconds
+    b = op(u) if cg_iters else None
+    for loop in loops if cg_iters else ():
+        # default convergence checks: every iteration on the host, automatic on the device
+        def solve(device=loop == "device"):
+            return hf.cg(op, b, rtol=1e-30, maxiter=cg_iters, device_loop=device)
 
         seconds = time_events(solve, repeat, warmup=1)
+        rate = num_dofs * cg_iters / seconds
         emit(
             case="cg",
             **base,
+            loop=loop,
             iterations=cg_iters,
             seconds=seconds,
-            dofs_iter_per_s=num_dofs * cg_iters / seconds,
+            dofs_iter_per_s=rate,
+            cg_over_apply=rate / apply_rate,
         )
 
 
@@ -209,6 +214,13 @@ def parse_args(argv):
     )
     parser.add_argument("--repeat", type=positive_int, default=10, help="timed calls per case")
     parser.add_argument("--cg-iters", type=positive_int, default=20, help="CG iterations timed")
+    parser.add_argument(
+        "--cg-loops",
+        nargs="+",
+        default=["device"],
+        choices=["device", "host"],
+        help="CG loops timed (hf.cg's device_loop True/False)",
+    )
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES + EXTRA_CASES)
     parser.add_argument(
         "--tet-points", type=positive_float, default=1.2e8, help="cap on quadrature points (tet)"
@@ -231,7 +243,9 @@ def main(argv=None):
         if "operator" in args.cases or "cg" in args.cases:
             iters = args.cg_iters if "cg" in args.cases else 0
             for bp in args.problems:
-                bench_operator(ceed, bp, p, args.dofs, args.repeat, iters, args.geometry)
+                bench_operator(
+                    ceed, bp, p, args.dofs, args.repeat, iters, args.geometry, args.cg_loops
+                )
                 cupy.get_default_memory_pool().free_all_blocks()
         if "tet" in args.cases:
             bench_tet(ceed, args.problems, p, args.dofs, args.tet_points, args.repeat)

@@ -1,33 +1,161 @@
-// Conjugate-gradient vector update fused with the next residual norm.
+// Conjugate-gradient kernels: vector updates fused with the reductions that follow
+// them, and CG's scalars and control kept on the device (cg.py).
 //
-// x += alpha p;  r -= alpha Ap;  partial[block] = sum over the block's entries of r^2
-// with alpha = rz / pAp (1 in place of a non-positive pAp; the solver flags that as a
-// breakdown).  The host sums `partial` (one entry per block: a fixed grid makes the
-// result bitwise reproducible).  Launch with a multiple of 32 threads, at most 1024.
+// Reductions write one partial sum per block (a fixed grid and block_sum's fixed
+// order make every result bitwise reproducible); the one-block kernels cg_alpha and
+// cg_beta add the partials and form the next scalars.  The device CG's state:
+//   s (NUM_SCALARS,) float64: rz = r . z, alpha, beta, rr = r . r, tol, pAp
+//   f (NUM_FLAGS,) int64: status (RUNNING until it stops: CONVERGED, BREAKDOWN
+//                         (pAp), MAXITER_REACHED or NONFINITE (r)), iterations done, maxiter
+// Every kernel of the iteration returns at once unless the status is RUNNING, so a
+// host that checks only every k iterations finds the iterate and count of the
+// iteration that stopped.  Launch the vector kernels with at most 1024 threads.
+#include "reduce.cuh"
 
+enum { S_RZ, S_ALPHA, S_BETA, S_RR, S_TOL, S_PAP, NUM_SCALARS };
+enum { F_STATUS, F_ITERATIONS, F_MAXITER, NUM_FLAGS };
+enum { RUNNING, CONVERGED, BREAKDOWN, MAXITER_REACHED, NONFINITE };
+
+#define GRID_STRIDE(i, n)                                                      \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)gridDim.x * blockDim.x)
+
+// Sum of partial[0..n), by one block.
+__device__ __forceinline__ double sum_partials(const double *__restrict__ partial,
+                                               const long long n, double *scratch) {
+  double sum = 0.0;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) sum += partial[i];
+  return block_sum(sum, scratch, threadIdx.x, blockDim.x);
+}
+
+// x += alpha p;  r -= alpha Ap;  partial[block] = the block's part of r . r, with
+// alpha = rz / pAp (1 in place of a non-positive pAp; the host solver flags that as a
+// breakdown).  The host-driven CG's step (vector_ops.CupyVectorOps).
 extern "C" __global__ void update_xr_rr(const long long n, const double *__restrict__ rz,
                                         const double *__restrict__ pAp,
                                         const double *__restrict__ p,
                                         const double *__restrict__ Ap, double *__restrict__ x,
                                         double *__restrict__ r, double *__restrict__ partial) {
+  __shared__ double scratch[1024];
   const double alpha = *rz / (*pAp > 0.0 ? *pAp : 1.0);
   double sum = 0.0;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  GRID_STRIDE(i, n) {
     x[i] += alpha * p[i];
     const double r_i = r[i] - alpha * Ap[i];
     r[i] = r_i;
     sum += r_i * r_i;
   }
-  __shared__ double warp_sums[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (lane == 0) warp_sums[warp] = sum;
-  __syncthreads();
-  if (warp == 0) {
-    sum = lane < (int)(blockDim.x / 32) ? warp_sums[lane] : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2)
-      sum += __shfl_down_sync(0xffffffffu, sum, offset);
-    if (lane == 0) partial[blockIdx.x] = sum;
+  sum = block_sum(sum, scratch, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// partial[block] = the block's part of a . b (operators that do not return p . Ap).
+extern "C" __global__ void cg_dot(const long long n, const double *__restrict__ a,
+                                  const double *__restrict__ b, double *__restrict__ partial,
+                                  const long long *__restrict__ f) {
+  __shared__ double scratch[1024];
+  if (f[F_STATUS] != RUNNING) return;
+  double sum = 0.0;
+  GRID_STRIDE(i, n) sum += a[i] * b[i];
+  sum = block_sum(sum, scratch, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// v[index[i]] = 0 for i < m: Ap on the constrained DOFs of a restricted operator.
+extern "C" __global__ void cg_zero_entries(const long long m,
+                                           const long long *__restrict__ index,
+                                           double *__restrict__ v,
+                                           const long long *__restrict__ f) {
+  if (f[F_STATUS] != RUNNING) return;
+  GRID_STRIDE(i, m) v[index[i]] = 0.0;
+}
+
+// One block: pAp = sum of the operator's partials; alpha = rz / pAp.  A non-finite
+// pAp, or pAp <= 0 with rz != 0 (A not positive definite), stops the solve as a
+// breakdown before x and r change.
+extern "C" __global__ void cg_alpha(const double *__restrict__ pap_partial, const long long n,
+                                    double *__restrict__ s, long long *__restrict__ f) {
+  __shared__ double scratch[1024];
+  if (f[F_STATUS] != RUNNING) return;
+  const double pAp = sum_partials(pap_partial, n, scratch);
+  if (threadIdx.x == 0) {
+    const double rz = s[S_RZ];
+    s[S_PAP] = pAp;
+    if (!isfinite(pAp) || (pAp <= 0.0 && rz != 0.0)) f[F_STATUS] = BREAKDOWN;
+    s[S_ALPHA] = rz / (pAp > 0.0 ? pAp : 1.0);
+  }
+}
+
+// r -= alpha Ap; per-block parts of r . r and of r . z with z = inv_diag r (Jacobi;
+// inv_diag null: no preconditioner, rz_partial unused).  x is updated in cg_update_px.
+extern "C" __global__ void cg_update_r(const long long n, const double *__restrict__ s,
+                                       const long long *__restrict__ f,
+                                       const double *__restrict__ Ap, double *__restrict__ r,
+                                       const double *__restrict__ inv_diag,
+                                       double *__restrict__ rr_partial,
+                                       double *__restrict__ rz_partial) {
+  __shared__ double scratch[1024];
+  if (f[F_STATUS] != RUNNING) return;
+  const double alpha = s[S_ALPHA];
+  double rr = 0.0, rz = 0.0;
+  GRID_STRIDE(i, n) {
+    const double r_i = r[i] - alpha * Ap[i];
+    r[i] = r_i;
+    rr += r_i * r_i;
+    if (inv_diag) rz += r_i * inv_diag[i] * r_i;
+  }
+  rr = block_sum(rr, scratch, threadIdx.x, blockDim.x);
+  if (inv_diag) rz = block_sum(rz, scratch, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) {
+    rr_partial[blockIdx.x] = rr;
+    if (inv_diag) rz_partial[blockIdx.x] = rz;
+  }
+}
+
+// One block: count the iteration, test ||r|| <= tol and maxiter, beta = rz_new / rz.
+// rz_partial null: unpreconditioned, rz_new = rr.  A non-finite residual stops the
+// solve as NONFINITE (x's update of this iteration is still pending, as for CONVERGED
+// and MAXITER_REACHED: the host adds alpha p).
+extern "C" __global__ void cg_beta(const double *__restrict__ rr_partial,
+                                   const double *__restrict__ rz_partial, const long long n,
+                                   double *__restrict__ s, long long *__restrict__ f) {
+  __shared__ double scratch[1024];
+  if (f[F_STATUS] != RUNNING) return;
+  const double rr = sum_partials(rr_partial, n, scratch);
+  const double rz_new = rz_partial ? sum_partials(rz_partial, n, scratch) : rr;
+  if (threadIdx.x == 0) {
+    const long long iterations = f[F_ITERATIONS] + 1;
+    f[F_ITERATIONS] = iterations;
+    s[S_RR] = rr;
+    const double r_norm = sqrt(rr);
+    if (!isfinite(r_norm) || !isfinite(rz_new))
+      f[F_STATUS] = NONFINITE;
+    else if (r_norm <= s[S_TOL])
+      f[F_STATUS] = CONVERGED;
+    else if (iterations >= f[F_MAXITER])
+      f[F_STATUS] = MAXITER_REACHED;
+    const double rz = s[S_RZ];
+    s[S_BETA] = rz_new / (rz != 0.0 ? rz : 1.0);
+    s[S_RZ] = rz_new;
+  }
+}
+
+// x += alpha p (this iteration's, deferred from cg_update_r: p is read here anyway);
+// p = z + beta p with z = inv_diag r (or r); Ap = 0 for an operator that adds into it
+// (Ap null: not zeroed).
+extern "C" __global__ void cg_update_px(const long long n, const double *__restrict__ s,
+                                        const long long *__restrict__ f,
+                                        const double *__restrict__ r,
+                                        const double *__restrict__ inv_diag,
+                                        double *__restrict__ x, double *__restrict__ p,
+                                        double *__restrict__ Ap) {
+  if (f[F_STATUS] != RUNNING) return;
+  const double alpha = s[S_ALPHA], beta = s[S_BETA];
+  GRID_STRIDE(i, n) {
+    const double p_i = p[i];
+    x[i] += alpha * p_i;
+    const double z_i = inv_diag ? inv_diag[i] * r[i] : r[i];
+    p[i] = z_i + beta * p_i;
+    if (Ap) Ap[i] = 0.0;
   }
 }

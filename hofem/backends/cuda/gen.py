@@ -24,13 +24,23 @@ class CudaGenBackend(CudaBatchedBackend):
 
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
-        from .operator_fuse import fusable_shape, fused_operator
+        from .operator_fuse import FusedOperator, fusable_shape
 
         def build(op):
             shape = fusable_shape(op, _MAX_T_1D)
-            return None if shape is None else fused_operator(op, shape)
+            return None if shape is None else FusedOperator(op, shape)
 
         return self._traced(op, "gen", build)
+
+    def cg_apply_dot(self, op):
+        """``op``'s fused kernel where it can also return ``u . Au`` (``dot_pairs``), or None."""
+        from ...operator import Operator
+        from .operator_fuse import dot_pairs
+
+        if not isinstance(op, Operator):
+            return None
+        run = self._fused_operator(op)
+        return run if run is not None and dot_pairs(op) is not None else None
 
     def operator_apply_add(self, op, u, v):
         """v += A u in one fused kernel, or by the batched stages when ``op`` cannot fuse."""

@@ -10,6 +10,14 @@ points, contracts the outputs back, and adds them to the output L-vector with
 atomics.  Stored inputs (``EVAL_NONE``, e.g. qdata) are read at the points;
 quadrature weights come from a small table.
 
+A second variant of the kernel (``dot=True``) also returns the block partial
+sums of ``u . Au`` for CG.  With ``A = G^T B^T D B G``, ``u . Au = sum_e
+(B G_e u) . (D B G_e u)``: at each point the kernel adds the active input's
+values (or gradients) times the QFunction's outputs, both already in
+registers, so ``p^T A p`` costs no pass over the vectors and no extra load.
+It needs each active output paired with an active input of the same
+restriction, basis and evaluation mode (:func:`dot_pairs`).
+
 The generated source defines the sizes (``DIM``, ``P_1D``, ``Q_1D``, ...)
 and includes ``basis_tensor.cuh``; it is compiled by NVRTC once per source
 (CuPy also caches it on disk).
@@ -31,7 +39,7 @@ from . import kernels
 from .batched import device_layout
 from .ref import cupy
 
-__all__ = ["fusable_shape", "fused_operator", "kernel_source"]
+__all__ = ["FusedOperator", "dot_pairs", "fusable_shape", "kernel_source"]
 
 _HERE = pathlib.Path(__file__).parent
 # threads per block of the fused kernels: fewer than the basis kernels' 256 (more
@@ -67,6 +75,50 @@ def fusable_shape(op, max_t_1d):
     if shape is None or any((b.dim, b.Q_1d) != (shape[0], shape[2]) for b in weights):
         return None
     return shape
+
+
+def _same_restriction(a, b):
+    """Whether two restrictions gather the same entries (the same object or device offsets)."""
+    if a is b:
+        return True
+    layout = lambda r: (r.num_elem, r.elem_size, r.num_comp, r.l_size, r.component_stride)  # noqa: E731
+    da, db = a.backend_data, b.backend_data
+    if layout(a) != layout(b) or a.is_oriented or b.is_oriented:
+        return False
+    return da["identity"] == db["identity"] and (da["identity"] or da["indices"] is db["indices"])
+
+
+def dot_pairs(op):
+    """``(input index, output index)`` pairs whose point values give ``u . Au``, or None.
+
+    ``u^T A u = sum_e sum_points (B G_e u) . y_e`` where ``y_e`` are the
+    QFunction's outputs: every active output must have an active input of the
+    same restriction, basis and evaluation mode (interp or grad), and every
+    active field one restriction ``G``.  Needs a square operator.
+    """
+    out_size, in_size = op.shape
+    active_in = [k for k, f in enumerate(op.input_fields) if f.is_active]
+    active_out = [k for k, f in enumerate(op.output_fields) if f.is_active]
+    if out_size != in_size or not active_in or not active_out:
+        return None
+    first = op.input_fields[active_in[0]].restriction
+    fields = [op.input_fields[k] for k in active_in] + [op.output_fields[k] for k in active_out]
+    if not all(_same_restriction(first, f.restriction) for f in fields):
+        return None
+    pairs = []
+    for o in active_out:
+        out = op.output_fields[o]
+        match = [
+            k
+            for k in active_in
+            if out.eval_mode in _BASIS_MODES
+            and op.input_fields[k].eval_mode is out.eval_mode
+            and op.input_fields[k].basis is out.basis
+        ]
+        if not match:
+            return None
+        pairs.append((match[0], o))
+    return pairs
 
 
 def _index_type(field):
@@ -210,7 +262,7 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(op, shape, collocated=False):
+def kernel_source(op, shape, collocated=False, dot=False):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -223,14 +275,26 @@ def kernel_source(op, shape, collocated=False):
         Gradients as interpolation then the collocated derivative ``D`` (Q_1d,
         Q_1d) at the points (``hofem.basis.collocated_grad``): the kernel takes
         ``D`` after ``Gt``.
+    dot : bool
+        Also write ``dot_partial[block]``, the block's part of ``u . Au``, and
+        return at once while ``*status`` (CG's, :mod:`.cg`) is nonzero: two more
+        parameters after the fields.  Needs :func:`dot_pairs`.
 
     Returns
     -------
     str
         Source that includes ``basis_tensor.cuh`` (compile with ``-I`` this folder).
+
+    Raises
+    ------
+    ValueError
+        ``dot`` for an operator whose :func:`dot_pairs` is None.
     """
     elems, _ = kernels.basis_block(*shape, FUSED_THREADS)
     dim, P_1d, Q_1d = shape
+    pairs = dot_pairs(op) if dot else []
+    if pairs is None:
+        raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     src = _Source(dim, collocated)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
@@ -242,6 +306,10 @@ def kernel_source(op, shape, collocated=False):
     defines = {"DIM": dim, "P_1D": P_1d, "Q_1D": Q_1d, "T_1D": max(P_1d, Q_1d)}
     defines["ELEMS_PER_BLOCK"] = elems
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    if pairs:  # u . Au: the paired inputs' point values times the outputs
+        rows = [(i, o, row) for i, o in pairs for row in range(op.output_fields[o].size)]
+        terms = " + ".join(f"{loads[i](row)} * {stores[o](row)}" for i, o, row in rows)
+        body = [*body, f"if (qok) dot += {terms};"]
     point = "\n      ".join(body)
     stage = "\n    ".join(src.lines)
     finish = "\n    ".join(epilogue)
@@ -254,6 +322,11 @@ def kernel_source(op, shape, collocated=False):
             "const double *__restrict__ Gt",
             *(["const double *__restrict__ D"] if collocated else []),
             *src.params,
+            *(
+                ["double *__restrict__ dot_partial", "const long long *__restrict__ status"]
+                if dot
+                else []
+            ),
         ]
     )
     load_d = (
@@ -262,14 +335,23 @@ def kernel_source(op, shape, collocated=False):
         if collocated
         else ""
     )
+    # the dot variant: skip when CG has stopped; one partial sum per block at the end
+    dot_begin = "if (*status != 0) return;\n  double dot = 0.0;\n  " if dot else ""
+    dot_end = (
+        "\n  const double block_dot = block_sum(dot, s_buf, tid, NUM_THREADS);"
+        "\n  if (tid == 0) dot_partial[blockIdx.x] = block_dot;"
+        if dot
+        else ""
+    )
     return f"""{head}#include "basis_tensor.cuh"
+#include "reduce.cuh"
 
 extern "C" __global__ void apply(
     {params}) {{
   __shared__ double s_B[MAT_SIZE], s_G[MAT_SIZE], s_Bt[MAT_SIZE], s_Gt[MAT_SIZE];
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
-  {load_d}load_matrices(B, G, s_B, s_G, tid);
+  {dot_begin}{load_d}load_matrices(B, G, s_B, s_G, tid);
   load_matrices(Bt, Gt, s_Bt, s_Gt, tid);
   double *buf = s_buf + slot * BUF_SIZE;
   for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
@@ -281,7 +363,7 @@ extern "C" __global__ void apply(
       {point}
     }}
     {finish}
-  }});
+  }});{dot_end}
 }}
 """
 
@@ -291,8 +373,11 @@ def _compile(code):
     return cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}")).get_function("apply")
 
 
-def fused_operator(op, shape):
-    """Generate, compile and bind ``op``'s fused kernel.
+class FusedOperator:
+    """``op``'s fused kernel, generated, compiled and bound to its fields.
+
+    ``run(u, v)`` adds ``A u`` to ``v`` for the active L-vectors (either may be
+    None when the operator has no active input or output).
 
     Parameters
     ----------
@@ -302,46 +387,74 @@ def fused_operator(op, shape):
     shape : tuple
         ``(dim, P_1d, Q_1d)`` from :func:`fusable_shape`.
 
-    Returns
-    -------
-    callable
-        ``run(u, v)``: ``v (l_size,) += A u`` for the active L-vectors (either may
-        be None when the operator has no active input or output).
+    Attributes
+    ----------
+    num_blocks : int
+        Blocks of the launch grid: entries of the partial sums of :meth:`apply_dot`.
     """
-    b = next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode in _BASIS_MODES)
-    data = b.backend_data
-    matrices = [data[key] for key in ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")]
-    D = data["collocated"]  # (Q_1d, Q_1d) or None: see CudaBatchedBackend.collocated
-    if D is not None:
-        matrices.append(D)
-    dim, P_1d, Q_1d = shape
-    elems, block = kernels.basis_block(dim, P_1d, Q_1d, FUSED_THREADS)
-    kernel = _compile(kernel_source(op, shape, collocated=D is not None))
-    weights = {}
-    for field in op.input_fields:
-        if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in weights:
-            w = field.basis.q_weight_1d  # (Q_1d,)
-            tensor = functools.reduce(np.multiply.outer, [w] * dim).ravel()  # (Q_1d^dim,)
-            weights[id(field.basis)] = cupy.asarray(tensor)
-    E = op.num_elem
-    grid = (max(1, min(-(-E // elems), 1 << 20)),)
 
-    def indices(field):
+    def __init__(self, op, shape):
+        b = next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode in _BASIS_MODES)
+        data = b.backend_data
+        matrices = [data[key] for key in ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")]
+        D = data["collocated"]  # (Q_1d, Q_1d) or None: see CudaBatchedBackend.collocated
+        if D is not None:
+            matrices.append(D)
+        self._op, self._shape, self._collocated = op, shape, D is not None
+        self._matrices = matrices
+        elems, self._block = kernels.basis_block(*shape, FUSED_THREADS)
+        self._kernel = _compile(kernel_source(op, shape, collocated=self._collocated))
+        self._dot_kernel = None  # compiled on the first apply_dot
+        self._weights = {}
+        for field in op.input_fields:
+            if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in self._weights:
+                w = field.basis.q_weight_1d  # (Q_1d,)
+                tensor = functools.reduce(np.multiply.outer, [w] * shape[0]).ravel()
+                self._weights[id(field.basis)] = cupy.asarray(tensor)  # (Q_1d^dim,)
+        self.num_blocks = max(1, min(-(-op.num_elem // elems), 1 << 20))
+
+    @staticmethod
+    def _indices(field):
         r = field.restriction
         if r.backend_data["identity"]:
             return ()
         return r.backend_data["indices"], np.int64(r.component_stride)  # (num_elem * elem_size,)
 
-    def run(u, v):
-        args = [np.int32(E), *matrices]
+    def _args(self, u, v):
+        op = self._op
+        args = [np.int32(op.num_elem), *self._matrices]
         for field in op.input_fields:
             if field.eval_mode is EVAL_WEIGHT:
-                args.append(weights[id(field.basis)])
+                args.append(self._weights[id(field.basis)])
             else:
-                args += [u if field.is_active else field.vector, *indices(field)]
+                args += [u if field.is_active else field.vector, *self._indices(field)]
         for field in op.output_fields:
             if field.is_active:
-                args += [v, *indices(field)]
-        kernel(grid, block, tuple(args))
+                args += [v, *self._indices(field)]
+        return args
 
-    return run
+    def __call__(self, u, v):
+        """``v (l_size,) += A u``; either may be None without an active input or output."""
+        self._kernel((self.num_blocks,), self._block, tuple(self._args(u, v)))
+
+    def apply_dot(self, u, v, dot_partial, status):
+        """``v += A u`` and ``dot_partial[b]``, block ``b``'s part of ``u . Au``.
+
+        Parameters
+        ----------
+        u, v : cupy.ndarray (l_size,), float64
+            ``v`` must be zero for the partial sums to add up to ``u . Au``.
+        dot_partial : cupy.ndarray (num_blocks,), float64
+        status : cupy.ndarray (1,) or more, int64
+            The kernel does nothing while ``status[0]`` is nonzero (a stopped CG).
+
+        Raises
+        ------
+        ValueError
+            The operator has no :func:`dot_pairs`.
+        """
+        if self._dot_kernel is None:
+            code = kernel_source(self._op, self._shape, collocated=self._collocated, dot=True)
+            self._dot_kernel = _compile(code)
+        args = (*self._args(u, v), dot_partial, status)
+        self._dot_kernel((self.num_blocks,), self._block, args)

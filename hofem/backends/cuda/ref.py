@@ -77,6 +77,23 @@ class CudaRefBackend(RefBackend):
         """``v += w[index]`` in one kernel: no ``w[index]`` temporary (an n-vector per call)."""
         _gather_add_kernel()(w, index, v)
 
+    def device_cg(self, A):
+        """A :class:`~hofem.backends.cuda.cg.DeviceCG` for ``A``, or None where it cannot run.
+
+        :func:`hofem.cg` uses it for square operators (and restricted ones):
+        CG's scalars and convergence test on the device, no per-iteration sync.
+        """
+        from .cg import DeviceCG, supports
+
+        return DeviceCG(A) if supports(A) else None
+
+    def cg_apply_dot(self, op):
+        """The operator's ``apply_dot(u, v, partial, status)`` (``u . Au`` in its kernel), or None.
+
+        None here: the device CG applies ``op`` and adds ``p . Ap`` in a kernel of its own.
+        """
+        return None
+
     def synchronize(self):
         """Wait for the current device's queued work (before reading host clocks)."""
         cupy.cuda.Device().synchronize()
