@@ -134,10 +134,11 @@ def test_device_loop_matches_the_host_loop(ceed, precondition):
         for check_every in (None, 7):
             x, info = hf.cg(A, b, rtol=1e-9, M=M, check_every=check_every)
             assert info == 0, (name, info.message)
-            if device or check_every is None:  # the same arithmetic as check_every=1
-                assert info.iterations == one.iterations, (name, check_every)
-                assert info.residual_norm == one.residual_norm
-                np.testing.assert_array_equal(ceed.to_numpy(x), ceed.to_numpy(x_one))
+            if device or check_every is None:  # the same iteration as check_every=1
+                # (to rounding: GPU operators add into Ap with atomics, in no fixed order)
+                assert abs(info.iterations - one.iterations) <= 1, (name, check_every)
+                error = float(np.linalg.norm(ceed.to_numpy(x - x_one)))
+                assert error <= 1e-8 * scale, (name, check_every, error / scale)
             else:  # the host loop notices convergence at a multiple of check_every
                 assert info.iterations % check_every == 0
                 assert 0 <= info.iterations - one.iterations < check_every
