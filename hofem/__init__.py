@@ -14,7 +14,7 @@ from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import ElemRestriction
-from .solvers import cg, jacobi
+from .solvers import Jacobi, cg, jacobi
 from .space import H1Space
 
 __version__ = "0.1.0"
@@ -26,6 +26,7 @@ __all__ = [
     "Ceed",
     "H1Space",
     "CompositeOperator",
+    "Jacobi",
     "ElemRestriction",
     "Operator",
     "QFunction",

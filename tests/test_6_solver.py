@@ -39,7 +39,9 @@ def test_jacobi_reduces_iterations_and_linear_operator(ceed):
     op = shifted_poisson(ceed)
     b = ceed.asarray(np.ones(op.shape[0]))
     _, plain = hf.cg(op, b, rtol=1e-9)
-    x, pre = hf.cg(op.as_linear_operator(), b, rtol=1e-9, M=hf.jacobi(op))
+    M = hf.jacobi(op)
+    assert isinstance(M, hf.Jacobi) and M.inv_diag.shape == (op.shape[0],)
+    x, pre = hf.cg(op.as_linear_operator(), b, rtol=1e-9, M=M)
     assert plain == 0 and pre == 0
     assert pre.iterations < plain.iterations
     residual = ceed.to_numpy(b - op(x))
