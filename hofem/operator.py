@@ -406,6 +406,21 @@ class SubOperator(_OperatorBase):
     def shape(self):
         return (self._free.size, self._free.size)
 
+    @property
+    def free_dofs(self):
+        """The free L-vector indices, ``(n_free,)`` on the backend (read them, do not write)."""
+        return self._free
+
+    @property
+    def work_vectors(self):
+        """The two ``(in_size,)`` L-vectors ``apply`` works in: input and output.
+
+        Their constrained entries are zero when ``apply`` reads them; a solver may
+        use them as its own work space between applies if it keeps those entries
+        zero (the CUDA device CG does, for ``p`` and ``A p``).
+        """
+        return self._u, self._v
+
     def vector_ops(self):
         """The vector operations of the wrapped operator (parallel ones reduce across ranks)."""
         return self.op.vector_ops()

@@ -148,6 +148,8 @@ def test_device_loop_matches_the_host_loop(ceed, precondition):
 
 def test_device_loop_maxiter_breakdown_and_x0(ceed):
     _, A, b = _cg_problems(ceed)[2]
+    assert A.free_dofs.shape == (A.shape[0],)
+    assert all(w.shape == A.op.shape[:1] for w in A.work_vectors)
     x, info = hf.cg(A, b, maxiter=3, check_every=2)
     x_host, _ = hf.cg(A, b, maxiter=3, device_loop=False)
     assert info == 3 and info.iterations == 3 and "not converged in 3" in info.message

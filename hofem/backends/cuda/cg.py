@@ -91,7 +91,7 @@ class DeviceCG:
     def __init__(self, A):
         self.A = A
         if isinstance(A, SubOperator):
-            self.inner, self.free = A.op, A._free  # free: (n_free,) device indices
+            self.inner, self.free = A.op, A.free_dofs  # free: (n_free,) device indices
         else:
             self.inner, self.free = A, None
         self.n = self.inner.shape[0]
@@ -154,9 +154,11 @@ class DeviceCG:
         rr = float(cupy.vdot(r, r))
         if math.sqrt(rr) <= tol:
             return self._result(x, RUNNING, 0, math.sqrt(rr))
-        # p and Ap: a restricted operator's scratch L-vectors (zero where constrained)
-        p = self.A._u if self.free is not None else cupy.empty(self.n)
-        Ap = self.A._v if self.free is not None else cupy.empty(self.n)
+        # p and Ap: a restricted operator's work L-vectors (zero where constrained)
+        if self.free is not None:
+            p, Ap = self.A.work_vectors
+        else:
+            p, Ap = cupy.empty(self.n), cupy.empty(self.n)
         p[...] = r if inv is None else inv * r  # z
         Ap[...] = 0.0
         s = cupy.zeros(NUM_SCALARS)  # (NUM_SCALARS,) the scalars of cg.cu
