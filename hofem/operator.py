@@ -1,5 +1,6 @@
 """Operators: G^T B^T D B G composed from fields (libCEED's ``CeedOperator``)."""
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +14,7 @@ from .constants import (
     VECTOR_ACTIVE,
     VECTOR_NONE,
 )
+from .memory import chunk_ranges
 from .restriction import ElemRestriction, index_dtype
 from .vector_ops import backend_vector_ops
 
@@ -410,6 +412,19 @@ class SubOperator(_OperatorBase):
     def free_dofs(self):
         """The free L-vector indices, ``(n_free,)`` on the backend (read them, do not write)."""
         return self._free
+
+    @functools.cached_property
+    def constrained_dofs(self):
+        """The L-vector indices not in ``free_dofs``, ``(in_size - n_free,)`` int64, sorted.
+
+        Made once, on the backend, by a mask and ``nonzero`` over chunks (a
+        whole-vector ``nonzero`` would hold an int64 scan of ``in_size`` entries).
+        """
+        xp, n = self.ceed.xp, self.op.shape[1]
+        mask = xp.ones(n, dtype=bool)  # (in_size,)
+        mask[self._free] = False
+        parts = [xp.nonzero(mask[a:b])[0] + a for a, b in chunk_ranges(n, 1, 1 << 26)]
+        return xp.concatenate(parts).astype(np.int64)
 
     @property
     def work_vectors(self):

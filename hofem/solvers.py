@@ -32,6 +32,31 @@ class CGInfo(int):
     def __repr__(self):
         return f"CGInfo({int(self)}, iterations={self.iterations}, message={self.message!r})"
 
+    @classmethod
+    def converged(cls, iterations, residual_norm):
+        return cls(0, iterations, residual_norm, "converged")
+
+    @classmethod
+    def breakdown(cls, iteration, residual_norm):
+        """``-1``: ``p.Ap <= 0`` or NaN/Inf seen by ``iteration``."""
+        return cls(
+            -1,
+            iteration,
+            residual_norm,
+            f"breakdown by iteration {iteration} (||r|| = {residual_norm:.3e}): p.Ap <= 0 or "
+            "NaN/Inf; A (and M) must be symmetric positive definite",
+        )
+
+    @classmethod
+    def not_converged(cls, iterations, residual_norm, tol):
+        return cls(
+            iterations,
+            iterations,
+            residual_norm,
+            f"not converged in {iterations} iterations: ||r|| = {residual_norm:.3e} > "
+            f"tol = {tol:.3e}",
+        )
+
 
 def _matvec(A, name):
     """A function applying ``A``: Operator, LinearOperator, matrix, or callable."""
@@ -158,7 +183,7 @@ def cg(
     r = b - matvec(x) if x0 is not None else b.copy()
     r_norm = ops.norm(r)
     if r_norm <= tol:
-        return x, CGInfo(0, 0, r_norm, "converged")
+        return x, CGInfo.converged(0, r_norm)
     z = precond(r) if precond else r
     p = z.copy()
     rz = ops.dot(r, z)
@@ -179,36 +204,26 @@ def cg(
             # unpreconditioned, r . r is already there: no second reduction per check
             r_norm = ops.norm(r) if precond is not None else math.sqrt(float(rz_new))
             if bool(breakdown) or not math.isfinite(r_norm):
-                return x, CGInfo(
-                    -1,
-                    iteration,
-                    r_norm,
-                    f"breakdown by iteration {iteration} (||r|| = {r_norm:.3e}): "
-                    "p.Ap <= 0 or NaN/Inf; A (and M) must be symmetric positive "
-                    "definite",
-                )
+                return x, CGInfo.breakdown(iteration, r_norm)
             if r_norm <= tol:
-                return x, CGInfo(0, iteration, r_norm, "converged")
+                return x, CGInfo.converged(iteration, r_norm)
         if precond is not None:
             z = precond(r)
             rz_new = ops.dot(r, z)
         ops.update_p(z, rz_new, rz, p)
         rz = rz_new
-    return x, CGInfo(
-        iteration,
-        iteration,
-        r_norm,
-        f"not converged in {iteration} iterations: ||r|| = {r_norm:.3e} > tol = {tol:.3e}",
-    )
+    return x, CGInfo.not_converged(iteration, r_norm, tol)
 
 
 def _device_cg(A, b, x0, M, callback, device_loop):
-    """The backend's device CG for this solve, or None for the host loop."""
-    why = None
-    backend = getattr(getattr(A, "ceed", None), "backend", None)
-    solver = None
+    """The backend's device CG for this solve, or None for the host loop.
+
+    Raises ValueError for ``device_loop=True`` where the device loop does not apply.
+    """
     if device_loop is False:
         return None
+    backend = getattr(getattr(A, "ceed", None), "backend", None)
+    solver = why = None
     if not isinstance(A, _OperatorBase) or not hasattr(backend, "device_cg"):
         why = "A must be a hofem operator on a CUDA backend"
     elif callback is not None:
@@ -217,15 +232,14 @@ def _device_cg(A, b, x0, M, callback, device_loop):
         why = "M must be None or a Jacobi preconditioner (hofem.jacobi)"
     else:
         solver = backend.device_cg(A)
-        why = None if solver is not None else "A must be square (or restricted, restrict_dofs)"
-    if solver is not None:
-        backend.check_vector(b, "b", (A.shape[0],))
-        if x0 is not None:
-            backend.check_vector(x0, "x0", (A.shape[0],))
-        if M is not None:
-            backend.check_vector(M.inv_diag, "M.inv_diag", (A.shape[0],))
-    if device_loop and solver is None:
-        raise ValueError(f"device_loop=True does not apply: {why}; leave device_loop=None")
+        why = "A must be square (or restricted, restrict_dofs)"
+    if solver is None:
+        if device_loop:
+            raise ValueError(f"device_loop=True does not apply: {why}; leave device_loop=None")
+        return None
+    for name, vector in (("b", b), ("x0", x0), ("M.inv_diag", getattr(M, "inv_diag", None))):
+        if vector is not None:
+            backend.check_vector(vector, name, (A.shape[0],))
     return solver
 
 
@@ -233,21 +247,10 @@ def _device_solve(solver, b, x0, tol, maxiter, inv_diag, check_every):
     """Run a :class:`~hofem.backends.cuda.cg.DeviceCG` and report as the host loop does."""
     x, status, iterations, r_norm = solver.solve(b, x0, tol, maxiter, inv_diag, check_every)
     if status == "converged":
-        return x, CGInfo(0, iterations, r_norm, "converged")
+        return x, CGInfo.converged(iterations, r_norm)
     if status == "breakdown":
-        return x, CGInfo(
-            -1,
-            iterations + 1,
-            r_norm,
-            f"breakdown by iteration {iterations + 1} (||r|| = {r_norm:.3e}): p.Ap <= 0 or "
-            "NaN/Inf; A (and M) must be symmetric positive definite",
-        )
-    return x, CGInfo(
-        iterations,
-        iterations,
-        r_norm,
-        f"not converged in {iterations} iterations: ||r|| = {r_norm:.3e} > tol = {tol:.3e}",
-    )
+        return x, CGInfo.breakdown(iterations + 1, r_norm)
+    return x, CGInfo.not_converged(iterations, r_norm, tol)
 
 
 class Jacobi:

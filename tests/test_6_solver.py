@@ -149,6 +149,9 @@ def test_device_loop_matches_the_host_loop(ceed, precondition):
 def test_device_loop_maxiter_breakdown_and_x0(ceed):
     _, A, b = _cg_problems(ceed)[2]
     assert A.free_dofs.shape == (A.shape[0],)
+    free = ceed.to_numpy(A.free_dofs)
+    expected = np.setdiff1d(np.arange(A.op.shape[1]), free)
+    np.testing.assert_array_equal(ceed.to_numpy(A.constrained_dofs), expected)
     assert all(w.shape == A.op.shape[:1] for w in A.work_vectors)
     x, info = hf.cg(A, b, maxiter=3, check_every=2)
     x_host, _ = hf.cg(A, b, maxiter=3, device_loop=False)

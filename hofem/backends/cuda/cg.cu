@@ -4,7 +4,7 @@
 // Reductions write one partial sum per block (a fixed grid and block_sum's fixed
 // order make every result bitwise reproducible); the one-block kernels cg_alpha and
 // cg_beta add the partials and form the next scalars.  The device CG's state:
-//   s (NUM_SCALARS,) float64: rz = r . z, alpha, beta, rr = r . r, tol, pAp
+//   s (NUM_SCALARS,) float64: rz = r . z, alpha, beta, rr = r . r, tol
 //   f (NUM_FLAGS,) int64: status (RUNNING until it stops: CONVERGED, BREAKDOWN
 //                         (pAp), MAXITER_REACHED or NONFINITE (r)), iterations done, maxiter
 // Every kernel of the iteration returns at once unless the status is RUNNING, so a
@@ -12,7 +12,7 @@
 // iteration that stopped.  Launch the vector kernels with at most 1024 threads.
 #include "reduce.cuh"
 
-enum { S_RZ, S_ALPHA, S_BETA, S_RR, S_TOL, S_PAP, NUM_SCALARS };
+enum { S_RZ, S_ALPHA, S_BETA, S_RR, S_TOL, NUM_SCALARS };
 enum { F_STATUS, F_ITERATIONS, F_MAXITER, NUM_FLAGS };
 enum { RUNNING, CONVERGED, BREAKDOWN, MAXITER_REACHED, NONFINITE };
 
@@ -80,7 +80,6 @@ extern "C" __global__ void cg_alpha(const double *__restrict__ pap_partial, cons
   const double pAp = sum_partials(pap_partial, n, scratch);
   if (threadIdx.x == 0) {
     const double rz = s[S_RZ];
-    s[S_PAP] = pAp;
     if (!isfinite(pAp) || (pAp <= 0.0 && rz != 0.0)) f[F_STATUS] = BREAKDOWN;
     s[S_ALPHA] = rz / (pAp > 0.0 ? pAp : 1.0);
   }

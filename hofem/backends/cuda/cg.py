@@ -37,7 +37,6 @@ import time
 
 import numpy as np
 
-from ...memory import chunk_ranges
 from ...operator import CompositeOperator, Operator, SubOperator
 from . import kernels
 from .ref import cupy
@@ -45,7 +44,7 @@ from .ref import cupy
 __all__ = ["DeviceCG", "supports"]
 
 # the state arrays of cg.cu
-S_RZ, S_ALPHA, S_BETA, S_RR, S_TOL, S_PAP, NUM_SCALARS = range(7)
+S_RZ, S_ALPHA, S_BETA, S_RR, S_TOL, NUM_SCALARS = range(6)
 F_STATUS, F_ITERATIONS, F_MAXITER, NUM_FLAGS = range(4)
 RUNNING, CONVERGED, BREAKDOWN, MAXITER_REACHED, NONFINITE = range(5)
 # RUNNING is reported only when the initial residual already met the tolerance
@@ -61,6 +60,12 @@ _THREADS = 256  # vector kernels; the one-block reductions use 1024
 _CHECK_SECONDS = 2.5e-3
 _MAX_CHECK_EVERY = 1000
 _NULL = np.uint64(0)  # a null pointer argument
+
+
+def _flags(f):
+    """(status, iterations) read from the device state ``f`` (one synchronization)."""
+    host = f.get()  # (NUM_FLAGS,)
+    return int(host[F_STATUS]), int(host[F_ITERATIONS])
 
 
 @functools.cache
@@ -99,16 +104,6 @@ class DeviceCG:
         self.fused = backend.cg_apply_dot(self.inner)  # FusedOperator or None
         self.module = kernels.cg_module()
         self.blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
-
-    def _constrained(self):
-        """The L-vector entries not in ``free``, (n - n_free,) int64, or None."""
-        if self.free is None or self.free.size == self.n:
-            return None
-        mask = cupy.ones(self.n, dtype=bool)  # (n,)
-        mask[self.free] = False
-        # nonzero over chunks: its scan would otherwise hold n int64 entries
-        parts = [cupy.nonzero(mask[a:b])[0] + a for a, b in chunk_ranges(self.n, 1, 1 << 26)]
-        return cupy.concatenate(parts).astype(np.int64)  # (n - n_free,)
 
     def _to_l(self, a):
         """A vector of the solve's size as an L-vector: zero on the constrained DOFs."""
@@ -183,14 +178,14 @@ class DeviceCG:
         step()  # the first iteration compiles what is not yet compiled, outside any graph
         launch = self._graph(step, stream) if self.fused is not None else step
         launched, batch = 1, 2 if check_every is None else int(check_every)
-        status, iterations = (int(v) for v in f[:2].get())
+        status, iterations = _flags(f)
         while status == RUNNING and launched < maxiter:
             count = min(batch, maxiter - launched)
             start = time.perf_counter()
             for _ in range(count):
                 launch()
             launched += count
-            status, iterations = (int(v) for v in f[:2].get())  # the only synchronization
+            status, iterations = _flags(f)  # the only synchronization
             if check_every is None:
                 seconds = (time.perf_counter() - start) / count
                 batch = max(1, min(_MAX_CHECK_EVERY, int(_CHECK_SECONDS / max(seconds, 1e-9))))
@@ -210,11 +205,15 @@ class DeviceCG:
         pap_partial = cupy.empty(fused.num_blocks if fused is not None else self.blocks)
         rr_partial = cupy.empty(self.blocks)  # (blocks,)
         rz_partial = cupy.empty(self.blocks) if inv is not None else None
-        constrained = self._constrained()
+        # Ap = 0 on the constrained DOFs of a restricted operator (none: no launch)
+        constrained = None
+        if self.free is not None and self.free.size < self.n:
+            constrained = self.A.constrained_dofs  # (n - n_free,) int64
         names = ("cg_dot", "cg_zero_entries", "cg_alpha", "cg_update_r", "cg_beta", "cg_update_px")
         dot, zero, alpha, update_r, beta, update_px = (m.get_function(k) for k in names)
         pointer = lambda a: _NULL if a is None else a  # noqa: E731
         num_partials = np.int64(pap_partial.size)
+        num_constrained = np.int64(0 if constrained is None else constrained.size)
         inv_p, rz_p = pointer(inv), pointer(rz_partial)
         zeroed = pointer(Ap if fused is not None else None)  # the fused kernel adds into Ap
 
@@ -225,7 +224,7 @@ class DeviceCG:
                 self.inner.apply(p, Ap)
                 dot(grid, threads, (n, p, Ap, pap_partial, f))
             if constrained is not None:
-                zero(grid, threads, (np.int64(constrained.size), constrained, Ap, f))
+                zero(grid, threads, (num_constrained, constrained, Ap, f))
             alpha((1,), (1024,), (pap_partial, num_partials, s, f))
             update_r(grid, threads, (n, s, f, Ap, r, inv_p, rr_partial, rz_p))
             beta((1,), (1024,), (rr_partial, rz_p, np.int64(self.blocks), s, f))

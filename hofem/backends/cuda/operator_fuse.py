@@ -78,14 +78,18 @@ def fusable_shape(op, max_t_1d):
 
 
 def _same_restriction(a, b):
-    """Whether two restrictions gather the same entries (the same object or device offsets)."""
+    """Whether two restrictions gather the same entries: one object, or one layout and one
+    device copy of the offsets (restrictions of one space share it); False when unsure."""
     if a is b:
         return True
     layout = lambda r: (r.num_elem, r.elem_size, r.num_comp, r.l_size, r.component_stride)  # noqa: E731
-    da, db = a.backend_data, b.backend_data
     if layout(a) != layout(b) or a.is_oriented or b.is_oriented:
         return False
-    return da["identity"] == db["identity"] and (da["identity"] or da["indices"] is db["indices"])
+    da, db = a.backend_data, b.backend_data
+    if da.get("identity") and db.get("identity"):
+        return True
+    indices = da.get("indices")
+    return indices is not None and indices is db.get("indices")
 
 
 def dot_pairs(op):
