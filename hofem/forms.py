@@ -4,8 +4,9 @@ With stored geometry each form runs the gallery's setup QFunction
 (``Mass{d}DBuild`` or ``Poisson{d}DBuild``) once to store quadrature data,
 then returns the apply operator (``MassApply``/``Poisson{d}DApply``, or the
 ``Vector3`` versions for 3-component spaces) reading it.  With geometry on
-the fly the apply operator reads the coordinate field and the quadrature
-weights instead (``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``,
+the fly the apply operator reads the coordinate field of
+:meth:`~hofem.H1Space.coordinate_space` (the mesh's vertices on straight-sided
+meshes) and the quadrature weights instead (``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``,
 see :mod:`hofem.geometry`).
 """
 
@@ -117,11 +118,17 @@ def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, 
     -------
     {"stored", "on_the_fly"}
     """
-    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
-    return _geometry(space, form, basis, coefficient, geometry)
+    return _geometry(space, form, coefficient, q_extra, quad_mode, geometry)
 
 
-def _geometry(space, form, basis, coefficient, geometry):
+def _coordinate_field(space, q_extra, quad_mode):
+    """The coordinate space (:meth:`H1Space.coordinate_space`) and its basis at the points
+    of ``space.basis(q_extra=q_extra, quad_mode=quad_mode)``."""
+    coords = space.coordinate_space()  # order min(geometry order, p)
+    return coords, coords.basis(q_extra=q_extra + space.order - coords.order, quad_mode=quad_mode)
+
+
+def _geometry(space, form, coefficient, q_extra, quad_mode, geometry):
     """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`)."""
     check_geometry(geometry)
     if callable(coefficient):
@@ -131,8 +138,12 @@ def _geometry(space, form, basis, coefficient, geometry):
                 "evaluated into stored quadrature data); use geometry='stored' or 'auto'"
             )
         return "stored"
+    if geometry != "auto":
+        return geometry
     kind = "Mass" if form == "mass" else "Poisson"
-    costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim])
+    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
+    geo = _coordinate_field(space, q_extra, quad_mode)[1]
+    costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim], geo)
     return choose_geometry(geometry, space.ceed.resource, costs)
 
 
@@ -141,12 +152,12 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
     kind = "Mass" if form == "mass" else "Poisson"
     prefix = _vector_prefix(space)
     basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
-    if _geometry(space, form, basis, coefficient, geometry) == "on_the_fly":
+    if _geometry(space, form, coefficient, q_extra, quad_mode, geometry) == "on_the_fly":
         scale = 1.0 if coefficient is None else float(coefficient)
         op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
-        geo = space.basis(dim, q_extra, quad_mode)
-        op.set_field("dx", space.make_restriction(dim), geo, space.coordinates)
+        coords, geo = _coordinate_field(space, q_extra, quad_mode)
+        op.set_field("dx", coords.restriction, geo, coords.coordinates)
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
         apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"

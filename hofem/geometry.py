@@ -5,7 +5,10 @@
 quadrature point; the apply reads them.  ``"on_the_fly"`` builds an apply
 operator that also takes the coordinate field (GRAD) and the quadrature
 weights and recomputes them at every point (``*ApplyGeometry`` gallery
-QFunctions).  ``"auto"`` asks :func:`choose_geometry`.
+QFunctions).  The coordinate field is that of
+:meth:`hofem.H1Space.coordinate_space`: the lowest order that carries the
+geometry exactly, the mesh's vertices (``P_1d = 2``) on straight-sided
+cells.  ``"auto"`` asks :func:`choose_geometry`.
 
 Cost model (per element and apply; ``P``, ``Q`` nodes and points per
 element, ``size`` stored values per point):
@@ -37,17 +40,19 @@ __all__ = [
 ]
 
 GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
-# Effective flops per byte of memory traffic, by resolved resource:
-# /cpu/self/numba: the register-tiled contractions run at 12-15 GFLOP/s on one core of the
-#   reference machine against about 10-12 GB/s of streamed q-data per core; measured
-#   (compare-cpu, docs/performance.md) on the fly ran at 0.6-0.8x of stored for BP3 and
-#   0.2-0.35x for BP1, and 1 keeps stored q-data there at every p = 1..8.
-# /gpu/cuda/gen: measured on the H100 (bench-gpu --cases operator, BP3, 4e6 DOFs, 2026-11-23):
-#   on the fly ran at 0.42x (p = 4: 3.2 against 7.7 GDOF/s) and 0.37x (p = 6: 4.1 against
-#   11.2) of stored, where this model's flops / saved bytes are 7.9 and 12.1: the fused
-#   kernel's coordinate gradients (3 more components) are not free, and the effective
-#   balance is below 3. 2 keeps stored q-data for BP3 at every p = 1..8 (the ratio is 3.0 at
-#   p = 1, 4.4 at p = 2); on the fly stays available to save the q-data memory.
+# Effective flops per byte of memory traffic, by resolved resource, fitted to measurements
+# of on the fly (vertex coordinates, P_1d = 2) against stored q-data, where this model's
+# flops / (saved - added) bytes for BP3 are 3.0 at p = 1, then 2.6 (p = 2) down to 2.2 (p = 8),
+# and 7.5-24 for BP1:
+# /cpu/self/numba: one core, compare-cpu at 3e5 DOFs (docs/performance.md, 2026-11-24):
+#   BP3 on the fly at 0.86/0.95/1.35/0.96x of stored for p = 2/4/6/8 (p = 6: the stored
+#   q-data stream meets the 4 KiB L1 set conflict; nothing in this model sees it), BP1 at
+#   0.46-0.53x. 1 keeps stored q-data at every p; ask for on_the_fly at BP3 p = 6.
+# /gpu/cuda/gen: H200, 1e7 DOFs (scratch-free: bench-gpu --geometry both, 2026-11-24): BP3
+#   on the fly at 0.76-0.86x of stored for p = 2..8 (0.54x at p = 1), BP1 at 0.46-0.74x.
+#   The fused kernels are bound by shared-memory passes and synchronizations, not by the
+#   q-data bytes, and the recomputed geometry costs registers (BP3 p = 6: 246 against 180
+#   per thread). 2 keeps stored q-data at every p; on the fly saves the q-data memory.
 MACHINE_BALANCE = {"/cpu/self/numba": 1.0, "/gpu/cuda/gen": 2.0}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
@@ -73,26 +78,31 @@ def grad_flops(dim, num_comp, P_1d, Q_1d):
     )
 
 
-def geometry_costs(form, basis, qdata_size):
+def geometry_costs(form, basis, qdata_size, coordinates=None):
     """Bytes saved and flops added per element by recomputing the geometry.
 
     Parameters
     ----------
     form : {"mass", "diffusion"}
     basis : Basis
-        The solution basis (tensor or not); the coordinates use the same nodes.
+        The solution basis (tensor or not).
     qdata_size : int
         Stored values per point.
+    coordinates : Basis, optional
+        The coordinate field's basis, on the same points
+        (:meth:`hofem.H1Space.coordinate_space`: ``P_1d = 2`` on straight-sided
+        hexes); default: ``basis`` itself (coordinates on the solution's nodes).
 
     Returns
     -------
     dict
         ``saved_bytes``, ``added_bytes``, ``added_flops`` (floats, per element).
     """
-    dim, P, Q = basis.dim, basis.num_nodes, basis.num_qpts
-    if basis.is_tensor:
-        flops = grad_flops(dim, dim, basis.P_1d, basis.Q_1d)
-        unique_nodes = (basis.P_1d - 1) ** dim
+    geo = basis if coordinates is None else coordinates
+    dim, P, Q = basis.dim, geo.num_nodes, basis.num_qpts
+    if geo.is_tensor:
+        flops = grad_flops(dim, dim, geo.P_1d, geo.Q_1d)
+        unique_nodes = (geo.P_1d - 1) ** dim
     else:
         flops = 2 * dim * dim * P * Q
         unique_nodes = P / 6  # tets share each vertex among many elements

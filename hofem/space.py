@@ -128,6 +128,7 @@ class H1Space:
         self.num_dofs = self.num_nodes * self.num_comp
         self.restriction = self.make_restriction(self.num_comp)
         self._shared = None  # subsets from element_subsets: {"coordinates", "parent"}
+        self._geometry = {}  # coordinate_space's, shared with every subset (shallow copies)
 
     @property
     def coordinates(self):
@@ -214,6 +215,42 @@ class H1Space:
         for subset in subsets:
             subset._shared = shared
         return subsets
+
+    def coordinate_space(self):
+        """The ``dim``-component space of this space's geometry at the lowest exact order.
+
+        Order ``k = min(mesh.geometry_order, order)``: the mesh's vertices
+        (``P_1d = 2`` on tensor cells) for straight-sided meshes, the curved
+        geometry's own order otherwise, never above this space's order (whose
+        coordinates interpolate the geometry at ``order``).  Its
+        :attr:`coordinates` are the geometry this space's stored q-data is built
+        from, with ``(k + 1)^dim`` instead of ``(order + 1)^dim`` nodes per
+        cell: operators that recompute the geometry at the points
+        (``geometry="on_the_fly"``) read these.
+
+        Made once per space (its numbering: closed form on boxes) and shared
+        with the space's :meth:`element_subset` s, which also share one
+        coordinate L-vector; at ``k == order`` it reuses this space's numbering.
+
+        Returns
+        -------
+        H1Space
+            Same cells as this space (a subset of the mesh's when this space is
+            one), ``num_comp = dim``.
+        """
+        shared = self._geometry
+        if "coordinate_space" not in shared:
+            k = min(self.mesh.geometry_order, self.order)
+            numbering = self.numbering if k == self.order else None
+            whole = H1Space(self.ceed, self.mesh, k, num_comp=self.dim, numbering=numbering)
+            shared["coordinate_space"] = whole
+            shared["coordinate_links"] = {"coordinates": None, "parent": whole}
+        whole = shared["coordinate_space"]
+        if (self.first_cell, self.num_elem) == (0, whole.num_elem):
+            return whole
+        cells = whole.element_subset(self.first_cell, self.first_cell + self.num_elem)
+        cells._shared = shared["coordinate_links"]  # one coordinate L-vector for all subsets
+        return cells
 
     # --- pieces ----------------------------------------------------------------------------
     def make_restriction(self, num_comp):

@@ -72,6 +72,27 @@ def test_on_the_fly_equals_stored_sample_meshes(ceed, form, source, order):
     assert _compare(hf.H1Space(ceed, mesh, order), form) < RTOL
 
 
+def test_coordinate_space_is_the_lowest_exact_order(ceed):
+    """On the fly reads the mesh's vertices on straight-sided cells, the geometry's own
+    order on curved ones, never above the space's order; one per space, subsets share it."""
+    mesh = box(3, 3, distort=0.1)  # straight-sided, geometry order 1
+    space = hf.H1Space(ceed, mesh, 4)
+    coords = space.coordinate_space()
+    assert coords is space.coordinate_space()
+    assert (coords.order, coords.num_comp, coords.num_nodes) == (1, 3, mesh.num_points)
+    x = ceed.to_numpy(coords.coordinates).reshape(3, -1).T  # (num_points, 3)
+    np.testing.assert_allclose(x, mesh.points, atol=1e-15)
+    op = hf.diffusion(space, geometry="on_the_fly")
+    assert (op.fields["dx"].basis.P_1d, op.fields["dx"].basis.Q_1d) == (2, 6)
+    subset = space.element_subset(5, 20).coordinate_space()
+    assert subset.num_elem == 15
+    np.testing.assert_array_equal(subset.offsets, coords.offsets[5:20])
+    curved = _perturbed(box(2, 3, order=2, distort=0.1), 2, 0.05)
+    assert hf.H1Space(ceed, curved, 3).coordinate_space().order == 2
+    low = hf.H1Space(ceed, curved, 1)
+    assert low.coordinate_space().offsets is low.offsets  # order 1 already: its numbering
+
+
 @pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
 def test_constant_coefficient_scales_on_the_fly(ceed, form):
     space = hf.H1Space(ceed, _perturbed(box(2, 3, order=2, distort=0.1), 2, 0.05), 3)

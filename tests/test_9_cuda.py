@@ -242,6 +242,28 @@ def test_gen_vector_and_setup_operators(gen, ref):
         assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-12
 
 
+@pytest.mark.parametrize("collocated", [True, False])
+@pytest.mark.parametrize(("dim", "p", "num_comp"), [(1, 9, 1), (2, 3, 3), (3, 1, 1), (3, 6, 1)])
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+def test_gen_fuses_geometry_on_the_fly(gen, ref, dim, p, num_comp, form, collocated):
+    """The vertex coordinates (P_1d = 2) beside the order-p solution fuse into one kernel
+    (each thread evaluates them from all nodes) and give the stored q-data operator."""
+    from hofem import meshes
+
+    mesh = meshes.box(3, dim, distort=0.1)
+    gen.backend.collocated = collocated
+    try:
+        space = hf.H1Space(gen, mesh, p, num_comp=num_comp)
+        op = form(space, geometry="on_the_fly")
+        assert op.fields["dx"].basis.P_1d == 2 and _fused(op)
+    finally:
+        gen.backend.collocated = type(gen.backend).collocated
+    stored = form(hf.H1Space(ref, mesh, p, num_comp=num_comp), geometry="stored")
+    u = np.random.default_rng(p).standard_normal(op.shape[1])
+    assert rel_error(gen.to_numpy(op(gen.asarray(u))), stored(u)) < 1e-13
+    _check_dot(gen, op)
+
+
 def test_gen_two_active_outputs_and_context(gen, ref):
     """A user QFunction with a context and two active outputs (mass + diffusion)."""
 

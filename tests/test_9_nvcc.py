@@ -82,6 +82,10 @@ def _fused_operators():
             ops += [op, parts["build"]]
     space = hf.H1Space(ceed, meshes.box(2), 2, num_comp=3)
     ops += [hf.mass(space), hf.diffusion(space)]
+    # geometry on the fly: the vertex coordinates (P_1d = 2) beside the order-p solution
+    for p, num_comp in ((4, 1), (3, 3)):
+        space = hf.H1Space(ceed, meshes.box(2, distort=0.1), p, num_comp=num_comp)
+        ops += [form(space, geometry="on_the_fly") for form in (hf.mass, hf.diffusion)]
     return ops
 
 
@@ -101,7 +105,7 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-{int(dot)}.cu"
                 path.write_text(kernel_source(op, shape, collocated, dot=dot))
                 jobs.append(path)
-    assert dots == 10  # the apply operators: 8 scalar and 2 vector ones
+    assert dots == 14  # the apply operators: 10 scalar and 4 vector ones
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

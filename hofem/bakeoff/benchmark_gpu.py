@@ -14,7 +14,7 @@ Usage::
     python -m hofem.bakeoff bench-gpu [--ceed /gpu/cuda/batched] [--orders 1 2 ... 8]
         [--problems bp1 bp3] [--dofs 1.2e7] [--repeat 10]
         [--cases copy basis restriction operator cg tet] [--tet-points 1.2e8]
-        [--cg-loops device host]
+        [--cg-loops device host] [--geometry stored on_the_fly]
 """
 
 import math
@@ -207,7 +207,7 @@ def bench_tet(ceed, bps, p, dofs, max_points, repeat):
 def parse_args(argv):
     parser = Parser(prog="python -m hofem.bakeoff bench-gpu", description=__doc__)
     add_ceed_argument(parser, "/gpu/cuda/batched")
-    add_geometry_argument(parser)
+    add_geometry_argument(parser, many=True)
     add_problem_arguments(parser, STRUCTURED, range(1, 9), choices=STRUCTURED)
     parser.add_argument(
         "--dofs", type=positive_float, default=1.2e7, help="target DOFs per problem"
@@ -243,10 +243,11 @@ def main(argv=None):
         if "operator" in args.cases or "cg" in args.cases:
             iters = args.cg_iters if "cg" in args.cases else 0
             for bp in args.problems:
-                bench_operator(
-                    ceed, bp, p, args.dofs, args.repeat, iters, args.geometry, args.cg_loops
-                )
-                cupy.get_default_memory_pool().free_all_blocks()
+                for geometry in args.geometry:
+                    bench_operator(
+                        ceed, bp, p, args.dofs, args.repeat, iters, geometry, args.cg_loops
+                    )
+                    cupy.get_default_memory_pool().free_all_blocks()
         if "tet" in args.cases:
             bench_tet(ceed, args.problems, p, args.dofs, args.tet_points, args.repeat)
             cupy.get_default_memory_pool().free_all_blocks()

@@ -125,14 +125,18 @@ def add_case_arguments(parser):
     parser.add_argument("--repeat", type=positive_int, default=10, help="timed calls per case")
 
 
-def add_geometry_argument(parser):
-    """``--geometry`` of the forms (:mod:`hofem.geometry`), default ``auto`` as in the library."""
+def add_geometry_argument(parser, many=False):
+    """``--geometry`` of the forms (:mod:`hofem.geometry`), default ``auto`` as in the library.
+
+    ``many``: one or more modes (a list), each case run with each.
+    """
     parser.add_argument(
         "--geometry",
+        nargs="+" if many else None,
         choices=GEOMETRY_MODES,
-        default="auto",
+        default=["auto"] if many else "auto",
         help="stored q-data, geometry recomputed on the fly, or auto: the backend's cost "
-        "model decides (default auto)",
+        "model decides (default auto)" + ("; several: each in turn" if many else ""),
     )
 
 

@@ -67,7 +67,9 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
         Quadrature points per direction (default ``p + 2``).
     geometry : {"stored", "on_the_fly", "auto"}
         As for :func:`hofem.mass`; on the fly, ``parts["build"]`` and
-        ``parts["qdata"]`` are None.
+        ``parts["qdata"]`` are None, and the operator reads the coordinates of
+        the box's vertices (``P_1d = 2``), or of the order-p nodes where
+        ``warp`` bends the box.
 
     Returns
     -------
@@ -85,23 +87,30 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
     num_elem, P = offsets.shape
     Q = q**dim
     qdata_size = 1 if form == "mass" else dim * (dim + 1) // 2
-    r_x = ceed.ElemRestriction(num_elem, P, dim, num_nodes, dim * num_nodes, offsets)
     r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
     r_q = ceed.StridedElemRestriction(
         num_elem, Q, qdata_size, num_elem * Q * qdata_size, hf.STRIDES_BACKEND
     )
     geo = ceed.BasisTensorH1Lagrange(dim, dim, p + 1, q, quad_mode)
     basis = ceed.BasisTensorH1Lagrange(dim, 1, p + 1, q, quad_mode)
-    x = ceed.asarray(box_coordinates(n, p, dim, warp))
-    geometry = choose_geometry(geometry, ceed.resource, geometry_costs(form, basis, qdata_size))
+    p_x = p if warp else 1  # on the fly: the lowest order that carries the geometry
+    geo_x = ceed.BasisTensorH1Lagrange(dim, dim, p_x + 1, q, quad_mode)
+    costs = geometry_costs(form, basis, qdata_size, geo_x)
+    geometry = choose_geometry(geometry, ceed.resource, costs)
     build = qdata = None
     if geometry == "on_the_fly":
         kind = "Mass" if form == "mass" else "Poisson"
+        x_offsets, x_nodes = box_offsets(n, p_x, dim)
         op = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DApplyGeometry"))
         op.set_field(name_in, r_u, basis, hf.VECTOR_ACTIVE)
-        op.set_field("dx", r_x, geo, x)
-        op.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
+        r_x = ceed.ElemRestriction(
+            num_elem, (p_x + 1) ** dim, dim, x_nodes, dim * x_nodes, x_offsets
+        )
+        op.set_field("dx", r_x, geo_x, ceed.asarray(box_coordinates(n, p_x, dim, warp)))
+        op.set_field("weights", hf.ELEMRESTRICTION_NONE, geo_x, hf.VECTOR_NONE)
     else:
+        x = ceed.asarray(box_coordinates(n, p, dim, warp))
+        r_x = ceed.ElemRestriction(num_elem, P, dim, num_nodes, dim * num_nodes, offsets)
         build = ceed.Operator(ceed.QFunctionByName(build_name.format(dim=dim)))
         build.set_field("dx", r_x, geo, hf.VECTOR_ACTIVE)
         build.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)

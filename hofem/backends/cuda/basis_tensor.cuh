@@ -1,5 +1,5 @@
 // Device routines of the sum-factorized tensor basis, shared by the batched basis
-// kernels (basis_tensor.cu) and the fused operator kernels (operator_gen.py).
+// kernels (basis_tensor.cu) and the fused operator kernels (operator_fuse.py).
 //
 // Each element is a set of small dense contractions with the constant 1D matrices,
 // done in registers and shared memory: the thread owning a (x[, y]) position keeps
@@ -176,11 +176,12 @@ __device__ __forceinline__ void for_each_element(const int num_elem, const int s
     body(elem, elem < num_elem);
 }
 
-// Copy the OUT x IN matrices (B, and G when given) to shared memory.
+// Copy the OUT x IN matrices (B, and G when given; SIZE entries each) to shared memory.
+template <int SIZE = MAT_SIZE>
 __device__ __forceinline__ void load_matrices(const double *__restrict__ B,
                                               const double *__restrict__ G, double *s_B,
                                               double *s_G, int tid) {
-  for (int i = tid; i < MAT_SIZE; i += NUM_THREADS) {
+  for (int i = tid; i < SIZE; i += NUM_THREADS) {
     s_B[i] = B[i];
     if (G) s_G[i] = G[i];
   }
@@ -234,6 +235,77 @@ __device__ __forceinline__ void gather_column(const double *__restrict__ l,
     const index_t j = base + column_index<SIDE_1D>(k, tx, ty);
     r[k] = owns ? l[entry(idx, j)] : 0.0;
   }
+}
+
+// All P^DIM nodes of one element in this thread (x fastest), for direct_columns.
+template <int P, typename I>
+__device__ __forceinline__ void gather_nodes(const double *__restrict__ l,
+                                             const I *__restrict__ idx, index_t base,
+                                             bool active, double *r) {
+#pragma unroll
+  for (int j = 0; j < POW_DIM(P); j++) r[j] = active ? l[entry(idx, base + j)] : 0.0;
+}
+
+// Direct evaluation of a field of few nodes (the vertex coordinates of straight-sided
+// cells, P = 2, beside an order-p solution).  Each thread contracts all P^DIM nodes of the
+// element (gather_nodes) along x (and y) to its columns along the slowest axis, then
+// evaluates any point of its column from them (direct_at), in registers: no shared-memory
+// passes, no block synchronization, and 3 P registers per component instead of the DIM
+// blocks of COLUMN(Q_1D) values of a gradient.  Mb, Mg: (Q_1D, P) row-major.
+// cols[0, P): B along x (and y); [P, 2P): G along x; [2P, 3P): G along y (3D).  1D: the
+// nodes themselves (x is the slowest axis).
+template <int P>
+__device__ __forceinline__ void direct_columns(const double *Mb, const double *Mg,
+                                               const double *nodes, double *cols, int tx,
+                                               int ty) {
+#if DIM == 1
+#pragma unroll
+  for (int c = 0; c < P; c++) cols[c] = nodes[c];
+#else
+  const int px = tx < Q_1D ? tx : 0;  // threads without a column evaluate row 0, unused
+#if DIM == 3
+  const int py = ty < Q_1D ? ty : 0;
+#endif
+#pragma unroll
+  for (int c = 0; c < P; c++) {
+    double sb = 0.0, sgx = 0.0, sgy = 0.0;
+#pragma unroll
+    for (int r = 0; r < (DIM == 3 ? P : 1); r++) {  // y rows of this slowest-axis row c
+      double xb = 0.0, xg = 0.0;
+#pragma unroll
+      for (int a = 0; a < P; a++) {
+        const double node = nodes[((DIM == 3 ? c * P + r : c)) * P + a];
+        xb += Mb[px * P + a] * node;
+        xg += Mg[px * P + a] * node;
+      }
+#if DIM == 3
+      sb += Mb[py * P + r] * xb;
+      sgx += Mb[py * P + r] * xg;
+      sgy += Mg[py * P + r] * xb;
+#else
+      sb = xb;
+      sgx = xg;
+#endif
+    }
+    cols[c] = sb;
+    cols[P + c] = sgx;
+    if (DIM == 3) cols[2 * P + c] = sgy;
+  }
+#endif
+}
+
+// The point of this thread's column at slowest-axis row k: its row of the 1D matrices.
+__device__ __forceinline__ int direct_row(int k, int tx) {
+  return DIM == 1 ? (tx < Q_1D ? tx : 0) : k;
+}
+
+// sum_c M[row, c] col[c]: a value (M = B, col = cols) or a derivative of direct_columns'.
+template <int P>
+__device__ __forceinline__ double direct_at(const double *M, const double *col, int row) {
+  double sum = 0.0;
+#pragma unroll
+  for (int c = 0; c < P; c++) sum += M[row * P + c] * col[c];
+  return sum;
 }
 
 // The transpose of gather_column: l[idx[base + j]] += r (atomically; shared nodes of

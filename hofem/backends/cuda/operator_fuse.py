@@ -18,9 +18,17 @@ registers, so ``p^T A p`` costs no pass over the vectors and no extra load.
 It needs each active output paired with an active input of the same
 restriction, basis and evaluation mode (:func:`dot_pairs`).
 
-The generated source defines the sizes (``DIM``, ``P_1D``, ``Q_1D``, ...)
-and includes ``basis_tensor.cuh``; it is compiled by NVRTC once per source
-(CuPy also caches it on disk).
+Fields may have different ``P_1d`` on the same quadrature points (the mesh's
+vertex coordinates, ``P_1d = 2``, beside an order-p solution when the
+geometry is recomputed on the fly): each distinct set of 1D matrices is one
+``B{j}, G{j}, Bt{j}, Gt{j}`` in shared memory, and inputs of at most
+:data:`DIRECT_NODES` nodes are evaluated by each thread from all the
+element's nodes (``direct_columns``, ``direct_at``), without shared-memory
+passes and with ``3 P_1d`` registers per component.
+
+The generated source defines the sizes (``DIM``, ``P_1D`` the largest,
+``Q_1D``, ...) and includes ``basis_tensor.cuh``; it is compiled by NVRTC once
+per source (CuPy also caches it on disk).
 
 Register layout: an interp/grad field of ``num_comp`` C keeps, per thread,
 ``C`` (interp) or ``C * DIM`` (grad) blocks of ``COLUMN(Q_1D)`` values;
@@ -46,35 +54,64 @@ _HERE = pathlib.Path(__file__).parent
 # registers per thread); on the H100 128 beat 256 by 4-17% for BP1/BP3 at p = 2, 4, 6, 8
 FUSED_THREADS = 128
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
+# inputs of at most this many nodes per element (the vertex coordinates of straight-sided
+# hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
+# shared-memory passes or block synchronizations
+DIRECT_NODES = 8
 
 
 def fusable_shape(op, max_t_1d):
-    """The common (dim, P_1d, Q_1d) of ``op``'s tensor fields, or None if it cannot fuse.
+    """The ``(dim, P_1d, Q_1d)`` of ``op``'s fused kernel, or None if it cannot fuse.
 
     An operator fuses when every interp/grad field has an unoriented restriction
-    and a tensor basis of one (dim, P_1d, Q_1d) with ``max(P_1d, Q_1d) <=
-    max_t_1d``, every weight field a tensor basis with that Q_1d, and every
-    ``EVAL_NONE`` field an unoriented restriction.
+    and a tensor basis of one dim and Q_1d on the same quadrature points, with
+    ``max(P_1d, Q_1d) <= max_t_1d``; every weight field a tensor basis with that
+    Q_1d, and every ``EVAL_NONE`` field an unoriented restriction.  ``P_1d`` may
+    differ between fields (an order-p solution beside the mesh's vertex
+    coordinates, ``P_1d = 2``): the shape's is the largest, which sizes the
+    thread block.
     """
-    shape = None
     for field in op.input_fields + op.output_fields:
         if field.eval_mode is not EVAL_WEIGHT and field.restriction.is_oriented:
             return None
-        if field.eval_mode is EVAL_NONE:
-            continue
-        b = field.basis
-        if not b.is_tensor:
-            return None
-        if field.eval_mode is EVAL_WEIGHT:
-            continue
-        this = (b.dim, b.P_1d, b.Q_1d)
-        if shape not in (None, this) or max(b.P_1d, b.Q_1d) > max_t_1d:
-            return None
-        shape = this
-    weights = [f.basis for f in op.input_fields if f.eval_mode is EVAL_WEIGHT]
-    if shape is None or any((b.dim, b.Q_1d) != (shape[0], shape[2]) for b in weights):
+    fields = _basis_fields(op)
+    shaped = [f.basis for f in fields if f.eval_mode in _BASIS_MODES]
+    if not shaped or not all(f.basis.is_tensor for f in fields):
         return None
-    return shape
+    first = shaped[0]
+    dim, Q_1d = first.dim, first.Q_1d
+    for b in shaped:
+        same_points = b.Q_1d == Q_1d and np.array_equal(b.q_ref_1d, first.q_ref_1d)
+        if b.dim != dim or not same_points or max(b.P_1d, Q_1d) > max_t_1d:
+            return None
+    if any((f.basis.dim, f.basis.Q_1d) != (dim, Q_1d) for f in fields):  # the weight fields
+        return None
+    return dim, max(b.P_1d for b in shaped), Q_1d
+
+
+def _basis_fields(op):
+    """``op``'s fields that have a basis (interp, grad, weight), inputs then outputs."""
+    return [f for f in op.input_fields + op.output_fields if f.eval_mode is not EVAL_NONE]
+
+
+def _matrix_bases(op):
+    """The distinct 1D matrix sets of ``op``'s interp/grad fields, largest ``P_1d`` first.
+
+    Returns
+    -------
+    bases : list of Basis
+        One basis per distinct ``(P_1d, interp_1d, grad_1d)``.
+    index : callable
+        ``index(basis)``: the entry of ``bases`` with that basis's matrices.
+    """
+    key = lambda b: (b.P_1d, b.interp_1d.tobytes(), b.grad_1d.tobytes())  # noqa: E731
+    distinct = {}
+    for f in _basis_fields(op):
+        if f.eval_mode in _BASIS_MODES:
+            distinct.setdefault(key(f.basis), f.basis)
+    bases = sorted(distinct.values(), key=lambda b: -b.P_1d)  # stable: first seen first
+    keys = [key(b) for b in bases]
+    return bases, lambda b: keys.index(key(b))
 
 
 def _same_restriction(a, b):
@@ -143,9 +180,10 @@ def _register_blocks(field, dim):
 class _Source:
     """The generated kernel's parameters and body statements, built field by field."""
 
-    def __init__(self, dim, collocated):
+    def __init__(self, dim, collocated, basis_index):
         self.dim = dim
         self.collocated = collocated
+        self.basis_index = basis_index  # basis -> its matrix set (s_B{j}, ...): _matrix_bases
         self.params = []  # C++ parameter declarations
         self.lines = []  # body statements inside the element loop
 
@@ -186,24 +224,51 @@ class _Source:
                 return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
 
             return load
-        C = field.basis.num_comp
+        C, P = field.basis.num_comp, field.basis.P_1d
+        if P**self.dim <= DIRECT_NODES:
+            return self._direct(name, field, address)
         blocks = _register_blocks(field, self.dim)
         self.lines.append(f"double r_{name}[{blocks} * COLUMN(Q_1D)];")
         for c in range(C):
-            pointer, idx, base = address(c, "NUM_NODES")
+            pointer, idx, base = address(c, P**self.dim)
             self.lines += [
                 "{",
-                "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
-                f"  gather_column<P_1D>({pointer}, {idx}, {base}, active, tx, ty, r);",
-                *(f"  {step}" for step in self._steps(mode, f"r_{name}", c, transpose=False)),
+                f"  double r[COLUMN({P})], r_q[COLUMN(Q_1D)];",
+                f"  gather_column<{P}>({pointer}, {idx}, {base}, active, tx, ty, r);",
+                *(f"  {step}" for step in self._steps(field, f"r_{name}", c, transpose=False)),
                 "}",
             ]
         return lambda row: f"r_{name}[{self._block(field, row)} * COLUMN(Q_1D) + k]"
 
-    def _steps(self, mode, regs, c, transpose):
+    def _direct(self, name, field, address):
+        """An input of few nodes: per component, its ``3 P`` columns (``direct_columns``);
+        ``load(row)`` evaluates the point from them (``direct_at``)."""
+        C, P, j = field.basis.num_comp, field.basis.P_1d, self.basis_index(field.basis)
+        self.lines.append(f"double r_{name}[{C * 3 * P}];")
+        for c in range(C):
+            pointer, idx, base = address(c, P**self.dim)
+            self.lines.append(
+                f"{{ double r[{P**self.dim}]; "
+                f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
+                f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, tx, ty); }}"
+            )
+
+        def load(row):
+            if field.eval_mode is EVAL_GRAD:
+                d, c = divmod(row, C)
+                # the slowest axis: G on the values' columns; x, y: B on G's columns
+                M, col = ("G", 0) if d == self.dim - 1 else ("B", d + 1)
+            else:
+                M, col, c = "B", 0, row
+            return f"direct_at<{P}>(s_{M}{j}, r_{name} + {(3 * c + col) * P}, direct_row(k, tx))"
+
+        return load
+
+    def _steps(self, field, regs, c, transpose):
         """Statements taking component c's nodes ``r`` to its blocks of ``regs`` (or back)."""
-        IN, OUT = ("Q_1D", "P_1D") if transpose else ("P_1D", "Q_1D")
-        B, G, t = ("s_Bt", "s_Gt", "_t") if transpose else ("s_B", "s_G", "")
+        mode, P, j = field.eval_mode, field.basis.P_1d, self.basis_index(field.basis)
+        IN, OUT = ("Q_1D", P) if transpose else (P, "Q_1D")
+        B, G, t = (f"s_Bt{j}", f"s_Gt{j}", "_t") if transpose else (f"s_B{j}", f"s_G{j}", "")
 
         def oriented(nodes, points):  # (source, destination) of this direction
             return (points, nodes) if transpose else (nodes, points)
@@ -249,17 +314,14 @@ class _Source:
                     f"r_{name} + {row} * COLUMN(Q_1D));"
                 )
             return store, epilogue
-        C = field.basis.num_comp
+        C, P = field.basis.num_comp, field.basis.P_1d
         for c in range(C):
             epilogue += [
                 "{",
-                "  double r[COLUMN(P_1D)], r_q[COLUMN(Q_1D)];",
-                *(
-                    f"  {step}"
-                    for step in self._steps(field.eval_mode, f"r_{name}", c, transpose=True)
-                ),
-                "  scatter_column<P_1D>({}, {}, {}, active, tx, ty, r);".format(
-                    *address(c, "NUM_NODES")
+                f"  double r[COLUMN({P})], r_q[COLUMN(Q_1D)];",
+                *(f"  {step}" for step in self._steps(field, f"r_{name}", c, transpose=True)),
+                "  scatter_column<{}>({}, {}, {}, active, tx, ty, r);".format(
+                    P, *address(c, P**self.dim)
                 ),
                 "}",
             ]
@@ -299,7 +361,8 @@ def kernel_source(op, shape, collocated=False, dot=False):
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
-    src = _Source(dim, collocated)
+    bases, basis_index = _matrix_bases(op)
+    src = _Source(dim, collocated, basis_index)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
     for k, field in enumerate(op.output_fields):
@@ -320,10 +383,11 @@ def kernel_source(op, shape, collocated=False, dot=False):
     params = ",\n    ".join(
         [
             "const int num_elem",
-            "const double *__restrict__ B",
-            "const double *__restrict__ G",
-            "const double *__restrict__ Bt",
-            "const double *__restrict__ Gt",
+            *(
+                f"const double *__restrict__ {m}{j}"
+                for j in range(len(bases))
+                for m in ("B", "G", "Bt", "Gt")
+            ),
             *(["const double *__restrict__ D"] if collocated else []),
             *src.params,
             *(
@@ -332,6 +396,13 @@ def kernel_source(op, shape, collocated=False, dot=False):
                 else []
             ),
         ]
+    )
+    # each matrix set j (one P_1d): B, G (Q_1d, P_1d) and their transposes in shared memory
+    matrices = "\n  ".join(
+        f"__shared__ double s_B{j}[{size}], s_G{j}[{size}], s_Bt{j}[{size}], s_Gt{j}[{size}];\n"
+        f"  load_matrices<{size}>(B{j}, G{j}, s_B{j}, s_G{j}, tid);\n"
+        f"  load_matrices<{size}>(Bt{j}, Gt{j}, s_Bt{j}, s_Gt{j}, tid);"
+        for j, size in enumerate(b.P_1d * Q_1d for b in bases)
     )
     load_d = (
         "__shared__ double s_D[Q_1D * Q_1D];\n"
@@ -352,11 +423,9 @@ def kernel_source(op, shape, collocated=False, dot=False):
 
 extern "C" __global__ void apply(
     {params}) {{
-  __shared__ double s_B[MAT_SIZE], s_G[MAT_SIZE], s_Bt[MAT_SIZE], s_Gt[MAT_SIZE];
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
-  {dot_begin}{load_d}load_matrices(B, G, s_B, s_G, tid);
-  load_matrices(Bt, Gt, s_Bt, s_Gt, tid);
+  {dot_begin}{load_d}{matrices}
   double *buf = s_buf + slot * BUF_SIZE;
   for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
     const bool qok = active && owns_column<Q_1D>(tx, ty);
@@ -370,6 +439,24 @@ extern "C" __global__ void apply(
   }});{dot_end}
 }}
 """
+
+
+def _collocated_derivative(bases):
+    """The first basis's device ``D`` (Q_1d, Q_1d) where it differentiates every basis.
+
+    ``D B_j = G_j`` holds for the lower-order Lagrange bases on the same points
+    (a coordinate field beside the solution's); None without a ``D``
+    (``CudaBatchedBackend.collocated``) or where some basis breaks it.
+    """
+    D = bases[0].backend_data["collocated"]
+    if D is None:
+        return None
+    host = cupy.asnumpy(D)  # (Q_1d, Q_1d)
+    for b in bases[1:]:
+        scale = np.abs(b.grad_1d).max()
+        if not np.allclose(host @ b.interp_1d, b.grad_1d, rtol=0.0, atol=1e-12 * scale):
+            return None
+    return D
 
 
 @functools.cache
@@ -403,10 +490,10 @@ class FusedOperator:
     """
 
     def __init__(self, op, shape):
-        b = next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode in _BASIS_MODES)
-        data = b.backend_data
-        matrices = [data[key] for key in ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")]
-        D = data["collocated"]  # (Q_1d, Q_1d) or None: see CudaBatchedBackend.collocated
+        bases, _ = _matrix_bases(op)
+        keys = ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")
+        matrices = [b.backend_data[key] for b in bases for key in keys]  # kernel_source's order
+        D = _collocated_derivative(bases)
         if D is not None:
             matrices.append(D)
         self._op, self._shape, self._collocated = op, shape, D is not None
