@@ -206,7 +206,7 @@ class _Context:
         return _Expr(self.trace, self.load(name))
 
 
-def trace_body(qf, load, store, dialect=CPP, context_load=None):
+def trace_body(qf, load, store, dialect=CPP, context_load=None, zero_unwritten=False):
     """Straight-line statements computing ``qf``'s body at one point.
 
     Parameters
@@ -216,13 +216,17 @@ def trace_body(qf, load, store, dialect=CPP, context_load=None):
         ``load(k, row)`` -> expression (double) reading row ``row`` of input ``k``.
     store : callable
         ``store(k, row)`` -> lvalue of row ``row`` of output ``k``.  Rows the
-        body never writes are not stored: the caller zeroes them.
+        body never writes are not stored (the caller zeroes them) unless
+        ``zero_unwritten``.
     dialect : Dialect
         :data:`CPP` or :data:`PYTHON`.
     context_load : callable, optional
         ``context_load(name)`` -> expression reading the float context field
         ``name``; its other (integer, bool) fields are read at trace time.
         Without it the whole context is baked in as constants.
+    zero_unwritten : bool
+        Also store 0 in the rows the body never writes, so the caller's outputs
+        need no zero fill.
 
     Returns
     -------
@@ -250,8 +254,16 @@ def trace_body(qf, load, store, dialect=CPP, context_load=None):
     except Exception as exc:  # anything array-only (reshape, slicing, ...) in the body
         raise Untraceable(f"{type(exc).__name__}: {exc}") from exc
     stores = [
-        dialect.store.format(target=store(k, row), code=expr.name)
+        dialect.store.format(target=store(k, row), code=field.rows[row].name)
         for k, field in enumerate(outputs)
-        for row, expr in sorted(field.rows.items())
+        for row in range(field.size)
+        if row in field.rows
     ]
+    if zero_unwritten:
+        stores += [
+            dialect.store.format(target=store(k, row), code="0.0")
+            for k, field in enumerate(outputs)
+            for row in range(field.size)
+            if row not in field.rows
+        ]
     return trace.lines + stores

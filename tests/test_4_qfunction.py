@@ -161,3 +161,28 @@ def test_apply_and_lookup_validation(ref):
         ref.QFunctionByName("Nope")
     with pytest.raises(ValueError, match="size must be an integer >= 1"):
         ref.QFunctionByName("Identity", size=0)
+
+
+def first_row_only(ctx, u, v):
+    v[0] = 2.0 * u[0]
+
+
+def test_trace_zero_unwritten(ref):
+    """Traced bodies store 0 in the output rows they never write when asked (the batched
+    GPU QFunction kernel's outputs then need no zero fill), and leave them alone otherwise."""
+    from hofem.qfunction_trace import trace_body
+
+    qf = ref.QFunction(
+        first_row_only, inputs=[("u", 1, hf.EVAL_INTERP)], outputs=[("v", 2, hf.EVAL_INTERP)]
+    )
+
+    def trace(zero):
+        return trace_body(
+            qf, lambda k, row: f"in[{row}]", lambda k, row: f"out[{row}]", zero_unwritten=zero
+        )
+
+    assert [line for line in trace(False) if line.startswith("out[")] == ["out[0] = t1;"]
+    assert [line for line in trace(True) if line.startswith("out[")] == [
+        "out[0] = t1;",
+        "out[1] = 0.0;",
+    ]
