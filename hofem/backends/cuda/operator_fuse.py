@@ -47,12 +47,17 @@ from . import kernels
 from .batched import device_layout
 from .ref import cupy
 
-__all__ = ["FusedOperator", "dot_pairs", "fusable_shape", "kernel_source"]
+__all__ = ["FusedOperator", "dot_pairs", "fusable_shape", "fused_threads", "kernel_source"]
 
 _HERE = pathlib.Path(__file__).parent
 # threads per block of the fused kernels: fewer than the basis kernels' 256 (more
 # registers per thread); on the H100 128 beat 256 by 4-17% for BP1/BP3 at p = 2, 4, 6, 8
 FUSED_THREADS = 128
+# ... and where another count measured faster, by the kernel's (dim, P_1d, Q_1d): on the H200
+# (1e7 DOFs, BP1 and BP3, stored q-data and on the fly, alternating; docs/performance.md) 64
+# beat 128 by 3-8% at p = 2, 5 and 6 with Q_1d = p + 2 (one element per block at p = 5, 6)
+# and lost 4-25% at p = 3, 4; 192 and 256 lost almost everywhere
+THREADS_BY_SHAPE = {(3, 3, 4): 64, (3, 6, 7): 64, (3, 7, 8): 64}
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 # inputs of at most this many nodes per element (the vertex coordinates of straight-sided
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
@@ -87,6 +92,11 @@ def fusable_shape(op, max_t_1d):
     if any((f.basis.dim, f.basis.Q_1d) != (dim, Q_1d) for f in fields):  # the weight fields
         return None
     return dim, max(b.P_1d for b in shaped), Q_1d
+
+
+def fused_threads(shape):
+    """Threads per block the fused kernel of ``shape`` (dim, P_1d, Q_1d) aims for."""
+    return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
 
 
 def _basis_fields(op):
@@ -356,7 +366,7 @@ def kernel_source(op, shape, collocated=False, dot=False):
     ValueError
         ``dot`` for an operator whose :func:`dot_pairs` is None.
     """
-    elems, _ = kernels.basis_block(*shape, FUSED_THREADS)
+    elems, _ = kernels.basis_block(*shape, fused_threads(shape))
     dim, P_1d, Q_1d = shape
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
@@ -498,7 +508,7 @@ class FusedOperator:
             matrices.append(D)
         self._op, self._shape, self._collocated = op, shape, D is not None
         self._matrices = matrices
-        elems, self._block = kernels.basis_block(*shape, FUSED_THREADS)
+        elems, self._block = kernels.basis_block(*shape, fused_threads(shape))
         self._kernel = _compile(kernel_source(op, shape, collocated=self._collocated))
         self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = {}
