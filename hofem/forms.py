@@ -6,8 +6,8 @@ then returns the apply operator (``MassApply``/``Poisson{d}DApply``, or the
 ``Vector3`` versions for 3-component spaces) reading it.  With geometry on
 the fly the apply operator reads the coordinate field of
 :meth:`~hofem.H1Space.coordinate_space` (the mesh's vertices on straight-sided
-meshes) and the quadrature weights instead (``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``,
-see :mod:`hofem.geometry`).
+meshes) and the quadrature weights instead
+(``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``, see :mod:`hofem.geometry`).
 """
 
 import numpy as np
