@@ -254,16 +254,11 @@ def trace_body(qf, load, store, dialect=CPP, context_load=None, zero_unwritten=F
     except Exception as exc:  # anything array-only (reshape, slicing, ...) in the body
         raise Untraceable(f"{type(exc).__name__}: {exc}") from exc
     stores = [
-        dialect.store.format(target=store(k, row), code=field.rows[row].name)
+        dialect.store.format(
+            target=store(k, row), code=field.rows[row].name if row in field.rows else "0.0"
+        )
         for k, field in enumerate(outputs)
         for row in range(field.size)
-        if row in field.rows
+        if row in field.rows or zero_unwritten
     ]
-    if zero_unwritten:
-        stores += [
-            dialect.store.format(target=store(k, row), code="0.0")
-            for k, field in enumerate(outputs)
-            for row in range(field.size)
-            if row not in field.rows
-        ]
     return trace.lines + stores

@@ -274,7 +274,7 @@ __device__ __forceinline__ void direct_columns(const double *Mb, const double *M
       double xb = 0.0, xg = 0.0;
 #pragma unroll
       for (int a = 0; a < P; a++) {
-        const double node = nodes[((DIM == 3 ? c * P + r : c)) * P + a];
+        const double node = nodes[(DIM == 3 ? c * P + r : c) * P + a];
         xb += Mb[px * P + a] * node;
         xg += Mg[px * P + a] * node;
       }
