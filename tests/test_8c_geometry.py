@@ -149,3 +149,29 @@ def test_cost_model():
         assert choose_geometry("auto", "/gpu/cuda/gen", costs) == "stored"
         bp1 = geometry_costs("mass", solution, 1, vertices)
         assert all(choose_geometry("auto", r, bp1) == "stored" for r in MACHINE_BALANCE)
+
+
+def test_fusable_shape_mixed_orders():
+    """/gpu/cuda/gen fuses fields of different P_1d on one set of points (the shape takes
+    the largest P_1d); other points do not.  Needs no device."""
+    from hofem.backends.cuda.operator_fuse import fusable_shape
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    space = hf.H1Space(ceed, box(2, distort=0.1), 5)
+    assert fusable_shape(hf.diffusion(space, geometry="on_the_fly"), 16) == (3, 6, 7)
+    assert fusable_shape(hf.diffusion(space, geometry="on_the_fly"), 6) is None  # Q_1d 7 > 6
+
+    def mixed(P_geo, Q_geo, quad_mode):
+        op = ceed.Operator(ceed.QFunctionByName("Poisson3DApplyGeometry"))
+        op.set_field("du", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
+        geo = ceed.BasisTensorH1Lagrange(3, 3, P_geo, Q_geo, quad_mode)
+        coords = space.coordinate_space()
+        op.set_field("dx", coords.restriction, geo, coords.coordinates)
+        op.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
+        op.set_field("dv", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
+        return fusable_shape(op, 16)
+
+    assert mixed(2, 7, hf.GAUSS) == (3, 6, 7)
+    assert mixed(2, 7, hf.GAUSS_LOBATTO) is None  # same Q_1d, other points
+    with pytest.raises(ValueError, match="quadrature points per element"):
+        mixed(2, 6, hf.GAUSS)  # the operator itself refuses another Q_1d

@@ -91,7 +91,6 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
     r_q = ceed.StridedElemRestriction(
         num_elem, Q, qdata_size, num_elem * Q * qdata_size, hf.STRIDES_BACKEND
     )
-    geo = ceed.BasisTensorH1Lagrange(dim, dim, p + 1, q, quad_mode)
     basis = ceed.BasisTensorH1Lagrange(dim, 1, p + 1, q, quad_mode)
     p_x = p if warp else 1  # on the fly: the lowest order that carries the geometry
     geo_x = ceed.BasisTensorH1Lagrange(dim, dim, p_x + 1, q, quad_mode)
@@ -111,6 +110,7 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
     else:
         x = ceed.asarray(box_coordinates(n, p, dim, warp))
         r_x = ceed.ElemRestriction(num_elem, P, dim, num_nodes, dim * num_nodes, offsets)
+        geo = ceed.BasisTensorH1Lagrange(dim, dim, p + 1, q, quad_mode)  # the build's
         build = ceed.Operator(ceed.QFunctionByName(build_name.format(dim=dim)))
         build.set_field("dx", r_x, geo, hf.VECTOR_ACTIVE)
         build.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
