@@ -151,6 +151,20 @@ def test_cost_model():
         assert all(choose_geometry("auto", r, bp1) == "stored" for r in MACHINE_BALANCE)
 
 
+def test_register_cap_policy():
+    """Kernels past REGISTER_CAP registers are capped while T_1d is small; others are kept."""
+    from hofem.backends.cuda.operator_fuse import (
+        REGISTER_CAP,
+        REGISTER_CAP_MAX_T_1D,
+        register_cap,
+    )
+
+    assert register_cap(REGISTER_CAP + 1, REGISTER_CAP_MAX_T_1D) == REGISTER_CAP
+    assert register_cap(255, 6) == REGISTER_CAP
+    assert register_cap(REGISTER_CAP, 6) is None  # within the cap already
+    assert register_cap(255, REGISTER_CAP_MAX_T_1D + 1) is None  # spills would cost more
+
+
 def test_fusable_shape_mixed_orders():
     """/gpu/cuda/gen fuses fields of different P_1d on one set of points (the shape takes
     the largest P_1d); other points do not.  Needs no device."""

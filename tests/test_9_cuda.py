@@ -230,6 +230,30 @@ def _check_dot(gen, op):
     assert rel_error(v.get(), op(u).get()) < 1e-13
 
 
+@pytest.mark.parametrize("p", [4, 8])
+def test_gen_register_cap_keeps_results(gen, p):
+    """A fused kernel compiled at the register cap computes bitwise what the uncapped one
+    does (ptxas only allocates registers); the operator runs the one register_cap picks."""
+    from hofem.backends.cuda import operator_fuse as of
+
+    op, _ = box_operator(gen, "diffusion", 4, p, 3, warp=0.1)
+    fused = gen.backend._fused_operator(op)
+    code = of.kernel_source(op, fused._shape, collocated=fused._collocated)
+    plain = of._compile_options(code, ())
+    capped = of._compile_options(code, (f"--maxrregcount={of.REGISTER_CAP}",))
+    assert capped.num_regs <= of.REGISTER_CAP
+    cap = of.register_cap(plain.num_regs, max(fused._shape[1:]))
+    assert fused._kernel is (plain if cap is None else capped)
+    u = cupy.random.default_rng(p).standard_normal(op.shape[1])
+    outputs = []
+    for kernel in (plain, capped):
+        fused._kernel = kernel
+        v = cupy.zeros_like(u)
+        fused(u, v)
+        outputs.append(v.get())
+    assert np.array_equal(outputs[0], outputs[1])
+
+
 def test_gen_vector_and_setup_operators(gen, ref):
     """Three-component fields fuse too."""
     from hofem import meshes

@@ -279,6 +279,9 @@ def scatter_csr(e, row_ptr, entries, signs, out):
 # CG reductions run over this many fixed chunks, each summed in order, and the caller
 # adds the chunk sums: the result does not depend on the number of threads
 _CG_CHUNKS = 64
+# the reductions may reassociate within a chunk, so LLVM sums in SIMD lanes; the order is
+# fixed by the compiled code (the same for any thread count, bitwise)
+_REDUCE = {**_JIT, "fastmath": {"reassoc", "contract"}}
 
 
 @numba.njit(**_JIT)
@@ -289,7 +292,12 @@ def cg_update_xr(alpha, p, Ap, x, r):
         r[i] -= alpha * Ap[i]
 
 
-@numba.njit(**_JIT)
+# Each chunk works on slices of the vectors: indexing the whole array at ``start + i`` keeps
+# NumPy's negative-index wraparound in the loop, which stops LLVM from vectorizing it
+# (3-4x slower at one thread, 3e5 entries).
+
+
+@numba.njit(**_REDUCE)
 def cg_update_xr_rr(alpha, p, Ap, x, r):
     """:func:`cg_update_xr`, returning the per-chunk partial sums of ``r . r`` (chunks,).
 
@@ -297,45 +305,32 @@ def cg_update_xr_rr(alpha, p, Ap, x, r):
     turn the sum into a thread-count dependent parallel reduction).
     """
     n = x.shape[0]
-    partial = np.zeros(_CG_CHUNKS)  # (chunks,)
+    partial = np.empty(_CG_CHUNKS)  # (chunks,)
     for c in numba.prange(_CG_CHUNKS):
+        chunk = slice(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS)
+        p_c, Ap_c, x_c, r_c = p[chunk], Ap[chunk], x[chunk], r[chunk]
         total = 0.0
-        for i in range(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS):
-            x[i] += alpha * p[i]
-            r_i = r[i] - alpha * Ap[i]
-            r[i] = r_i
+        for i in range(x_c.shape[0]):
+            x_c[i] += alpha * p_c[i]
+            r_i = r_c[i] - alpha * Ap_c[i]
+            r_c[i] = r_i
             total += r_i * r_i
         partial[c] = total
     return partial
 
 
-@numba.njit(**_JIT)
+@numba.njit(**_REDUCE)
 def cg_dot(a, b):
-    """Per-chunk partial sums (chunks,) of ``a . b``, in parallel; float64 (n,).
-
-    Each chunk sums in 8 interleaved lanes (entry ``i`` into lane ``(i - start) % 8``)
-    added pairwise at the end: one running sum is bound by the add latency (0.3 ms
-    for 3e5 entries here, against 0.2 ms in lanes).  The same in
-    :func:`cg_update_xr_rr` measured no faster (its loads and stores hide the latency).
-    """
+    """Per-chunk partial sums (chunks,) of ``a . b``, in parallel; float64 (n,)."""
     n = a.shape[0]
-    partial = np.zeros(_CG_CHUNKS)  # (chunks,)
+    partial = np.empty(_CG_CHUNKS)  # (chunks,)
     for c in numba.prange(_CG_CHUNKS):
-        start, stop = c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS
-        whole = start + (stop - start) // 8 * 8
-        t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = 0.0
-        for i in range(start, whole, 8):
-            t0 += a[i] * b[i]
-            t1 += a[i + 1] * b[i + 1]
-            t2 += a[i + 2] * b[i + 2]
-            t3 += a[i + 3] * b[i + 3]
-            t4 += a[i + 4] * b[i + 4]
-            t5 += a[i + 5] * b[i + 5]
-            t6 += a[i + 6] * b[i + 6]
-            t7 += a[i + 7] * b[i + 7]
-        for i in range(whole, stop):
-            t0 += a[i] * b[i]
-        partial[c] = ((t0 + t1) + (t2 + t3)) + ((t4 + t5) + (t6 + t7))
+        chunk = slice(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS)
+        a_c, b_c = a[chunk], b[chunk]
+        total = 0.0
+        for i in range(a_c.shape[0]):
+            total += a_c[i] * b_c[i]
+        partial[c] = total
     return partial
 
 

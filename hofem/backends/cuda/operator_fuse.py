@@ -47,7 +47,14 @@ from . import kernels
 from .batched import device_layout
 from .ref import cupy
 
-__all__ = ["FusedOperator", "dot_pairs", "fusable_shape", "fused_threads", "kernel_source"]
+__all__ = [
+    "FusedOperator",
+    "dot_pairs",
+    "fusable_shape",
+    "fused_threads",
+    "kernel_source",
+    "register_cap",
+]
 
 _HERE = pathlib.Path(__file__).parent
 # threads per block of the fused kernels: fewer than the basis kernels' 256 (more
@@ -59,6 +66,14 @@ FUSED_THREADS = 128
 # and lost 4-25% at p = 3, 4; 192 and 256 lost almost everywhere
 THREADS_BY_SHAPE = {(3, 3, 4): 64, (3, 6, 7): 64, (3, 7, 8): 64}
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
+# register cap of the fused kernels: a kernel NVRTC compiles to more than REGISTER_CAP
+# registers per thread (fewer than 12 resident warps per SM) is compiled again at that cap
+# when T_1d <= REGISTER_CAP_MAX_T_1D.  On the H200 (1e7 DOFs, BP3 p = 1..8, stored and on the
+# fly, alternating; docs/performance.md) the capped kernels ran 1.02-1.30x faster at
+# p = 3..7 despite some spilling; at p = 8 (T_1d = 10) the spills cost more (0.88-0.97x), and
+# lower caps (144, 128) lost at p >= 5
+REGISTER_CAP = 168
+REGISTER_CAP_MAX_T_1D = 9
 # inputs of at most this many nodes per element (the vertex coordinates of straight-sided
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
 # shared-memory passes or block synchronizations
@@ -97,6 +112,14 @@ def fusable_shape(op, max_t_1d):
 def fused_threads(shape):
     """Threads per block the fused kernel of ``shape`` (dim, P_1d, Q_1d) aims for."""
     return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
+
+
+def register_cap(num_regs, t_1d):
+    """The ``--maxrregcount`` for a fused kernel that compiled to ``num_regs`` registers per
+    thread with ``T_1d = max(P_1d, Q_1d)``, or None to keep it as compiled."""
+    if num_regs > REGISTER_CAP and t_1d <= REGISTER_CAP_MAX_T_1D:
+        return REGISTER_CAP
+    return None
 
 
 def _basis_fields(op):
@@ -470,8 +493,16 @@ def _collocated_derivative(bases):
 
 
 @functools.cache
-def _compile(code):
-    return cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}")).get_function("apply")
+def _compile_options(code, options):
+    module = cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}", *options))
+    return module.get_function("apply")
+
+
+def _compile(code, t_1d):
+    """The kernel ``apply`` of ``code``, compiled again at :func:`register_cap` where it asks."""
+    kernel = _compile_options(code, ())
+    cap = register_cap(kernel.num_regs, t_1d)
+    return kernel if cap is None else _compile_options(code, (f"--maxrregcount={cap}",))
 
 
 class FusedOperator:
@@ -509,7 +540,9 @@ class FusedOperator:
         self._op, self._shape, self._collocated = op, shape, D is not None
         self._matrices = matrices
         elems, self._block = kernels.basis_block(*shape, fused_threads(shape))
-        self._kernel = _compile(kernel_source(op, shape, collocated=self._collocated))
+        self._kernel = _compile(
+            kernel_source(op, shape, collocated=self._collocated), max(shape[1:])
+        )
         self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = {}
         for field in op.input_fields:
@@ -563,6 +596,6 @@ class FusedOperator:
         """
         if self._dot_kernel is None:
             code = kernel_source(self._op, self._shape, collocated=self._collocated, dot=True)
-            self._dot_kernel = _compile(code)
+            self._dot_kernel = _compile(code, max(self._shape[1:]))
         args = (*self._args(u, v), dot_partial, status)
         self._dot_kernel((self.num_blocks,), self._block, args)
