@@ -232,8 +232,8 @@ def _check_dot(gen, op):
 
 @pytest.mark.parametrize("p", [4, 8])
 def test_gen_register_cap_keeps_results(gen, p):
-    """A fused kernel compiled at the register cap computes bitwise what the uncapped one
-    does (ptxas only allocates registers); the operator runs the one register_cap picks."""
+    """A fused kernel compiled at the register cap computes what the uncapped one does (to
+    the rounding of the atomic adds' order); the operator runs the one register_cap picks."""
     from hofem.backends.cuda import operator_fuse as of
 
     op, _ = box_operator(gen, "diffusion", 4, p, 3, warp=0.1)
@@ -251,7 +251,7 @@ def test_gen_register_cap_keeps_results(gen, p):
         v = cupy.zeros_like(u)
         fused(u, v)
         outputs.append(v.get())
-    assert np.array_equal(outputs[0], outputs[1])
+    assert rel_error(outputs[0], outputs[1]) < 1e-14
 
 
 def test_gen_vector_and_setup_operators(gen, ref):
