@@ -72,6 +72,39 @@ class _OperatorBase:
         self._check_vectors(u, v)
         self._add(u, v)
 
+    def apply_dot(self, u, v):
+        """``v = A u``, and return ``u . A u``: CG's ``p . Ap`` with its operator application.
+
+        A backend may form the product inside its operator kernel
+        (``/cpu/self/numba``), so that it costs no pass over the vectors; else it
+        is :meth:`apply` and then the dot of :meth:`vector_ops` (summed over the
+        ranks of a distributed operator).
+
+        Parameters
+        ----------
+        u : array (n,), float64
+        v : array (n,), float64
+            Overwritten with ``A u``.
+
+        Returns
+        -------
+        0-d array of float64 (the vectors' array library)
+
+        Raises
+        ------
+        ValueError
+            A non-square operator, or vectors of the wrong shape.
+        """
+        if self.shape[0] != self.shape[1]:
+            raise ValueError(f"apply_dot needs a square operator, got shape {self.shape}")
+        self._check_vectors(u, v)
+        return self._apply_dot(u, v)
+
+    def _apply_dot(self, u, v):
+        v[...] = 0.0
+        self._add(u, v)
+        return self.vector_ops().dot(u, v)
+
     def __call__(self, u):
         """Return ``A u`` as a new array."""
         v = self.ceed.xp.zeros(self.shape[0])
@@ -286,6 +319,9 @@ class Operator(_OperatorBase):
     def _add(self, u, v):
         self.ceed.backend.operator_apply_add(self, u, v)
 
+    def _apply_dot(self, u, v):
+        return self.ceed.backend.operator_apply_dot(self, u, v)
+
     def linear_assemble_diagonal(self):
         """Diagonal of the assembled operator, for Jacobi preconditioning.
 
@@ -445,6 +481,15 @@ class SubOperator(_OperatorBase):
         backend.scatter_entries(u, self._free, self._u)
         self.op.apply(self._u, self._v)
         backend.gather_add_entries(self._v, self._free, v)
+
+    def _apply_dot(self, u, v):
+        # the constrained entries of the scattered u are zero: u . (A u)[free] = u_full . A u_full
+        backend = self.ceed.backend
+        backend.scatter_entries(u, self._free, self._u)
+        dot = self.op._apply_dot(self._u, self._v)
+        v[...] = 0.0
+        backend.gather_add_entries(self._v, self._free, v)
+        return dot
 
     def linear_assemble_diagonal(self):
         """Diagonal on the free DOFs, ``(n_free,)``."""

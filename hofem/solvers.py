@@ -99,9 +99,12 @@ def cg(
       CUDA graph.  The host only looks every ``check_every`` iterations, and
       the solve still stops at the iteration that converged.
     - the **host loop** otherwise: vector updates are array expressions of the
-      array module of ``b``; the only host synchronization is the convergence
-      check every ``check_every`` iterations, and the reported count is the
-      multiple of ``check_every`` at which a check found convergence.
+      array module of ``b`` (or the backend's :class:`~hofem.vector_ops.VectorOps`),
+      ``p . Ap`` comes with the application (:meth:`Operator.apply_dot
+      <hofem.Operator.apply_dot>`; ``/cpu/self/numba`` forms it inside the operator
+      kernel); the only host synchronization is the convergence check every
+      ``check_every`` iterations, and the reported count is the multiple of
+      ``check_every`` at which a check found convergence.
 
     Parameters
     ----------
@@ -167,11 +170,14 @@ def cg(
         return out
 
     if isinstance(A, _OperatorBase) and A.shape == (n, n):
-        matvec_into = A.apply  # out = A v in place: no allocation per iteration
+        # out = A v in place (no allocation per iteration) and v . out, which a backend
+        # may form inside its operator kernel (no pass over the vectors)
+        apply_dot = A.apply_dot
     else:
 
-        def matvec_into(v, out):
+        def apply_dot(v, out):
             out[...] = matvec(v)
+            return ops.dot(v, out)
 
     precond = _matvec(M, "M") if M is not None else None
     x = xp.zeros_like(b) if x0 is None else xp.array(x0, dtype=b.dtype, copy=True)
@@ -191,8 +197,7 @@ def cg(
     Ap = xp.empty_like(b)  # (n,) reused: operators apply into it
     iteration = 0
     while iteration < maxiter:
-        matvec_into(p, Ap)
-        pAp = ops.dot(p, Ap)
+        pAp = apply_dot(p, Ap)
         if precond is None:  # z = r: the x/r update also gives r . r
             rz_new = ops.update_xr_rr(rz, pAp, breakdown, p, Ap, x, r)
         else:

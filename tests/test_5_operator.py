@@ -349,3 +349,53 @@ def test_vector_mass_interleaved_components(ceed, rng):
     np.testing.assert_allclose(inter.T, major, rtol=1e-13, atol=1e-15)
     M = ceed.to_numpy(mass.linear_assemble().toarray())
     np.testing.assert_allclose(major, u @ M.T, rtol=1e-12, atol=1e-14)
+
+
+def test_apply_dot_is_apply_and_u_dot_Au(ceed, rng):
+    """``apply_dot(u, v)``: v = A u and u . A u, for plain, oriented (signs), composite and
+    restricted operators; the product may come from inside the operator kernel."""
+    mass, s = mass_operator(ceed, n=3, p=3, dim=3, warp=0.1)
+    poisson, _ = poisson_operator(ceed, n=3, p=3, dim=3, warp=0.1)
+    offsets = s["offsets"]
+    r = ceed.ElemRestriction(
+        *offsets.shape, 1, 1, s["num_nodes"], offsets, orients=rng.random(offsets.shape) < 0.3
+    )
+    oriented = ceed.Operator(ceed.QFunctionByName("MassApply"))
+    oriented.set_field("u", r, s["basis"], hf.VECTOR_ACTIVE)
+    oriented.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
+    oriented.set_field("v", r, s["basis"], hf.VECTOR_ACTIVE)
+    free = np.sort(rng.choice(s["num_nodes"], s["num_nodes"] // 2, replace=False))
+    ops = {
+        "mass": mass,
+        "poisson": poisson,
+        "oriented": oriented,
+        "composite": ceed.CompositeOperator([mass, poisson]),
+        "restricted": hf.restrict_dofs(poisson, free),
+    }
+    for name, op in ops.items():
+        u = ceed.asarray(rng.standard_normal(op.shape[1]))
+        v = ceed.asarray(np.full(op.shape[0], np.nan))  # overwritten
+        dot = op.apply_dot(u, v)
+        expected = ceed.to_numpy(op(u))
+        np.testing.assert_allclose(ceed.to_numpy(v), expected, rtol=1e-13, atol=1e-15, err_msg=name)
+        assert float(dot) == pytest.approx(float(ceed.to_numpy(u) @ expected), rel=1e-13), name
+    with pytest.raises(ValueError, match=r"v must have shape \(\d+,\)"):
+        mass.apply_dot(ceed.asarray(np.zeros(mass.shape[1])), ceed.asarray(np.zeros(3)))
+
+
+def test_apply_dot_needs_a_square_operator(ceed):
+    _mass, s = mass_operator(ceed, n=2, p=2, dim=2)
+    qf = ceed.QFunction(
+        alpha_mass,
+        [("u", 1, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)],
+        [("v", 1, hf.EVAL_NONE)],
+        context={"alpha": 1.0},
+    )
+    to_points = ceed.Operator(qf)  # L-vector -> values at the points
+    to_points.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
+    to_points.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
+    to_points.set_field("v", s["r_q"], hf.BASIS_NONE, hf.VECTOR_ACTIVE)
+    out_size, in_size = to_points.shape
+    assert out_size != in_size
+    with pytest.raises(ValueError, match="apply_dot needs a square operator"):
+        to_points.apply_dot(ceed.asarray(np.zeros(in_size)), ceed.asarray(np.zeros(out_size)))

@@ -153,7 +153,7 @@ def test_cg_uses_backend_vector_ops(nb, monkeypatch, jacobi):
 
 @pytest.mark.parametrize("n", [1, 7, 63, 64, 513, 10_007])
 def test_cg_dot_lanes_match_numpy(n):
-    """The 8-lane chunked dot covers every entry (short chunks, remainders)."""
+    """The chunked dot covers every entry (short chunks, remainders)."""
     from hofem.backends import numba_kernels
 
     rng = np.random.default_rng(n)
@@ -164,7 +164,7 @@ def test_cg_dot_lanes_match_numpy(n):
 
 
 def test_cg_iterates_match_ref(nb, ref):
-    """CG on /cpu/self/numba (chunked, 8-lane dots) follows /cpu/self/ref iterate for
+    """CG on /cpu/self/numba (chunked reductions) follows /cpu/self/ref iterate for
     iterate to 1e-12 over the first 30 iterations, and converges in the same count to the
     same solution (Poisson + mass: SPD).  Later iterates of this 156-iteration solve
     drift apart to 1e-8 mid-solve, as they did before the lane dots: rounding of the
@@ -187,6 +187,49 @@ def test_cg_iterates_match_ref(nb, ref):
         scale = 1e-12 * np.abs(want).max()
         np.testing.assert_allclose(iterates["nb"][k], want, rtol=0, atol=scale, err_msg=k)
     np.testing.assert_allclose(x_nb, x_ref, rtol=0, atol=1e-12 * np.abs(x_ref).max())
+
+
+def test_apply_dot_inside_the_kernel(nb):
+    """u . Au from the fused kernel's E-vectors (block tails included), bitwise the same
+    for 1 and 2 threads; an output restriction with equal offsets pairs with the input,
+    other offsets do not, and that operator applies, then takes the vector dot."""
+    from hofem.backends import numba_operator
+
+    op, s = poisson_operator(nb, n=5, p=2, dim=3, warp=0.1)  # 125 elements: a tail block
+    u = np.random.default_rng(6).standard_normal(op.shape[1])
+    v = np.empty(op.shape[0])
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = op.apply_dot(u, v)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = op.apply_dot(u, v)
+    finally:
+        numba.set_num_threads(saved)
+    assert "numba-dot" in op.backend_data and one == two
+    assert float(one) == pytest.approx(u @ op(u), rel=1e-13)
+
+    mass, s = mass_operator(nb, n=3, p=2, dim=2)
+    offsets = s["offsets"]
+
+    def with_output(out_offsets):
+        r = nb.ElemRestriction(*offsets.shape, 1, 1, s["num_nodes"], out_offsets)
+        op = nb.Operator(nb.QFunctionByName("MassApply"))
+        op.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
+        op.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
+        op.set_field("v", r, s["basis"], hf.VECTOR_ACTIVE)
+        return op
+
+    same, other = with_output(offsets.copy()), with_output(offsets[::-1].copy())
+    assert numba_operator.dot_fields(same) == (0, 0)
+    assert numba_operator.dot_fields(other) is None
+    u = np.random.default_rng(7).standard_normal(mass.shape[1])
+    for op in (same, other):
+        dot = op.apply_dot(u, v[: op.shape[0]])
+        assert float(dot) == pytest.approx(u @ op(u), rel=1e-13)
+    assert "numba-dot" in same.backend_data and "numba-dot" not in other.backend_data
+    with pytest.raises(ValueError, match="one active input and output of one restriction"):
+        numba_operator.operator_kernel(other, dot=True)
 
 
 @pytest.mark.parametrize("n", [7, 40])

@@ -128,28 +128,35 @@ class NumbaBackend(RefBackend):
         return NumbaVectorOps()
 
     # --- operator ----------------------------------------------------------------------------
-    def _plan(self, op):
-        """Kernel, static arguments and colouring of ``op``, cached in ``op.backend_data``."""
-        plan = op.backend_data.get("numba")
+    def _plan(self, op, dot=False):
+        """Kernel, static arguments and colouring of ``op`` (its ``u . Au`` variant with
+        ``dot``), cached in ``op.backend_data``."""
+        key = "numba-dot" if dot else "numba"
+        plan = op.backend_data.get(key)
         context = numba_operator.context_key(op.qf.context)
         if plan is None or plan["context"] != context:
-            kernel, names, static, traced = numba_operator.operator_kernel(op)
-            outputs = [f.restriction for f in op.output_fields]
-            schedule = numba_operator.colour_chunks(op.num_elem, numba_operator.BLK, outputs)
+            kernel, names, static, traced = numba_operator.operator_kernel(op, dot)
+            if "numba-schedule" not in op.backend_data:
+                outputs = [f.restriction for f in op.output_fields]
+                op.backend_data["numba-schedule"] = numba_operator.colour_chunks(
+                    op.num_elem, numba_operator.BLK, outputs
+                )
             for n in names:
                 if n not in static and not (n[0] in "lx" and n[1:].isdigit()):
                     static[n] = numba_operator.field_arrays(op, n, None)
-            plan = {"kernel": kernel, "names": names, "schedule": schedule, "static": static}
+            plan = {"kernel": kernel, "names": names, "static": static}
+            plan["schedule"] = op.backend_data["numba-schedule"]
             plan["context"], plan["traced"] = context, traced
-            op.backend_data["numba"] = plan
+            op.backend_data[key] = plan
         return plan
 
-    def operator_apply_add(self, op, u, v):
-        """``v += A u`` through the fused kernel (reference path if the QFunction won't compile)."""
-        plan = self._plan(op)
+    def _run(self, op, u, v, dot):
+        """Run ``op``'s fused kernel: ``v += A u``; with ``dot`` it returns the per-chunk
+        ``u . Au`` (num_chunks,).  After a QFunction Numba cannot compile (warned once
+        per operator) the plan is marked ``fallback`` and nothing runs."""
+        plan = self._plan(op, dot)
         if plan.get("fallback"):
-            super().operator_apply_add(op, u, v)
-            return
+            return None
         static = plan["static"]
         args = [
             static[n] if n in static else numba_operator.field_arrays(op, n, u)
@@ -160,7 +167,7 @@ class NumbaBackend(RefBackend):
             ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
             # an inlined QFunction's lanes vectorize in (first-call) compilation with SLP on
             with numba_kernels._slp_vectorize() if plan["traced"] else contextlib.nullcontext():
-                plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
+                return plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
         except NumbaError as exc:
             plan["fallback"] = True
             warnings.warn(
@@ -168,6 +175,25 @@ class NumbaBackend(RefBackend):
                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[0]}); "
                 "this operator uses the NumPy reference path",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
+            return None
+
+    def operator_apply_add(self, op, u, v):
+        """``v += A u`` through the fused kernel (reference path if the QFunction won't compile)."""
+        self._run(op, u, v, dot=False)
+        if self._plan(op).get("fallback"):
             super().operator_apply_add(op, u, v)
+
+    def operator_apply_dot(self, op, u, v):
+        """``v = A u`` and ``u . v``, the product formed inside the fused kernel where
+        :func:`.numba_operator.dot_fields` allows; else apply, then the vector dot."""
+        data = op.backend_data
+        if "numba-dot-fields" not in data:
+            data["numba-dot-fields"] = numba_operator.dot_fields(op)
+        if data["numba-dot-fields"] is not None:
+            v[...] = 0.0
+            partial = self._run(op, u, v, dot=True)  # (num_chunks,)
+            if not self._plan(op, dot=True).get("fallback"):
+                return partial.sum()
+        return super().operator_apply_dot(op, u, v)

@@ -22,6 +22,7 @@ from .numba_codegen import BLK, Source, check_disk_cache, load_module
 
 __all__ = [
     "basis_program",
+    "block_dot",
     "cg_dot",
     "cg_update_p",
     "cg_update_xr",
@@ -177,6 +178,25 @@ def gather_block(s, dest, lvec, offsets, num_comp, comp_stride, signs, e0, nb):
     for b in range(nb, BLK):
         for k in range(num_comp * elem_size):
             s[dest + k * BLK + b] = 0.0
+
+
+@numba.njit(**_SERIAL)
+def block_dot(s, a, b, size, acc, nb):
+    """``sum_k sum_lane s[a + k BLK + lane] s[b + k BLK + lane]`` over the block's ``nb`` lanes.
+
+    Two (size, BLK) regions of the scratch, e.g. an element block's input and
+    output E-vectors; ``s[acc : acc + BLK]`` holds the lane sums (one running sum
+    per lane, so the loop vectorizes without reassociation), added in lane order.
+    """
+    x, y, lanes = s[a : a + size * BLK], s[b : b + size * BLK], s[acc : acc + BLK]
+    lanes[:] = 0.0
+    for k in range(size):
+        for lane in range(BLK):
+            lanes[lane] += x[k * BLK + lane] * y[k * BLK + lane]
+    total = 0.0
+    for lane in range(nb):
+        total += lanes[lane]
+    return total
 
 
 @numba.njit(**_SERIAL)

@@ -45,6 +45,7 @@ from .numba_kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contrac
 __all__ = [
     "colour_chunks",
     "context_key",
+    "dot_fields",
     "field_arrays",
     "operator_kernel",
     "standalone_program",
@@ -54,7 +55,9 @@ _HEADER = (
     "import math",
     "import numba",
     "import numpy as np",
-    "from hofem.backends.numba_kernels import contract_program, gather_block, scatter_block",
+    "from hofem.backends.numba_kernels import (",
+    "    block_dot, contract_program, gather_block, scatter_block",
+    ")",
     f"# hofem.backends.numba_kernels sha1 {DIGEST}",
 )
 # chunks per operator before colouring (independent of the thread count: determinism)
@@ -324,7 +327,37 @@ def _point_loop(op, func, fields, body, strided):
     return True
 
 
-def operator_kernel(op):
+def dot_fields(op):
+    """``(i, o)``: the active input and output whose E-vectors give ``u . Au``, or None.
+
+    ``u^T A u = sum_e (G_e u) . y_e`` with ``y_e`` the element's output E-vector
+    before the scatter ``G_e^T``: it needs one active input and one active
+    output gathering the same entries (one restriction, or one layout with equal
+    offsets and signs), the input gathered (not read through strides).
+    """
+    active_in = [i for i, f in enumerate(op.input_fields) if f.is_active]
+    active_out = [o for o, f in enumerate(op.output_fields) if f.is_active]
+    if len(active_in) != 1 or len(active_out) != 1:
+        return None
+    (i,), (o,) = active_in, active_out
+    ri, ro = op.input_fields[i].restriction, op.output_fields[o].restriction
+    if op.input_fields[i].eval_mode is EVAL_NONE and ri.strides is not None:
+        return None
+    return (i, o) if _same_entries(ri, ro) else None
+
+
+def _same_entries(a, b):
+    """Whether restrictions ``a`` and ``b`` gather the same (signed) entries."""
+    if a is b:
+        return True
+    layout = lambda r: (r.num_elem, r.elem_size, r.num_comp, r.l_size, r.component_stride)  # noqa: E731
+    if layout(a) != layout(b) or (a.signs is None) != (b.signs is None):
+        return False
+    same_signs = a.signs is None or np.array_equal(a.signs, b.signs)
+    return same_signs and np.array_equal(a.compact_indices()[0], b.compact_indices()[0])
+
+
+def operator_kernel(op, dot=False):
     """Generate and load the fused kernel of ``op``.
 
     A traceable QFunction body is inlined in the point loop (see the module
@@ -351,6 +384,12 @@ def operator_kernel(op):
     traced : bool
         The QFunction body is inlined: compile the kernel with LLVM's SLP
         vectorizer (its lanes are straight-line code), like the contractions.
+
+    With ``dot=True`` (needs :func:`dot_fields`) the kernel also returns, per
+    chunk, that chunk's part of ``u . Au`` (float64 (num_chunks,)): each block
+    multiplies its gathered input E-vector by its output E-vector before the
+    scatter, in ``BLK`` lane sums (:func:`.numba_kernels.block_dot`).  The
+    chunks' sums do not depend on the thread count.
     """
     compile_contract()
     func = getattr(op.qf.func, "py_func", op.qf.func)
@@ -371,6 +410,10 @@ def operator_kernel(op):
         fields.append(("s", name))
 
     temp = []  # (field, num_comp, transpose, in offset, out offset, program name)
+    pair = dot_fields(op) if dot else None
+    if dot and pair is None:
+        raise ValueError("dot=True needs one active input and output of one restriction")
+    e_refs = {}  # active input -> ref of its gathered E-vector
     for i, f in enumerate(op.input_fields):
         r = f.restriction
         if f.eval_mode is EVAL_WEIGHT:
@@ -395,6 +438,7 @@ def operator_kernel(op):
         e_off, e_ref = layout.region(r.num_comp * r.elem_size)
         comps = layout.components(r)
         body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
+        e_refs[i] = e_ref
         if f.eval_mode is EVAL_NONE:
             view(f"q{i}", layout.value(f.size), e_ref)
             continue
@@ -430,6 +474,12 @@ def operator_kernel(op):
             temp.append((f, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
             body(f"contract_program(s, Mo{o}, Po{o})")
         body(f"scatter_block(s, {source}, v, ixo{o}, {layout.components(r)}, {sign}, e0, nb)")
+        if pair is not None and pair[1] == o:
+            size = layout.value(r.num_comp * r.elem_size)
+            _, acc = layout.region(1)  # BLK lane sums
+            product = f"block_dot(s, {e_refs[pair[0]]}, {source}, {size}, {acc}, nb)"
+    if pair is not None:
+        body(f"return {product}")
     t_off, _ = layout.region(  # temporaries, shared by every basis action
         max([temp_size(f.basis, nc, f.eval_mode, tr) for f, nc, tr, *_ in temp], default=0)
     )
@@ -449,12 +499,17 @@ def operator_kernel(op):
     src("")
     src(f"@{JIT}")
     src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
+    if dot:
+        src("    partial = np.zeros(chunk_start.shape[0])  # (num_chunks,)")
     src("    for colour in range(colour_ptr.shape[0] - 1):")
     src("        for chunk in numba.prange(colour_ptr[colour], colour_ptr[colour + 1]):")
     src("            s = np.empty(meta[1])")
     src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {BLK}):")
     src(f"                nb = min({BLK}, chunk_stop[chunk] - e0)")
-    src(f"                block(ctx, meta, s, e0, nb, {arglist}, v)")
+    call = f"block(ctx, meta, s, e0, nb, {arglist}, v)"
+    src(f"                partial[chunk] += {call}" if dot else f"                {call}")
+    if dot:
+        src("    return partial")
     namespace = None if traced or cache else {"qfunction": _jit(func)}
     module = load_module(src.text(), cache, namespace)
     return module.apply_add, args, static, traced

@@ -14,6 +14,7 @@ import scipy.sparse.linalg
 from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
 from ..memory import owning_array
 from ..restriction import expand_offsets
+from ..vector_ops import backend_vector_ops
 
 __all__ = ["RefBackend"]
 
@@ -270,6 +271,12 @@ class RefBackend:
         for field, q in zip(op.output_fields, outputs, strict=True):
             if field.is_active:
                 self.output_add(op, field, q, v)
+
+    def operator_apply_dot(self, op, u, v):
+        """``v = A u``; return ``u . v`` (0-d array) by the backend's vector operations."""
+        v[...] = 0.0
+        self.operator_apply_add(op, u, v)
+        return backend_vector_ops(self).dot(u, v)
 
     # --- assembly ----------------------------------------------------------------------------
     def _dense_field_basis(self, field, r):
