@@ -21,7 +21,22 @@ _SKIP = ("ceed", "comm", "backend", "qf", "qfunction")  # shared context, not pe
 
 
 def peak_rss_bytes():
-    """Peak resident set size of this process so far, in bytes (``ru_maxrss``)."""
+    """Peak resident set size of this process so far, in bytes.
+
+    On Linux the high-water mark of this program's own memory (``VmHWM`` of
+    ``/proc/self/status``): ``ru_maxrss`` starts an exec'd program at the peak
+    of the process that spawned it (the kernel carries the pre-exec image's
+    peak over), so a small script started from a large one (a test worker
+    holding a CUDA context) would report its parent's peak.  Elsewhere
+    ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 

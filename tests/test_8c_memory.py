@@ -1,6 +1,8 @@
 """Set-up memory: index widths past 2^31 entries, chunked q-data, what a solve holds."""
 
 import gc
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
@@ -224,3 +226,13 @@ def test_restrictions_of_a_space_share_its_device_offsets(ceed):
         del other
         gc.collect()
         assert len(shared) == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
+def test_peak_rss_is_the_programs_own():
+    """A program started by a process holding 300 MiB reports its own peak: ru_maxrss would
+    report the parent's (Linux carries the pre-exec peak over to the exec'd program)."""
+    held = np.ones(300 * 2**20 // 8)  # (39321600,) resident in this process
+    script = "from hofem.memory import peak_rss_bytes; print(peak_rss_bytes())"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert int(out.stdout) < 200 * 2**20 < held.nbytes
