@@ -230,6 +230,17 @@ def _check_dot(gen, op):
     assert rel_error(v.get(), op(u).get()) < 1e-13
 
 
+def test_gen_apply_dot_from_the_fused_kernel(gen):
+    """Operator.apply_dot on gen (CG's host loop) takes u . Au from the kernel's dot variant."""
+    op, _ = box_operator(gen, "diffusion", 5, 3, 3, warp=0.1)
+    u = cupy.random.default_rng(8).standard_normal(op.shape[1])
+    v = cupy.full(op.shape[0], cupy.nan)
+    dot = op.apply_dot(u, v)
+    assert "gen-dot" in op.backend_data
+    assert rel_error(v.get(), op(u).get()) < 1e-13
+    assert float(dot) == pytest.approx(float(cupy.vdot(u, op(u))), rel=1e-12)
+
+
 @pytest.mark.parametrize("p", [4, 8])
 def test_gen_register_cap_keeps_results(gen, p):
     """A fused kernel compiled at the register cap computes what the uncapped one does (to

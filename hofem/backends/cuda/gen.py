@@ -8,6 +8,8 @@ everything else (restrictions, bases, assembly) are inherited from
 ``/gpu/cuda/batched``.
 """
 
+import numpy as np
+
 from .batched import _MAX_T_1D, CudaBatchedBackend
 
 __all__ = ["CudaGenBackend"]
@@ -41,6 +43,20 @@ class CudaGenBackend(CudaBatchedBackend):
             return None
         run = self._fused_operator(op)
         return run if run is not None and dot_pairs(op) is not None else None
+
+    def operator_apply_dot(self, op, u, v):
+        """``v = A u`` and ``u . v``: the fused kernel's dot variant where it has one
+        (:meth:`cg_apply_dot`, the block partial sums added in order), else apply, then dot."""
+        run = self.cg_apply_dot(op)
+        if run is None:
+            return super().operator_apply_dot(op, u, v)
+        buffers = op.backend_data.get("gen-dot")
+        if buffers is None:  # (num_blocks,) partial sums; a zero status: run
+            buffers = (self.xp.empty(run.num_blocks), self.xp.zeros(1, dtype=np.int64))
+            op.backend_data["gen-dot"] = buffers
+        v[...] = 0.0
+        run.apply_dot(u, v, *buffers)
+        return buffers[0].sum()
 
     def operator_apply_add(self, op, u, v):
         """v += A u in one fused kernel, or by the batched stages when ``op`` cannot fuse."""
