@@ -77,7 +77,8 @@ def sign_mass(ctx, u, qdata, v):
 
 @pytest.mark.parametrize("func, traced", [(scaled_mass, True), (sign_mass, False)])
 def test_traced_and_called_qfunctions_match_ref(nb, ref, func, traced):
-    """A traceable body is inlined in the kernel source; an untraceable one is called."""
+    """A traceable body is inlined in the kernel source; an untraceable one is called;
+    either way the kernel's u . Au variant compiles and agrees."""
     u = np.random.default_rng(4).standard_normal(25)
     ops = {ceed.resource: _with_qfunction(ceed, func, {"alpha": 2.5})[0] for ceed in (nb, ref)}
     out = {name: op(u) for name, op in ops.items()}
@@ -85,6 +86,10 @@ def test_traced_and_called_qfunctions_match_ref(nb, ref, func, traced):
     source = inspect.getsource(sys.modules[kernel.__module__])
     assert ("qfunction(" not in source) is traced
     np.testing.assert_allclose(out["/cpu/self/numba"], out["/cpu/self/ref"], rtol=1e-13)
+    dot = ops["/cpu/self/numba"].apply_dot(u, np.empty(25))
+    plan = ops["/cpu/self/numba"].backend_data["numba-dot"]
+    assert plan["traced"] is traced and not plan.get("fallback")
+    assert float(dot) == pytest.approx(u @ out["/cpu/self/ref"], rel=1e-13)
 
 
 @pytest.mark.parametrize("n", [3, 5])
