@@ -76,9 +76,9 @@ class _OperatorBase:
         """``v = A u``, and return ``u . A u``: CG's ``p . Ap`` with its operator application.
 
         A backend may form the product inside its operator kernel
-        (``/cpu/self/numba``), so that it costs no pass over the vectors; else it
-        is :meth:`apply` and then the dot of :meth:`vector_ops` (summed over the
-        ranks of a distributed operator).
+        (``/cpu/self/numba``, ``/gpu/cuda/gen``), so that it costs no pass over the
+        vectors; else it is :meth:`apply` and then the dot of :meth:`vector_ops`
+        (summed over the ranks of a distributed operator).
 
         Parameters
         ----------
@@ -320,7 +320,8 @@ class Operator(_OperatorBase):
         self.ceed.backend.operator_apply_add(self, u, v)
 
     def _apply_dot(self, u, v):
-        return self.ceed.backend.operator_apply_dot(self, u, v)
+        dot = self.ceed.backend.operator_apply_dot(self, u, v)
+        return super()._apply_dot(u, v) if dot is None else dot
 
     def linear_assemble_diagonal(self):
         """Diagonal of the assembled operator, for Jacobi preconditioning.

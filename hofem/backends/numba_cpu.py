@@ -150,13 +150,10 @@ class NumbaBackend(RefBackend):
             op.backend_data[key] = plan
         return plan
 
-    def _run(self, op, u, v, dot):
-        """Run ``op``'s fused kernel: ``v += A u``; with ``dot`` it returns the per-chunk
-        ``u . Au`` (num_chunks,).  After a QFunction Numba cannot compile (warned once
-        per operator) the plan is marked ``fallback`` and nothing runs."""
-        plan = self._plan(op, dot)
-        if plan.get("fallback"):
-            return None
+    def _run(self, plan, op, u, v):
+        """Run ``plan``'s kernel on ``op``: ``v += A u``, and its result (the per-chunk
+        ``u . Au`` of a dot plan).  A QFunction Numba cannot compile marks the plan
+        ``fallback`` (warned once per operator), and nothing runs."""
         static = plan["static"]
         args = [
             static[n] if n in static else numba_operator.field_arrays(op, n, u)
@@ -181,19 +178,23 @@ class NumbaBackend(RefBackend):
 
     def operator_apply_add(self, op, u, v):
         """``v += A u`` through the fused kernel (reference path if the QFunction won't compile)."""
-        self._run(op, u, v, dot=False)
-        if self._plan(op).get("fallback"):
+        plan = self._plan(op)
+        if not plan.get("fallback"):
+            self._run(plan, op, u, v)
+        if plan.get("fallback"):
             super().operator_apply_add(op, u, v)
 
     def operator_apply_dot(self, op, u, v):
         """``v = A u`` and ``u . v``, the product formed inside the fused kernel where
-        :func:`.numba_operator.dot_fields` allows; else apply, then the vector dot."""
+        :func:`.numba_operator.dot_fields` allows; else None (apply, then the vector dot)."""
         data = op.backend_data
         if "numba-dot-fields" not in data:
             data["numba-dot-fields"] = numba_operator.dot_fields(op)
-        if data["numba-dot-fields"] is not None:
-            v[...] = 0.0
-            partial = self._run(op, u, v, dot=True)  # (num_chunks,)
-            if not self._plan(op, dot=True).get("fallback"):
-                return partial.sum()
-        return super().operator_apply_dot(op, u, v)
+        if data["numba-dot-fields"] is None:
+            return None
+        plan = self._plan(op, dot=True)
+        if plan.get("fallback"):
+            return None
+        v[...] = 0.0
+        partial = self._run(plan, op, u, v)  # (num_chunks,)
+        return None if plan.get("fallback") else partial.sum()

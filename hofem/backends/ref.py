@@ -14,7 +14,6 @@ import scipy.sparse.linalg
 from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
 from ..memory import owning_array
 from ..restriction import expand_offsets
-from ..vector_ops import backend_vector_ops
 
 __all__ = ["RefBackend"]
 
@@ -273,10 +272,9 @@ class RefBackend:
                 self.output_add(op, field, q, v)
 
     def operator_apply_dot(self, op, u, v):
-        """``v = A u``; return ``u . v`` (0-d array) by the backend's vector operations."""
-        v[...] = 0.0
-        self.operator_apply_add(op, u, v)
-        return backend_vector_ops(self).dot(u, v)
+        """``v = A u`` and ``u . v`` (0-d array) from inside the operator kernel, or None where
+        the backend forms no such product (here: never); the operator then applies and dots."""
+        return None
 
     # --- assembly ----------------------------------------------------------------------------
     def _dense_field_basis(self, field, r):

@@ -45,11 +45,11 @@ class CudaGenBackend(CudaBatchedBackend):
         return run if run is not None and dot_pairs(op) is not None else None
 
     def operator_apply_dot(self, op, u, v):
-        """``v = A u`` and ``u . v``: the fused kernel's dot variant where it has one
-        (:meth:`cg_apply_dot`, the block partial sums added in order), else apply, then dot."""
+        """``v = A u`` and ``u . v`` from the fused kernel's dot variant where it has one
+        (:meth:`cg_apply_dot`, the block partial sums added in order), else None."""
         run = self.cg_apply_dot(op)
         if run is None:
-            return super().operator_apply_dot(op, u, v)
+            return None
         buffers = op.backend_data.get("gen-dot")
         if buffers is None:  # (num_blocks,) partial sums; a zero status: run
             buffers = (self.xp.empty(run.num_blocks), self.xp.zeros(1, dtype=np.int64))
