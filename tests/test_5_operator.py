@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse
-from util import grid_coords, grid_offsets, mass_operator, poisson_operator
+from util import grid_coords, grid_offsets, mass_fields, mass_operator, poisson_operator
 
 import hofem as hf
 from hofem.polynomials import simplex_nodes
@@ -205,10 +205,7 @@ def test_user_qfunction_and_composite(ceed, rng):
         [("v", 1, hf.EVAL_INTERP)],
         context={"alpha": 3.0},
     )
-    scaled = ceed.Operator(qf)
-    scaled.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
-    scaled.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
-    scaled.set_field("v", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
+    scaled = mass_fields(ceed, qf, s)
     u = ceed.asarray(rng.standard_normal(mass.shape[1]))
     np.testing.assert_allclose(ceed.to_numpy(scaled(u)), 3 * ceed.to_numpy(mass(u)), rtol=1e-13)
     composite = ceed.CompositeOperator([scaled, poisson])
@@ -239,10 +236,7 @@ def test_oriented_restriction_assembly(ceed, rng):
     offsets = s["offsets"]
     orients = rng.random(offsets.shape) < 0.3
     r = ceed.ElemRestriction(*offsets.shape, 1, 1, s["num_nodes"], offsets, orients=orients)
-    oriented = ceed.Operator(ceed.QFunctionByName("MassApply"))
-    oriented.set_field("u", r, s["basis"], hf.VECTOR_ACTIVE)
-    oriented.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
-    oriented.set_field("v", r, s["basis"], hf.VECTOR_ACTIVE)
+    oriented = mass_fields(ceed, ceed.QFunctionByName("MassApply"), s, r_u=r)
     A = ceed.to_numpy(oriented.linear_assemble().toarray())
     np.testing.assert_allclose(dense_apply(ceed, oriented), A, atol=1e-14)
     np.testing.assert_allclose(
@@ -360,10 +354,7 @@ def test_apply_dot_is_apply_and_u_dot_Au(ceed, rng):
     r = ceed.ElemRestriction(
         *offsets.shape, 1, 1, s["num_nodes"], offsets, orients=rng.random(offsets.shape) < 0.3
     )
-    oriented = ceed.Operator(ceed.QFunctionByName("MassApply"))
-    oriented.set_field("u", r, s["basis"], hf.VECTOR_ACTIVE)
-    oriented.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
-    oriented.set_field("v", r, s["basis"], hf.VECTOR_ACTIVE)
+    oriented = mass_fields(ceed, ceed.QFunctionByName("MassApply"), s, r_u=r)
     free = np.sort(rng.choice(s["num_nodes"], s["num_nodes"] // 2, replace=False))
     ops = {
         "mass": mass,
@@ -391,10 +382,7 @@ def test_apply_dot_needs_a_square_operator(ceed):
         [("v", 1, hf.EVAL_NONE)],
         context={"alpha": 1.0},
     )
-    to_points = ceed.Operator(qf)  # L-vector -> values at the points
-    to_points.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
-    to_points.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
-    to_points.set_field("v", s["r_q"], hf.BASIS_NONE, hf.VECTOR_ACTIVE)
+    to_points = mass_fields(ceed, qf, s, r_v=s["r_q"], v_basis=hf.BASIS_NONE)  # L -> points
     out_size, in_size = to_points.shape
     assert out_size != in_size
     with pytest.raises(ValueError, match="apply_dot needs a square operator"):

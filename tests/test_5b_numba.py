@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from util import mass_operator, poisson_operator
+from util import mass_fields, mass_operator, poisson_operator
 
 import hofem as hf
 
@@ -38,11 +38,7 @@ def _with_qfunction(ceed, func, context, n=2):
         [("v", 1, hf.EVAL_INTERP)],
         context=context,
     )
-    op = ceed.Operator(qf)
-    op.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
-    op.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
-    op.set_field("v", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
-    return op, base
+    return mass_fields(ceed, qf, s), base
 
 
 def test_context_qfunction_matches_ref(nb, ref):
@@ -219,11 +215,7 @@ def test_apply_dot_inside_the_kernel(nb):
 
     def with_output(out_offsets):
         r = nb.ElemRestriction(*offsets.shape, 1, 1, s["num_nodes"], out_offsets)
-        op = nb.Operator(nb.QFunctionByName("MassApply"))
-        op.set_field("u", s["r_u"], s["basis"], hf.VECTOR_ACTIVE)
-        op.set_field("qdata", s["r_q"], hf.BASIS_NONE, s["qdata"])
-        op.set_field("v", r, s["basis"], hf.VECTOR_ACTIVE)
-        return op
+        return mass_fields(nb, nb.QFunctionByName("MassApply"), s, r_v=r)
 
     same, other = with_output(offsets.copy()), with_output(offsets[::-1].copy())
     assert numba_operator.dot_fields(same) == (0, 0)

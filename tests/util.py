@@ -8,3 +8,21 @@ from hofem.bakeoff.structured import box_operator
 
 mass_operator = partial(box_operator, form="mass")
 poisson_operator = partial(box_operator, form="diffusion")
+
+
+def mass_fields(ceed, qf, parts, r_u=None, r_v=None, v_basis=None):
+    """An operator of ``qf`` (fields ``u``, ``qdata``, ``v``) on ``mass_operator``'s ``parts``.
+
+    ``u`` through ``r_u`` (default ``parts["r_u"]``) and the basis; ``v`` through ``r_v``
+    (default: ``u``'s restriction) and ``v_basis`` (default the basis; ``hf.BASIS_NONE``
+    for values at the points through ``parts["r_q"]``); ``qdata`` is the stored q-data.
+    """
+    import hofem as hf
+
+    r_u = parts["r_u"] if r_u is None else r_u
+    op = ceed.Operator(qf)
+    op.set_field("u", r_u, parts["basis"], hf.VECTOR_ACTIVE)
+    op.set_field("qdata", parts["r_q"], hf.BASIS_NONE, parts["qdata"])
+    v_basis = parts["basis"] if v_basis is None else v_basis
+    op.set_field("v", r_u if r_v is None else r_v, v_basis, hf.VECTOR_ACTIVE)
+    return op
