@@ -6,6 +6,8 @@ the curved sample meshes; orders 1..8 sampled.  The stored operator is the
 oracle.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -152,17 +154,54 @@ def test_cost_model():
 
 
 def test_register_cap_policy():
-    """Kernels past REGISTER_CAP registers are capped while T_1d is small; others are kept."""
+    """Kernels of REGISTER_CAP_FROM registers or more get the REGISTER_CAP ceiling while T_1d
+    is small (past it: capped; below it: room to use more); others are kept."""
     from hofem.backends.cuda.operator_fuse import (
         REGISTER_CAP,
+        REGISTER_CAP_FROM,
         REGISTER_CAP_MAX_T_1D,
         register_cap,
     )
 
+    assert REGISTER_CAP_FROM <= REGISTER_CAP
     assert register_cap(REGISTER_CAP + 1, REGISTER_CAP_MAX_T_1D) == REGISTER_CAP
     assert register_cap(255, 6) == REGISTER_CAP
-    assert register_cap(REGISTER_CAP, 6) is None  # within the cap already
+    assert register_cap(REGISTER_CAP_FROM, 6) == REGISTER_CAP  # a ceiling above its count
+    assert register_cap(REGISTER_CAP_FROM - 1, 6) is None  # the BP1 kernels: kept
     assert register_cap(255, REGISTER_CAP_MAX_T_1D + 1) is None  # spills would cost more
+
+
+def test_constant_matrix_copies_follow_the_budget():
+    """The fused kernel reads the slowest axis's 1D matrices from exact constant-memory
+    copies, taken in the order it first reads them while they fit the budget; the other
+    axes, and every axis in 1D, read the shared copies.  Needs no device."""
+    from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
+    from hofem.bakeoff.structured import box_operator
+
+    ceed = hf.Ceed("/cpu/self/ref")
+
+    def tables(op, budget, collocated=True):  # name -> (Q_1d x P_1d entries) of each copy
+        code = kernel_source(op, fusable_shape(op, 16), collocated, constant_bytes=budget)
+        found = re.findall(r"__constant__ double c_(\w+)\[(\d+)\] = \{([^}]*)\}", code)
+        for name, size, values in found:
+            assert f"c_{name}," in code  # read by the contractions
+            assert len(values.split(",")) == int(size)
+        return {
+            name: np.array([float.fromhex(v) for v in values.split(",")])
+            for name, _, values in found
+        }
+
+    op, _ = box_operator(ceed, "diffusion", 2, 3, 3)  # P_1d 4, Q_1d 5; D is 5 x 5
+    basis = op.input_fields[0].basis
+    assert tables(op, 0) == {}
+    everything = tables(op, 10**6)
+    assert list(everything) == ["B0", "D", "Bt0"]  # interpolate, differentiate, back
+    assert np.array_equal(everything["B0"], basis.interp_1d.ravel())  # bit for bit
+    assert np.array_equal(everything["Bt0"], basis.interp_1d.T.ravel())
+    assert list(tables(op, 8 * 20)) == ["B0"]
+    assert list(tables(op, 8 * 20 + 8 * 25 - 1)) == ["B0", "Bt0"]  # D does not fit
+    assert list(tables(op, 10**6, collocated=False)) == ["B0", "G0", "Bt0", "Gt0"]
+    assert tables(box_operator(ceed, "diffusion", 2, 3, 1)[0], 10**6) == {}  # 1D
 
 
 def test_fusable_shape_mixed_orders():

@@ -265,6 +265,27 @@ def test_gen_register_cap_keeps_results(gen, p):
     assert rel_error(outputs[0], outputs[1]) < 1e-14
 
 
+@pytest.mark.parametrize(("p", "geometry"), [(2, "stored"), (6, "on_the_fly")])
+def test_gen_constant_matrices_keep_results(gen, p, geometry):
+    """A fused kernel reading the slowest axis's matrices from constant memory computes
+    what the one reading shared memory does (to the rounding of the atomic adds' order)."""
+    from hofem.backends.cuda import operator_fuse as of
+
+    op, _ = box_operator(gen, "diffusion", 3, p, 3, warp=0.1, geometry=geometry)
+    fused = gen.backend._fused_operator(op)
+    t_1d = max(fused._shape[1:])
+    u = cupy.random.default_rng(p).standard_normal(op.shape[1])
+    outputs = []
+    for budget in (0, 10**6):
+        code = of.kernel_source(op, fused._shape, fused._collocated, constant_bytes=budget)
+        assert ("__constant__" in code) == (budget > 0)
+        fused._kernel = of._compile(code, t_1d)
+        v = cupy.zeros_like(u)
+        fused(u, v)
+        outputs.append(v.get())
+    assert rel_error(outputs[0], outputs[1]) < 1e-14
+
+
 def test_gen_vector_and_setup_operators(gen, ref):
     """Three-component fields fuse too."""
     from hofem import meshes

@@ -51,7 +51,7 @@ __device__ __forceinline__ void tensor_action(const int num_elem, const double *
           double r_q[COLUMN(Q_1D)];
           contract<P_1D, Q_1D>(s_B, s_B, s_B, r_in, r_q, buf, tx, ty);
           const GlobalColumns<double> out{dst + points, row_stride, active, tx, ty};
-          grad_collocated(s_G, r_q, out, buf, tx, ty);
+          grad_collocated(s_G, s_G, r_q, out, buf, tx, ty);
         } else {
 #pragma unroll
           for (int d = 0; d < ROWS; d++) {  // one direction at a time: fewer live registers
@@ -66,7 +66,7 @@ __device__ __forceinline__ void tensor_action(const int num_elem, const double *
         if constexpr (MODE == COLLOC) {
           double r_q[COLUMN(Q_1D)];
           const GlobalColumns<const double> in{src + points, row_stride, active, tx, ty};
-          grad_t_collocated(s_G, in, r_q, buf, tx, ty);
+          grad_t_collocated(s_G, s_G, in, r_q, buf, tx, ty);
           contract<Q_1D, P_1D>(s_B, s_B, s_B, r_q, r_out, buf, tx, ty);
         } else {
 #pragma unroll

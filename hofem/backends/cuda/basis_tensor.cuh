@@ -9,6 +9,12 @@
 // share a block (threadIdx.z in 3D, threadIdx.y in 1D and 2D).  Every routine that
 // contracts synchronizes the block, so all threads must call it.
 //
+// The slowest axis is contracted in registers, where every thread of the block reads the
+// same matrix entry at an index known at compile time: the routines take that axis's
+// matrices separately (Sb, Sg, Ds), so a caller may pass copies in constant memory, which
+// the FMAs read as operands with no load instruction (the fused operator kernels), or
+// the shared-memory ones again (the basis kernels).
+//
 // Compile-time defines (all required):
 //   DIM (1..3), P_1D, Q_1D, T_1D = max(P_1D, Q_1D), ELEMS_PER_BLOCK
 #pragma once
@@ -188,21 +194,39 @@ __device__ __forceinline__ void load_matrices(const double *__restrict__ B,
   __syncthreads();
 }
 
-// out[d * COLUMN(OUT) + k], d < DIM: the reference gradient of one column, G along x_d
-// and B along the other axes.  Mb, Mg: (OUT, IN) row-major in shared memory.
+// contract with the matrix M along every axis; S: M's copy read along the slowest axis
+// (y in 2D, z in 3D), e.g. in constant memory.
 template <int IN, int OUT>
-__device__ __forceinline__ void grad_column(const double *Mb, const double *Mg, const double *in,
-                                            double *out, double *buf, int tx, int ty) {
+__device__ __forceinline__ void contract_all(const double *M, const double *S, const double *in,
+                                             double *out, double *buf, int tx, int ty) {
+  contract<IN, OUT>(M, DIM == 2 ? S : M, S, in, out, buf, tx, ty);
+}
+
+// The (x, y, z) matrices of direction d of a gradient: G along x_d, B along the others,
+// the slowest axis's from Sb, Sg.
+#define GRAD_MATRICES(d, Mb, Mg, Sb, Sg)                                   \
+  (d) == 0 ? (Mg) : (Mb),                                                  \
+      DIM == 2 ? ((d) == 1 ? (Sg) : (Sb)) : ((d) == 1 ? (Mg) : (Mb)),       \
+      (d) == 2 ? (Sg) : (Sb)
+
+// out[d * COLUMN(OUT) + k], d < DIM: the reference gradient of one column, G along x_d
+// and B along the other axes.  Mb, Mg: (OUT, IN) row-major in shared memory; Sb, Sg: their
+// copies read along the slowest axis.
+template <int IN, int OUT>
+__device__ __forceinline__ void grad_column(const double *Mb, const double *Mg, const double *Sb,
+                                            const double *Sg, const double *in, double *out,
+                                            double *buf, int tx, int ty) {
 #pragma unroll
   for (int d = 0; d < DIM; d++)
-    contract<IN, OUT>(d == 0 ? Mg : Mb, d == 1 ? Mg : Mb, d == 2 ? Mg : Mb, in,
-                      out + d * COLUMN(OUT), buf, tx, ty);
+    contract<IN, OUT>(GRAD_MATRICES(d, Mb, Mg, Sb, Sg), in, out + d * COLUMN(OUT), buf, tx, ty);
 }
 
 // out = sum_d G_d^T in[d * COLUMN(IN) ...], the transpose of grad_column.
-// Mb, Mg: the transposed 1D matrices, (OUT, IN) row-major in shared memory.
+// Mb, Mg: the transposed 1D matrices, (OUT, IN) row-major in shared memory; Sb, Sg: as in
+// grad_column.
 template <int IN, int OUT>
 __device__ __forceinline__ void grad_t_column(const double *Mb, const double *Mg,
+                                              const double *Sb, const double *Sg,
                                               const double *in, double *out, double *buf,
                                               int tx, int ty) {
 #pragma unroll
@@ -210,8 +234,7 @@ __device__ __forceinline__ void grad_t_column(const double *Mb, const double *Mg
 #pragma unroll
   for (int d = 0; d < DIM; d++) {
     double r_d[COLUMN(OUT)];
-    contract<IN, OUT>(d == 0 ? Mg : Mb, d == 1 ? Mg : Mb, d == 2 ? Mg : Mb, in + d * COLUMN(IN),
-                      r_d, buf, tx, ty);
+    contract<IN, OUT>(GRAD_MATRICES(d, Mb, Mg, Sb, Sg), in + d * COLUMN(IN), r_d, buf, tx, ty);
 #pragma unroll
     for (int k = 0; k < COLUMN(OUT); k++) out[k] += r_d[k];
   }
@@ -352,12 +375,13 @@ struct GlobalColumns {
 };
 
 // Collocated gradient: out.put(d, k, .) = the derivative along x_d of a column of values
-// at the quadrature points, D (Q_1D, Q_1D) row-major in shared memory (D B = G).  The
-// axes other than the slowest are read from buf (one pass), the slowest from registers.
+// at the quadrature points, D (Q_1D, Q_1D) row-major in shared memory (D B = G), Ds its
+// copy read along the slowest axis.  The axes other than the slowest are read from buf
+// (one pass), the slowest from registers.
 template <typename Columns>
-__device__ __forceinline__ void grad_collocated(const double *D, const double *in,
-                                                const Columns &out, double *buf, int tx,
-                                                int ty) {
+__device__ __forceinline__ void grad_collocated(const double *D, const double *Ds,
+                                                const double *in, const Columns &out,
+                                                double *buf, int tx, int ty) {
   const bool owns = owns_column<Q_1D>(tx, ty);
   if (owns) {
 #pragma unroll
@@ -375,7 +399,7 @@ __device__ __forceinline__ void grad_collocated(const double *D, const double *i
         dy += D[ty * Q_1D + i] * buf[column_index<T_1D>(k, tx, i)];
 #endif
 #if DIM > 1
-        dslow += D[k * Q_1D + i] * in[i];
+        dslow += Ds[k * Q_1D + i] * in[i];
 #endif
       }
       out.put(0, k, dx);
@@ -391,10 +415,11 @@ __device__ __forceinline__ void grad_collocated(const double *D, const double *i
 }
 
 // The transpose of grad_collocated: out[k] = sum_d (D_d^T in_d)[k], in.get(d, col) giving
-// direction d's column; one direction live at a time.
+// direction d's column; one direction live at a time.  Ds: as in grad_collocated.
 template <typename Columns>
-__device__ __forceinline__ void grad_t_collocated(const double *D, const Columns &in,
-                                                  double *out, double *buf, int tx, int ty) {
+__device__ __forceinline__ void grad_t_collocated(const double *D, const double *Ds,
+                                                  const Columns &in, double *out, double *buf,
+                                                  int tx, int ty) {
   const bool owns = owns_column<Q_1D>(tx, ty);
   double col[COLUMN(Q_1D)];
 #pragma unroll
@@ -404,7 +429,7 @@ __device__ __forceinline__ void grad_t_collocated(const double *D, const Columns
 #pragma unroll
   for (int k = 0; k < COLUMN(Q_1D); k++) {
 #pragma unroll
-    for (int i = 0; i < Q_1D; i++) out[k] += D[i * Q_1D + k] * col[i];
+    for (int i = 0; i < Q_1D; i++) out[k] += Ds[i * Q_1D + k] * col[i];
   }
 #endif
 #pragma unroll

@@ -41,6 +41,7 @@ import pathlib
 
 import numpy as np
 
+from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
 from ...qfunction_trace import trace_body
 from . import kernels
@@ -66,14 +67,24 @@ FUSED_THREADS = 128
 # and lost 4-25% at p = 3, 4; 192 and 256 lost almost everywhere
 THREADS_BY_SHAPE = {(3, 3, 4): 64, (3, 6, 7): 64, (3, 7, 8): 64}
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
-# register cap of the fused kernels: a kernel NVRTC compiles to more than REGISTER_CAP
-# registers per thread (fewer than 12 resident warps per SM) is compiled again at that cap
-# when T_1d <= REGISTER_CAP_MAX_T_1D.  On the H200 (1e7 DOFs, BP3 p = 1..8, stored and on the
-# fly, alternating; docs/performance.md) the capped kernels ran 1.02-1.30x faster at
-# p = 3..7 despite some spilling; at p = 8 (T_1d = 10) the spills cost more (0.88-0.97x), and
-# lower caps (144, 128) lost at p >= 5
+# register cap of the fused kernels: a kernel NVRTC compiles to REGISTER_CAP_FROM registers
+# per thread or more is compiled again with --maxrregcount=REGISTER_CAP when
+# T_1d <= REGISTER_CAP_MAX_T_1D.  On the H200 (1e7 DOFs, alternating; docs/performance.md):
+# - past 168 registers (fewer than 12 resident warps per SM) the capped kernels ran
+#   1.02-1.30x faster for BP3 p = 3..7 despite some spilling; at p = 8 (T_1d = 10) the spills
+#   cost more (0.88-0.97x), and lower caps (144, 128) lost at p >= 5;
+# - below it, the ceiling lets NVRTC keep more in registers: the BP3 kernels of 104-166
+#   registers ran 1.01-1.13x faster with it, the BP1 p = 7 kernel of 102 registers 0.95x
 REGISTER_CAP = 168
+REGISTER_CAP_FROM = 104
 REGISTER_CAP_MAX_T_1D = 9
+# bytes of the constant-memory copies of the 1D matrices that the slowest axis reads
+# (_Source.slow): the FMAs take them from uniform registers, with no shared-memory load.  On
+# the H200 (1e7 DOFs, BP1/BP3 p = 2..8, stored and on the fly, alternating;
+# docs/performance.md) 896 B ran 1.00-1.14x the shared copies; larger budgets lost up to
+# 0.79x where the copies crowd the uniform registers and the kernel parameters are loaded
+# again per element
+CONSTANT_BYTES = 896
 # inputs of at most this many nodes per element (the vertex coordinates of straight-sided
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
 # shared-memory passes or block synchronizations
@@ -117,7 +128,7 @@ def fused_threads(shape):
 def register_cap(num_regs, t_1d):
     """The ``--maxrregcount`` for a fused kernel that compiled to ``num_regs`` registers per
     thread with ``T_1d = max(P_1d, Q_1d)``, or None to keep it as compiled."""
-    if num_regs > REGISTER_CAP and t_1d <= REGISTER_CAP_MAX_T_1D:
+    if num_regs >= REGISTER_CAP_FROM and t_1d <= REGISTER_CAP_MAX_T_1D:
         return REGISTER_CAP
     return None
 
@@ -213,12 +224,23 @@ def _register_blocks(field, dim):
 class _Source:
     """The generated kernel's parameters and body statements, built field by field."""
 
-    def __init__(self, dim, collocated, basis_index):
+    def __init__(self, dim, collocated, basis_index, constant_bytes):
         self.dim = dim
         self.collocated = collocated
         self.basis_index = basis_index  # basis -> its matrix set (s_B{j}, ...): _matrix_bases
+        self.constant_bytes = constant_bytes  # budget of the constant-memory copies
+        self.constants = {}  # matrices copied to constant memory: name ("Bt0") -> doubles
         self.params = []  # C++ parameter declarations
         self.lines = []  # body statements inside the element loop
+
+    def slow(self, name, size):
+        """The copy of 1D matrix ``name`` (``size`` doubles) that the slowest axis reads:
+        ``c_{name}`` in constant memory while the copies asked for so far fit in
+        ``constant_bytes``, else (and in 1D, which has no such axis) the shared ``s_{name}``."""
+        used = 8 * sum(self.constants.values())
+        if self.dim > 1 and name not in self.constants and used + 8 * size <= self.constant_bytes:
+            self.constants[name] = size
+        return ("c_" if name in self.constants else "s_") + name
 
     def param(self, decl):
         self.params.append(decl)
@@ -285,6 +307,7 @@ class _Source:
                 f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
                 f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, tx, ty); }}"
             )
+        size = field.basis.Q_1d * P
 
         def load(row):
             if field.eval_mode is EVAL_GRAD:
@@ -293,7 +316,9 @@ class _Source:
                 M, col = ("G", 0) if d == self.dim - 1 else ("B", d + 1)
             else:
                 M, col, c = "B", 0, row
-            return f"direct_at<{P}>(s_{M}{j}, r_{name} + {(3 * c + col) * P}, direct_row(k, tx))"
+            regs = f"r_{name} + {(3 * c + col) * P}"
+            # row k of the matrix: the slowest axis (1D: row tx, where slow() gives s_)
+            return f"direct_at<{P}>({self.slow(f'{M}{j}', size)}, {regs}, direct_row(k, tx))"
 
         return load
 
@@ -301,25 +326,32 @@ class _Source:
         """Statements taking component c's nodes ``r`` to its blocks of ``regs`` (or back)."""
         mode, P, j = field.eval_mode, field.basis.P_1d, self.basis_index(field.basis)
         IN, OUT = ("Q_1D", P) if transpose else (P, "Q_1D")
-        B, G, t = (f"s_Bt{j}", f"s_Gt{j}", "_t") if transpose else (f"s_B{j}", f"s_G{j}", "")
+        t = "t" if transpose else ""
+        Q = field.basis.Q_1d
+        B, G = f"s_B{t}{j}", f"s_G{t}{j}"
+        Sb = self.slow(f"B{t}{j}", Q * P)
+        Sg = self.slow(f"G{t}{j}", Q * P) if mode is EVAL_GRAD and not self.collocated else G
+        D = "s_D"
+        Ds = self.slow("D", Q * Q) if mode is EVAL_GRAD and self.collocated else D
 
         def oriented(nodes, points):  # (source, destination) of this direction
             return (points, nodes) if transpose else (nodes, points)
 
         if mode is not EVAL_GRAD:
             src, dst = oriented("r", f"{regs} + {c} * COLUMN(Q_1D)")
-            return [f"contract<{IN}, {OUT}>({B}, {B}, {B}, {src}, {dst}, buf, tx, ty);"]
+            return [f"contract_all<{IN}, {OUT}>({B}, {Sb}, {src}, {dst}, buf, tx, ty);"]
         src, dst = oriented("r", f"{regs} + {c * self.dim} * COLUMN(Q_1D)")
         if not self.collocated:
-            return [f"grad{t}_column<{IN}, {OUT}>({B}, {G}, {src}, {dst}, buf, tx, ty);"]
+            step = "grad_t_column" if transpose else "grad_column"
+            return [f"{step}<{IN}, {OUT}>({B}, {G}, {Sb}, {Sg}, {src}, {dst}, buf, tx, ty);"]
         if transpose:  # interpolation and the collocated derivative, through r_q
             return [
-                f"grad_t_collocated(s_D, RegisterColumns{{{src}}}, r_q, buf, tx, ty);",
-                f"contract<{IN}, {OUT}>({B}, {B}, {B}, r_q, r, buf, tx, ty);",
+                f"grad_t_collocated({D}, {Ds}, RegisterColumns{{{src}}}, r_q, buf, tx, ty);",
+                f"contract_all<{IN}, {OUT}>({B}, {Sb}, r_q, r, buf, tx, ty);",
             ]
         return [
-            f"contract<{IN}, {OUT}>({B}, {B}, {B}, r, r_q, buf, tx, ty);",
-            f"grad_collocated(s_D, r_q, RegisterColumns{{{dst}}}, buf, tx, ty);",
+            f"contract_all<{IN}, {OUT}>({B}, {Sb}, r, r_q, buf, tx, ty);",
+            f"grad_collocated({D}, {Ds}, r_q, RegisterColumns{{{dst}}}, buf, tx, ty);",
         ]
 
     def _block(self, field, row):
@@ -361,7 +393,7 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(op, shape, collocated=False, dot=False):
+def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -378,6 +410,13 @@ def kernel_source(op, shape, collocated=False, dot=False):
         Also write ``dot_partial[block]``, the block's part of ``u . Au``, and
         return at once while ``*status`` (CG's, :mod:`.cg`) is nonzero: two more
         parameters after the fields.  Needs :func:`dot_pairs`.
+    constant_bytes : int, optional
+        Budget of the constant-memory copies of the matrices that the slowest
+        axis's contractions read (every thread the same entry, at an index known
+        at compile time: the FMAs take them as operands, with no load
+        instruction).  Matrices are copied in the order the kernel first reads
+        them while they fit; the rest are read from shared memory.  Default
+        :data:`CONSTANT_BYTES`.
 
     Returns
     -------
@@ -395,7 +434,8 @@ def kernel_source(op, shape, collocated=False, dot=False):
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     bases, basis_index = _matrix_bases(op)
-    src = _Source(dim, collocated, basis_index)
+    budget = CONSTANT_BYTES if constant_bytes is None else constant_bytes
+    src = _Source(dim, collocated, basis_index, budget)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
     for k, field in enumerate(op.output_fields):
@@ -451,9 +491,10 @@ def kernel_source(op, shape, collocated=False, dot=False):
         if dot
         else ""
     )
+    tables = _constant_tables(bases, src.constants)
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
-
+{tables}
 extern "C" __global__ void apply(
     {params}) {{
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
@@ -472,6 +513,22 @@ extern "C" __global__ void apply(
   }});{dot_end}
 }}
 """
+
+
+def _constant_tables(bases, names):
+    """``__constant__`` copies ``c_{name}`` of the 1D matrices ``names`` (``B{j}``, ``G{j}``,
+    ``Bt{j}``, ``Gt{j}`` of matrix set j, ``D``), exact: hexadecimal literals."""
+    lines = []
+    for name in names:
+        if name == "D":  # the first basis's, as _collocated_derivative
+            M = collocated_grad(bases[0].interp_1d, bases[0].grad_1d)  # (Q_1d, Q_1d)
+        else:
+            b = bases[int(name.lstrip("BGt"))]
+            M = {"B": b.interp_1d, "G": b.grad_1d}[name[0]]  # (Q_1d, P_1d)
+            M = M.T if name[1] == "t" else M
+        values = ", ".join(map(float.hex, M.ravel().tolist()))
+        lines.append(f"__constant__ double c_{name}[{M.size}] = {{{values}}};\n")
+    return "".join(lines)
 
 
 def _collocated_derivative(bases):
