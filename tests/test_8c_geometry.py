@@ -173,8 +173,9 @@ def test_register_cap_policy():
 
 def test_constant_matrix_copies_follow_the_budget():
     """The fused kernel reads the slowest axis's 1D matrices from exact constant-memory
-    copies, taken in the order it first reads them while they fit the budget; the other
-    axes, and every axis in 1D, read the shared copies.  Needs no device."""
+    copies, taken while they fit the budget in the order the source is generated (inputs,
+    outputs, direct evaluations at the points); the other axes, and every axis in 1D, read
+    the shared copies.  Needs no device."""
     from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
     from hofem.bakeoff.structured import box_operator
 
@@ -202,6 +203,12 @@ def test_constant_matrix_copies_follow_the_budget():
     assert list(tables(op, 8 * 20 + 8 * 25 - 1)) == ["B0", "Bt0"]  # D does not fit
     assert list(tables(op, 10**6, collocated=False)) == ["B0", "G0", "Bt0", "Gt0"]
     assert tables(box_operator(ceed, "diffusion", 2, 3, 1)[0], 10**6) == {}  # 1D
+    # on the fly: the vertex coordinates' B1, G1 (P_1d = 2), read by direct_at at the points
+    otf = box_operator(ceed, "diffusion", 2, 3, 3, geometry="on_the_fly")[0]
+    copies = tables(otf, 10**6)
+    assert list(copies) == ["B0", "D", "Bt0", "B1", "G1"]
+    (vertex,) = {f.basis for f in otf.input_fields if f.basis and f.basis.P_1d == 2}
+    assert np.array_equal(copies["G1"], vertex.grad_1d.ravel())
 
 
 def test_fusable_shape_mixed_orders():

@@ -414,8 +414,10 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
         Budget of the constant-memory copies of the matrices that the slowest
         axis's contractions read (every thread the same entry, at an index known
         at compile time: the FMAs take them as operands, with no load
-        instruction).  Matrices are copied in the order the kernel first reads
-        them while they fit; the rest are read from shared memory.  Default
+        instruction).  Matrices are copied while they fit, in the order the
+        source is generated: the inputs' contractions, the outputs'
+        (transposed) ones, then the direct evaluations at the points
+        (``direct_at``); the rest are read from shared memory.  Default
         :data:`CONSTANT_BYTES`.
 
     Returns
