@@ -224,22 +224,24 @@ def _register_blocks(field, dim):
 class _Source:
     """The generated kernel's parameters and body statements, built field by field."""
 
-    def __init__(self, dim, collocated, basis_index, constant_bytes):
+    def __init__(self, dim, collocated, basis_index, matrices, constant_bytes):
         self.dim = dim
         self.collocated = collocated
         self.basis_index = basis_index  # basis -> its matrix set (s_B{j}, ...): _matrix_bases
+        self.matrices = matrices  # name ("B0", "Gt1", "D") -> host 1D matrix (_host_matrices)
         self.constant_bytes = constant_bytes  # budget of the constant-memory copies
-        self.constants = {}  # matrices copied to constant memory: name ("Bt0") -> doubles
+        self.constants = {}  # the matrices copied to constant memory, by name
         self.params = []  # C++ parameter declarations
         self.lines = []  # body statements inside the element loop
 
-    def slow(self, name, size):
-        """The copy of 1D matrix ``name`` (``size`` doubles) that the slowest axis reads:
-        ``c_{name}`` in constant memory while the copies asked for so far fit in
-        ``constant_bytes``, else (and in 1D, which has no such axis) the shared ``s_{name}``."""
-        used = 8 * sum(self.constants.values())
-        if self.dim > 1 and name not in self.constants and used + 8 * size <= self.constant_bytes:
-            self.constants[name] = size
+    def slow(self, name):
+        """The copy of 1D matrix ``name`` that the slowest axis reads: ``c_{name}`` in
+        constant memory while the copies asked for so far fit in ``constant_bytes``, else
+        (and in 1D, which has no such axis) the shared ``s_{name}``."""
+        M = self.matrices[name]
+        used = sum(c.nbytes for c in self.constants.values())
+        if self.dim > 1 and name not in self.constants and used + M.nbytes <= self.constant_bytes:
+            self.constants[name] = M
         return ("c_" if name in self.constants else "s_") + name
 
     def param(self, decl):
@@ -307,7 +309,6 @@ class _Source:
                 f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
                 f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, tx, ty); }}"
             )
-        size = field.basis.Q_1d * P
 
         def load(row):
             if field.eval_mode is EVAL_GRAD:
@@ -318,7 +319,7 @@ class _Source:
                 M, col, c = "B", 0, row
             regs = f"r_{name} + {(3 * c + col) * P}"
             # row k of the matrix: the slowest axis (1D: row tx, where slow() gives s_)
-            return f"direct_at<{P}>({self.slow(f'{M}{j}', size)}, {regs}, direct_row(k, tx))"
+            return f"direct_at<{P}>({self.slow(f'{M}{j}')}, {regs}, direct_row(k, tx))"
 
         return load
 
@@ -327,12 +328,11 @@ class _Source:
         mode, P, j = field.eval_mode, field.basis.P_1d, self.basis_index(field.basis)
         IN, OUT = ("Q_1D", P) if transpose else (P, "Q_1D")
         t = "t" if transpose else ""
-        Q = field.basis.Q_1d
         B, G = f"s_B{t}{j}", f"s_G{t}{j}"
-        Sb = self.slow(f"B{t}{j}", Q * P)
-        Sg = self.slow(f"G{t}{j}", Q * P) if mode is EVAL_GRAD and not self.collocated else G
+        Sb = self.slow(f"B{t}{j}")
+        Sg = self.slow(f"G{t}{j}") if mode is EVAL_GRAD and not self.collocated else G
         D = "s_D"
-        Ds = self.slow("D", Q * Q) if mode is EVAL_GRAD and self.collocated else D
+        Ds = self.slow("D") if mode is EVAL_GRAD and self.collocated else D
 
         def oriented(nodes, points):  # (source, destination) of this direction
             return (points, nodes) if transpose else (nodes, points)
@@ -437,7 +437,7 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     bases, basis_index = _matrix_bases(op)
     budget = CONSTANT_BYTES if constant_bytes is None else constant_bytes
-    src = _Source(dim, collocated, basis_index, budget)
+    src = _Source(dim, collocated, basis_index, _host_matrices(bases, collocated), budget)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
     for k, field in enumerate(op.output_fields):
@@ -493,7 +493,7 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
         if dot
         else ""
     )
-    tables = _constant_tables(bases, src.constants)
+    tables = _constant_tables(src.constants)
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
 {tables}
@@ -517,17 +517,24 @@ extern "C" __global__ void apply(
 """
 
 
-def _constant_tables(bases, names):
-    """``__constant__`` copies ``c_{name}`` of the 1D matrices ``names`` (``B{j}``, ``G{j}``,
-    ``Bt{j}``, ``Gt{j}`` of matrix set j, ``D``), exact: hexadecimal literals."""
+def _host_matrices(bases, collocated):
+    """The kernel's 1D matrices on the host, by the names of their shared copies: ``B{j}``,
+    ``G{j}`` (Q_1d, P_1d) and ``Bt{j}``, ``Gt{j}`` (P_1d, Q_1d) of matrix set j, and with
+    ``collocated`` the first basis's ``D`` (Q_1d, Q_1d), as :func:`_collocated_derivative`."""
+    matrices = {}
+    for j, b in enumerate(bases):
+        matrices |= {f"B{j}": b.interp_1d, f"G{j}": b.grad_1d}
+        matrices |= {f"Bt{j}": b.interp_1d.T, f"Gt{j}": b.grad_1d.T}
+    if collocated:
+        matrices["D"] = collocated_grad(bases[0].interp_1d, bases[0].grad_1d)
+    return matrices
+
+
+def _constant_tables(constants):
+    """``__constant__`` copies ``c_{name}`` of the matrices ``constants`` (name -> host
+    array), exact: hexadecimal literals, row-major."""
     lines = []
-    for name in names:
-        if name == "D":  # the first basis's, as _collocated_derivative
-            M = collocated_grad(bases[0].interp_1d, bases[0].grad_1d)  # (Q_1d, Q_1d)
-        else:
-            b = bases[int(name.lstrip("BGt"))]
-            M = {"B": b.interp_1d, "G": b.grad_1d}[name[0]]  # (Q_1d, P_1d)
-            M = M.T if name[1] == "t" else M
+    for name, M in constants.items():
         values = ", ".join(map(float.hex, M.ravel().tolist()))
         lines.append(f"__constant__ double c_{name}[{M.size}] = {{{values}}};\n")
     return "".join(lines)
