@@ -477,20 +477,22 @@ class SubOperator(_OperatorBase):
         """The vector operations of the wrapped operator (parallel ones reduce across ranks)."""
         return self.op.vector_ops()
 
-    def _add(self, u, v):
+    def _through(self, run, u, v):
+        """``run(u_full, v_full)`` on ``u`` scattered to the wrapped operator's vectors, then
+        ``v += v_full[free]``; returns ``run``'s result."""
         backend = self.ceed.backend
         backend.scatter_entries(u, self._free, self._u)
-        self.op.apply(self._u, self._v)
+        result = run(self._u, self._v)
         backend.gather_add_entries(self._v, self._free, v)
+        return result
+
+    def _add(self, u, v):
+        self._through(self.op.apply, u, v)
 
     def _apply_dot(self, u, v):
         # the constrained entries of the scattered u are zero: u . (A u)[free] = u_full . A u_full
-        backend = self.ceed.backend
-        backend.scatter_entries(u, self._free, self._u)
-        dot = self.op._apply_dot(self._u, self._v)
         v[...] = 0.0
-        backend.gather_add_entries(self._v, self._free, v)
-        return dot
+        return self._through(self.op._apply_dot, u, v)
 
     def linear_assemble_diagonal(self):
         """Diagonal on the free DOFs, ``(n_free,)``."""

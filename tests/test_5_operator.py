@@ -196,16 +196,20 @@ def alpha_mass(ctx, u, qdata, v):
     v[0] = ctx["alpha"] * qdata[0] * u[0]
 
 
+def alpha_mass_qfunction(ceed, alpha, v_mode=hf.EVAL_INTERP):
+    """:func:`alpha_mass` as a QFunction: u interpolated, qdata stored, v in ``v_mode``."""
+    return ceed.QFunction(
+        alpha_mass,
+        [("u", 1, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)],
+        [("v", 1, v_mode)],
+        context={"alpha": alpha},
+    )
+
+
 def test_user_qfunction_and_composite(ceed, rng):
     mass, s = mass_operator(ceed, n=2, p=2, dim=2)
     poisson, _ = poisson_operator(ceed, n=2, p=2, dim=2)
-    qf = ceed.QFunction(
-        alpha_mass,
-        [("u", 1, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)],
-        [("v", 1, hf.EVAL_INTERP)],
-        context={"alpha": 3.0},
-    )
-    scaled = mass_fields(ceed, qf, s)
+    scaled = mass_fields(ceed, alpha_mass_qfunction(ceed, 3.0), s)
     u = ceed.asarray(rng.standard_normal(mass.shape[1]))
     np.testing.assert_allclose(ceed.to_numpy(scaled(u)), 3 * ceed.to_numpy(mass(u)), rtol=1e-13)
     composite = ceed.CompositeOperator([scaled, poisson])
@@ -376,12 +380,7 @@ def test_apply_dot_is_apply_and_u_dot_Au(ceed, rng):
 
 def test_apply_dot_needs_a_square_operator(ceed):
     _mass, s = mass_operator(ceed, n=2, p=2, dim=2)
-    qf = ceed.QFunction(
-        alpha_mass,
-        [("u", 1, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)],
-        [("v", 1, hf.EVAL_NONE)],
-        context={"alpha": 1.0},
-    )
+    qf = alpha_mass_qfunction(ceed, 1.0, v_mode=hf.EVAL_NONE)
     to_points = mass_fields(ceed, qf, s, r_v=s["r_q"], v_basis=hf.BASIS_NONE)  # L -> points
     out_size, in_size = to_points.shape
     assert out_size != in_size
