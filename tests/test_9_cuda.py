@@ -5,7 +5,7 @@ Oracle: ``/cpu/self/ref``.  Skips cleanly without CuPy or a CUDA device.
 
 import numpy as np
 import pytest
-from util import box_operator, mass_fields, mass_operator, poisson_operator
+from util import box_operator, mass_operator, poisson_operator
 
 import hofem as hf
 
@@ -431,86 +431,3 @@ def test_gpu_cg_flags_breakdown(gpu):
     b = gpu.asarray(np.random.default_rng(10).standard_normal(op.shape[0]))
     _, info = hf.cg(lambda v: -op(v), b, rtol=1e-10, check_every=3)
     assert info < 0 and "breakdown" in info.message
-
-
-def _cg_cases(gen):
-    """(name, A, inv_diag or None): operators whose device CG fuses its updates."""
-    from hofem import meshes
-
-    cases = []
-    for form, p in (("mass", 1), ("mass", 2), ("diffusion", 4)):  # p = 1: the direct gather
-        op, _ = box_operator(gen, form, 4, p, 3, warp=0.1)
-        cases.append((f"{form} p={p}", op, None))
-    space = hf.H1Space(gen, meshes.box(3, dim=3, distort=0.1), 3)
-    restricted = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
-    cases.append(("restricted diffusion", restricted, None))
-    cases.append(("restricted diffusion, Jacobi", restricted, hf.jacobi(restricted).inv_diag))
-    vector = hf.H1Space(gen, meshes.box(2, distort=0.1), 3, num_comp=3)
-    cases.append(("vector diffusion", hf.diffusion(vector), None))
-    return cases
-
-
-@pytest.mark.parametrize("maxiter", [13, 14])
-def test_gen_cg_fused_updates_same_iterates(gen, maxiter):
-    """CG with p and x updated in the operator kernel gives the iterates of the separate
-    update pass (to the rounding of the atomic adds' order), at odd and even stops."""
-    from hofem.backends.cuda.cg import DeviceCG
-
-    for name, A, inv in _cg_cases(gen):
-        b = cupy.random.default_rng(maxiter).standard_normal(A.shape[0])
-        fused, plain = DeviceCG(A), DeviceCG(A, fuse_updates=False)
-        assert fused.fuse_updates and not plain.fuse_updates, name
-        x, status, iterations, r_norm = fused.solve(b, None, 0.0, maxiter, inv)
-        x_plain, *plain_info, r_plain = plain.solve(b, None, 0.0, maxiter, inv)
-        assert (status, iterations) == ("maxiter", maxiter) == tuple(plain_info), name
-        assert rel_error(x.get(), x_plain.get()) < 1e-12, name
-        assert r_norm == pytest.approx(r_plain, rel=1e-10), name
-        # the iterate's true residual is the recurrence's
-        r_true = float(cupy.linalg.norm(b - A(x)))
-        assert r_true == pytest.approx(r_norm, rel=1e-6, abs=1e-12 * float(cupy.linalg.norm(b)))
-        assert "cg" in gen.backend._fused_operator(fused.inner)._variants, name
-
-
-def test_gen_cg_fused_updates_converge_from_x0(gen):
-    """A converging solve and a restart from x0 stop where the separate pass stops."""
-    from hofem.backends.cuda.cg import DeviceCG
-
-    _, A, inv = _cg_cases(gen)[4]  # restricted diffusion, Jacobi
-    b = cupy.random.default_rng(2).standard_normal(A.shape[0])
-    tol = 1e-9 * float(cupy.linalg.norm(b))
-    runs = {}
-    for fuse in (True, False):
-        solver = DeviceCG(A, fuse_updates=fuse)
-        x, status, iterations, _ = solver.solve(b, None, tol, 500, inv, check_every=3)
-        assert status == "converged"
-        x0 = x.copy()
-        x0 *= 0.5
-        restart = solver.solve(b, x0, tol, 500, inv)
-        runs[fuse] = x, iterations, restart
-    assert abs(runs[True][1] - runs[False][1]) <= 1
-    assert rel_error(runs[True][0].get(), runs[False][0].get()) < 1e-8
-    assert runs[True][2][1] == "converged"
-    assert rel_error(runs[True][2][0].get(), runs[False][0].get()) < 1e-8
-
-
-def test_gen_cg_fused_updates_cover_every_entry(gen, batched):
-    """The update slices cover the whole L-vector, also entries no element gathers; an
-    operator without a fused kernel cannot fuse the updates, and says so."""
-    from hofem.backends.cuda.cg import DeviceCG
-
-    op, parts = box_operator(gen, "mass", 3, 3, 3)
-    r = parts["r_u"]
-    offsets = r.backend_data["indices"].get().reshape(r.num_elem, r.elem_size)
-    # one L-vector entry more than the elements gather: A is zero there, and CG's
-    # x, r and p there are x0, b and their updates all the same
-    wide = gen.ElemRestriction(r.num_elem, r.elem_size, 1, 1, r.l_size + 1, offsets)
-    A = mass_fields(gen, op.qf, parts, r_u=wide)
-    b = cupy.random.default_rng(4).standard_normal(A.shape[0])
-    x0 = cupy.random.default_rng(5).standard_normal(A.shape[0])
-    results = [DeviceCG(A, fuse_updates=f).solve(b, x0, 0.0, 5) for f in (True, False)]
-    assert results[0][1:3] == results[1][1:3] == ("maxiter", 5)
-    assert rel_error(results[0][0].get(), results[1][0].get()) < 1e-12
-    A_batched, _ = box_operator(batched, "mass", 3, 3, 3)
-    assert not DeviceCG(A_batched).fuse_updates
-    with pytest.raises(ValueError, match="fuse_updates=True does not apply: A needs a fused"):
-        DeviceCG(A_batched, fuse_updates=True)

@@ -63,7 +63,7 @@ def case(ceed, bp, geometry, p, rounds=7):
             times[k, "cg"].append(time_events(solve, 2, 1) / 50)
     fused = {k: ceed.backend._fused_operator(op) for k, (op, _) in ops.items()}
     regs = [fused[k]._kernel.num_regs for k in RULES]
-    dots = [getattr(fused[k]._variants.get("dot"), "num_regs", "-") for k in RULES]
+    dots = [getattr(fused[k]._dot_kernel, "num_regs", "-") for k in RULES]
     row = [bp[-1], geometry.replace("_", " "), p, *regs, *dots]
     for c in ("apply", "cg"):
         rate = [u.size / statistics.median(times[k, c]) / 1e9 for k in RULES]

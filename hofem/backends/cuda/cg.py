@@ -24,17 +24,6 @@ Vector traffic per iteration besides the operator: 24 + 48 = 72 bytes per DOF
 with ``r . r``, the p update, zeroing ``Ap``), plus 40 for a restricted
 operator's scatter and gather there.
 
-Where the operator has a fused kernel (``/gpu/cuda/gen``), steps 6 and 1 are
-one: the operator kernel of iteration k gathers the new direction ``p = z +
-beta p_old`` from ``r`` and ``p_old`` where it would read ``p``, and each of
-its element groups also runs one contiguous slice of step 6 (``p`` into a
-second array, ``x += alpha p_old``, the next ``Ap`` zeroed;
-``cg_gather.cuh``); ``p`` and ``Ap`` alternate between two arrays.  The
-separate pass of step 6 goes, and its bytes are read and written inside the
-operator kernel, whose contractions they overlap; the iteration is four
-launches (``cg_update_r``'s 24 bytes per DOF the only vector pass), with the
-same iterates as above and two more L-vectors of memory.
-
 Every kernel returns at once once the device status says the solve stopped,
 so the host checks only every ``check_every`` iterations and still gets the
 iterate and the iteration count of the iteration that stopped (the last
@@ -102,18 +91,9 @@ class DeviceCG:
     ----------
     A : Operator, CompositeOperator, or SubOperator of one, on a CUDA backend
         Square (see :func:`supports`).
-    fuse_updates : bool, optional
-        Update ``p`` and ``x`` inside the operator kernel (the module's
-        docstring).  None (default): wherever the operator has a fused kernel
-        with ``p . Ap``; False: the separate pass.
-
-    Raises
-    ------
-    ValueError
-        ``fuse_updates=True`` for an operator without a fused kernel with ``p . Ap``.
     """
 
-    def __init__(self, A, fuse_updates=None):
+    def __init__(self, A):
         self.A = A
         if isinstance(A, SubOperator):
             self.inner, self.free = A.op, A.free_dofs  # free: (n_free,) device indices
@@ -122,12 +102,6 @@ class DeviceCG:
         self.n = self.inner.shape[0]
         backend = A.ceed.backend
         self.fused = backend.cg_apply_dot(self.inner)  # FusedOperator or None
-        if fuse_updates and self.fused is None:
-            raise ValueError(
-                "fuse_updates=True does not apply: A needs a fused kernel with p . Ap "
-                "(/gpu/cuda/gen, active fields on one restriction); leave it None"
-            )
-        self.fuse_updates = fuse_updates is not False and self.fused is not None
         self.module = kernels.cg_module()
         self.blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
 
@@ -175,53 +149,45 @@ class DeviceCG:
         rr = float(cupy.vdot(r, r))
         if math.sqrt(rr) <= tol:
             return self._result(x, RUNNING, 0, math.sqrt(rr))
-        # p and Ap: a restricted operator's work L-vectors (zero where constrained); the
-        # fused updates alternate between them and a second pair
+        # p and Ap: a restricted operator's work L-vectors (zero where constrained)
         if self.free is not None:
             p, Ap = self.A.work_vectors
         else:
             p, Ap = cupy.empty(self.n), cupy.empty(self.n)
-        z = r if inv is None else inv * r  # (n,)
+        p[...] = r if inv is None else inv * r  # z
+        Ap[...] = 0.0
         s = cupy.zeros(NUM_SCALARS)  # (NUM_SCALARS,) the scalars of cg.cu
-        s[S_RZ] = rr if inv is None else cupy.vdot(r, z)
+        s[S_RZ] = rr if inv is None else cupy.vdot(r, p)
         s[S_TOL] = tol
         f = cupy.asarray(np.array([RUNNING, 0, maxiter], dtype=np.int64))  # (NUM_FLAGS,)
-        Ap[...] = 0.0
-        if self.fuse_updates:  # p_{-1} = 0 and alpha = beta = 0: the first p is z
-            ps, Aps = (p, cupy.zeros(self.n)), (Ap, cupy.empty(self.n))
-        else:
-            p[...] = z
-            ps, Aps = (p,), (Ap,)
-        del z
-        step = self._step(x, r, ps, Aps, inv, s, f)  # allocates its partial sums here
+        step = self._step(x, r, p, Ap, inv, s, f)  # allocates its partial sums here
         # the iterations run on a stream of their own (captured there as a graph), after
         # the caller's stream; the arrays above stay in the caller's stream's pool
         stream = _solver_stream(cupy.cuda.Device().id)
         stream.wait_event(cupy.cuda.get_current_stream().record())
         with stream:
-            status, iterations = self._iterate(step, len(ps), f, maxiter, check_every, stream)
-            if status in _X_PENDING:  # the last iteration's p: iteration k writes ps[k % 2]
-                x += s[S_ALPHA] * ps[(iterations - 1) % len(ps)]
+            status, iterations = self._iterate(step, f, maxiter, check_every, stream)
+            if status in _X_PENDING:
+                x += s[S_ALPHA] * p
         stream.synchronize()
         del r, inv
         return self._result(x, status, iterations, math.sqrt(float(s[S_RR])))
 
-    def _iterate(self, step, per_step, f, maxiter, check_every, stream):
-        """Launch steps of ``per_step`` iterations, checking ``f`` between batches; return
-        (status, iterations).  Iterations past a stop return at once (cg.cu)."""
-        step()  # the first iterations compile what is not yet compiled, outside any graph
+    def _iterate(self, step, f, maxiter, check_every, stream):
+        """Launch iterations, checking ``f`` between batches; return (status, iterations)."""
+        step()  # the first iteration compiles what is not yet compiled, outside any graph
         launch = self._graph(step, stream) if self.fused is not None else step
-        launched, batch = per_step, 2 if check_every is None else int(check_every)
+        launched, batch = 1, 2 if check_every is None else int(check_every)
         status, iterations = _flags(f)
         while status == RUNNING and launched < maxiter:
-            count = -(-min(batch, maxiter - launched) // per_step)  # steps
+            count = min(batch, maxiter - launched)
             start = time.perf_counter()
             for _ in range(count):
                 launch()
-            launched += count * per_step
+            launched += count
             status, iterations = _flags(f)  # the only synchronization
             if check_every is None:
-                seconds = (time.perf_counter() - start) / (count * per_step)
+                seconds = (time.perf_counter() - start) / count
                 batch = max(1, min(_MAX_CHECK_EVERY, int(_CHECK_SECONDS / max(seconds, 1e-9))))
         return status, iterations
 
@@ -231,13 +197,11 @@ class DeviceCG:
         x = x if self.free is None else x[self.free]  # (m,)
         return x, _STATUS_NAMES[status], iterations, r_norm
 
-    def _step(self, x, r, ps, Aps, inv, s, f):
-        """The launches of ``len(ps)`` iterations on the current stream, allocation-free:
-        one with the separate update pass (``ps = (p,)``, ``Aps = (Ap,)``), two with the
-        updates fused (iteration k writes ``ps[k]`` and adds into ``Aps[k]``)."""
+    def _step(self, x, r, p, Ap, inv, s, f):
+        """One iteration's launches on the current stream, allocation-free."""
         n, m = np.int64(self.n), self.module
         grid, threads = (self.blocks,), (_THREADS,)
-        fused, fuse_updates = self.fused, len(ps) == 2
+        fused = self.fused
         pap_partial = cupy.empty(fused.num_blocks if fused is not None else self.blocks)
         rr_partial = cupy.empty(self.blocks)  # (blocks,)
         rz_partial = cupy.empty(self.blocks) if inv is not None else None
@@ -251,29 +215,20 @@ class DeviceCG:
         num_partials = np.int64(pap_partial.size)
         num_constrained = np.int64(0 if constrained is None else constrained.size)
         inv_p, rz_p = pointer(inv), pointer(rz_partial)
-        zeroed = pointer(Aps[0] if fused is not None else None)  # the fused kernel adds into Ap
-        scalars = s[S_ALPHA : S_ALPHA + 1], s[S_BETA : S_BETA + 1]  # (1,) views
-
-        def operator(k):  # Ap = A p and the partial sums of p . Ap; Ap is zero here
-            if fuse_updates:
-                cg = (r, inv, ps[1 - k], ps[k], x, Aps[1 - k], *scalars)
-                fused.apply_cg(Aps[k], pap_partial, f, cg)
-            elif fused is not None:
-                fused.apply_dot(ps[k], Aps[k], pap_partial, f)
-            else:
-                self.inner.apply(ps[k], Aps[k])
-                dot(grid, threads, (n, ps[k], Aps[k], pap_partial, f))
+        zeroed = pointer(Ap if fused is not None else None)  # the fused kernel adds into Ap
 
         def step():
-            for k, Ap in enumerate(Aps):
-                operator(k)
-                if constrained is not None:
-                    zero(grid, threads, (num_constrained, constrained, Ap, f))
-                alpha((1,), (1024,), (pap_partial, num_partials, s, f))
-                update_r(grid, threads, (n, s, f, Ap, r, inv_p, rr_partial, rz_p))
-                beta((1,), (1024,), (rr_partial, rz_p, np.int64(self.blocks), s, f))
-                if not fuse_updates:
-                    update_px(grid, threads, (n, s, f, r, inv_p, x, ps[k], zeroed))
+            if fused is not None:  # Ap is zero here (cg_update_px, or set before the loop)
+                fused.apply_dot(p, Ap, pap_partial, f)
+            else:
+                self.inner.apply(p, Ap)
+                dot(grid, threads, (n, p, Ap, pap_partial, f))
+            if constrained is not None:
+                zero(grid, threads, (num_constrained, constrained, Ap, f))
+            alpha((1,), (1024,), (pap_partial, num_partials, s, f))
+            update_r(grid, threads, (n, s, f, Ap, r, inv_p, rr_partial, rz_p))
+            beta((1,), (1024,), (rr_partial, rz_p, np.int64(self.blocks), s, f))
+            update_px(grid, threads, (n, s, f, r, inv_p, x, p, zeroed))
 
         return step
 

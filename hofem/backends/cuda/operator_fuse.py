@@ -224,9 +224,8 @@ def _register_blocks(field, dim):
 class _Source:
     """The generated kernel's parameters and body statements, built field by field."""
 
-    def __init__(self, dim, collocated, basis_index, matrices, constant_bytes, cg=False):
+    def __init__(self, dim, collocated, basis_index, matrices, constant_bytes):
         self.dim = dim
-        self.cg = cg  # active inputs gather CG's new direction (cg_gather.cuh)
         self.collocated = collocated
         self.basis_index = basis_index  # basis -> its matrix set (s_B{j}, ...): _matrix_bases
         self.matrices = matrices  # name ("B0", "Gt1", "D") -> host 1D matrix (_host_matrices)
@@ -267,20 +266,6 @@ class _Source:
         self.param(f"const index_t {name}_stride")
         return lambda c, n: (f"{name} + {c} * {name}_stride", f"{name}_idx", f"elem * {n}")
 
-    def _gather(self, name, field, address, c, nodes):
-        """The statement gathering component ``c`` of an input's element nodes into ``r``:
-        ``gather_column`` (this thread's column) or ``gather_nodes`` (``nodes="nodes"``: all
-        of them), and for CG's active inputs their ``_cg`` variants, which gather the new
-        direction ``z + beta p_old``."""
-        P = field.basis.P_1d
-        pointer, idx, base = address(c, P**self.dim)
-        threads = "tx, ty, " if nodes == "column" else ""
-        if not (self.cg and field.is_active):
-            return f"gather_{nodes}<{P}>({pointer}, {idx}, {base}, active, {threads}r);"
-        # the component's shift: in the identity layout base has it already
-        shift = f"{c} * {name}_stride" if _index_type(field) is not None else "0"
-        return f"gather_{nodes}_cg<{P}>(cg, {shift}, {idx}, {base}, active, {threads}r);"
-
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at point ``q``."""
         name = f"in{k}"
@@ -302,10 +287,11 @@ class _Source:
         blocks = _register_blocks(field, self.dim)
         self.lines.append(f"double r_{name}[{blocks} * COLUMN(Q_1D)];")
         for c in range(C):
+            pointer, idx, base = address(c, P**self.dim)
             self.lines += [
                 "{",
                 f"  double r[COLUMN({P})], r_q[COLUMN(Q_1D)];",
-                f"  {self._gather(name, field, address, c, 'column')}",
+                f"  gather_column<{P}>({pointer}, {idx}, {base}, active, tx, ty, r);",
                 *(f"  {step}" for step in self._steps(field, f"r_{name}", c, transpose=False)),
                 "}",
             ]
@@ -317,9 +303,10 @@ class _Source:
         C, P, j = field.basis.num_comp, field.basis.P_1d, self.basis_index(field.basis)
         self.lines.append(f"double r_{name}[{C * 3 * P}];")
         for c in range(C):
+            pointer, idx, base = address(c, P**self.dim)
             self.lines.append(
                 f"{{ double r[{P**self.dim}]; "
-                f"{self._gather(name, field, address, c, 'nodes')} "
+                f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
                 f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, tx, ty); }}"
             )
 
@@ -406,7 +393,7 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, cg=False):
+def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -432,13 +419,6 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, c
         (transposed) ones, then the direct evaluations at the points
         (``direct_at``); the rest are read from shared memory.  Default
         :data:`CONSTANT_BYTES`.
-    cg : bool
-        The device CG's iteration kernel (implies ``dot``): the active inputs
-        gather CG's new direction ``p = z + beta p_old`` from ``r`` (and
-        Jacobi's ``inv_diag``) and ``p_old``, and each element group updates
-        one slice of the L-vectors: ``p`` into ``p_new``, ``x += alpha p_old``,
-        the next ``Ap`` zeroed (``cg_gather.cuh``): nine more parameters after
-        ``dot``'s, see :meth:`FusedOperator.apply_cg`.
 
     Returns
     -------
@@ -448,18 +428,16 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, c
     Raises
     ------
     ValueError
-        ``dot`` or ``cg`` for an operator whose :func:`dot_pairs` is None.
+        ``dot`` for an operator whose :func:`dot_pairs` is None.
     """
     elems, _ = kernels.basis_block(*shape, fused_threads(shape))
     dim, P_1d, Q_1d = shape
-    dot = dot or cg
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     bases, basis_index = _matrix_bases(op)
     budget = CONSTANT_BYTES if constant_bytes is None else constant_bytes
-    matrices = _host_matrices(bases, collocated)
-    src = _Source(dim, collocated, basis_index, matrices, budget, cg=cg)
+    src = _Source(dim, collocated, basis_index, _host_matrices(bases, collocated), budget)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores, epilogue = [], []
     for k, field in enumerate(op.output_fields):
@@ -492,7 +470,6 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, c
                 if dot
                 else []
             ),
-            *(_CG_PARAMS if cg else []),
         ]
     )
     # each matrix set j (one P_1d): B, G (Q_1d, P_1d) and their transposes in shared memory
@@ -510,14 +487,6 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, c
     )
     # the dot variant: skip when CG has stopped; one partial sum per block at the end
     dot_begin = "if (*status != 0) return;\n  double dot = 0.0;\n  " if dot else ""
-    slice_update = ""
-    if cg:  # alpha and beta of the iteration before, read once the solve runs
-        dot_begin += (
-            "const CgGather cg{cg_r, cg_inv_diag, cg_p_old, cg_p_new, cg_x, cg_ap_next, "
-            "cg_n, *cg_alpha, *cg_beta};\n  "
-            "const index_t groups = (num_elem + ELEMS_PER_BLOCK - 1) / ELEMS_PER_BLOCK;\n  "
-        )
-        slice_update = "cg_update_slice(cg, (elem - slot) / ELEMS_PER_BLOCK, groups, tid);\n    "
     dot_end = (
         "\n  const double block_dot = block_sum(dot, s_buf, tid, NUM_THREADS);"
         "\n  if (tid == 0) dot_partial[blockIdx.x] = block_dot;"
@@ -525,10 +494,9 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, c
         else ""
     )
     tables = _constant_tables(src.constants)
-    cg_include = '#include "cg_gather.cuh"\n' if cg else ""
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
-{cg_include}{tables}
+{tables}
 extern "C" __global__ void apply(
     {params}) {{
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
@@ -536,7 +504,7 @@ extern "C" __global__ void apply(
   {dot_begin}{load_d}{matrices}
   double *buf = s_buf + slot * BUF_SIZE;
   for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
-    {slice_update}const bool qok = active && owns_column<Q_1D>(tx, ty);
+    const bool qok = active && owns_column<Q_1D>(tx, ty);
     {stage}
 #pragma unroll
     for (int k = 0; k < COLUMN(Q_1D); k++) {{
@@ -547,20 +515,6 @@ extern "C" __global__ void apply(
   }});{dot_end}
 }}
 """
-
-
-# the parameters of the cg=True variant, after the dot variant's (FusedOperator.apply_cg)
-_CG_PARAMS = (
-    "const double *__restrict__ cg_r",
-    "const double *__restrict__ cg_inv_diag",
-    "const double *__restrict__ cg_p_old",
-    "double *__restrict__ cg_p_new",
-    "double *__restrict__ cg_x",
-    "double *__restrict__ cg_ap_next",
-    "const long long cg_n",
-    "const double *__restrict__ cg_alpha",
-    "const double *__restrict__ cg_beta",
-)
 
 
 def _host_matrices(bases, collocated):
@@ -655,7 +609,7 @@ class FusedOperator:
         self._kernel = _compile(
             kernel_source(op, shape, collocated=self._collocated), max(shape[1:])
         )
-        self._variants = {}  # the dot and cg variants, compiled on first use
+        self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = {}
         for field in op.input_fields:
             if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in self._weights:
@@ -706,38 +660,8 @@ class FusedOperator:
         ValueError
             The operator has no :func:`dot_pairs`.
         """
+        if self._dot_kernel is None:
+            code = kernel_source(self._op, self._shape, collocated=self._collocated, dot=True)
+            self._dot_kernel = _compile(code, max(self._shape[1:]))
         args = (*self._args(u, v), dot_partial, status)
-        self._variant("dot")((self.num_blocks,), self._block, args)
-
-    def apply_cg(self, Ap, dot_partial, status, cg):
-        """One device CG iteration's operator kernel (:mod:`.cg`): ``Ap += A p`` for the new
-        direction ``p = z + beta p_old``, gathered from ``r`` and ``p_old``, with
-        :meth:`apply_dot`'s partial sums of ``p . Ap``; the element groups also write
-        ``p_new``, add ``alpha p_old`` to ``x`` and zero ``Ap_next``, one slice each.
-
-        Parameters
-        ----------
-        Ap : cupy.ndarray (l_size,), float64
-            Zero on entry (the iteration before zeroed it as its ``Ap_next``).
-        dot_partial : cupy.ndarray (num_blocks,), float64
-        status : cupy.ndarray (1,) or more, int64
-            The kernel does nothing while ``status[0]`` is nonzero.
-        cg : tuple
-            ``(r, inv_diag, p_old, p_new, x, Ap_next, alpha, beta)``: cupy arrays
-            (l_size,) float64, ``inv_diag`` None without Jacobi, and ``alpha``,
-            ``beta`` (1,) float64 views of CG's scalars (of the iteration before; 0
-            before the first).
-        """
-        r, inv_diag, p_old, p_new, x, Ap_next, alpha, beta = cg
-        inv_diag = np.uint64(0) if inv_diag is None else inv_diag  # a null pointer
-        vectors = (r, inv_diag, p_old, p_new, x, Ap_next, np.int64(r.size), alpha, beta)
-        args = (*self._args(p_old, Ap), dot_partial, status, *vectors)
-        self._variant("cg")((self.num_blocks,), self._block, args)
-
-    def _variant(self, name):
-        """The compiled ``dot`` or ``cg`` variant of the kernel (:func:`kernel_source`)."""
-        if name not in self._variants:
-            flag = {name: True}
-            code = kernel_source(self._op, self._shape, collocated=self._collocated, **flag)
-            self._variants[name] = _compile(code, max(self._shape[1:]))
-        return self._variants[name]
+        self._dot_kernel((self.num_blocks,), self._block, args)
