@@ -181,6 +181,36 @@ def gather_block(s, dest, lvec, offsets, num_comp, comp_stride, signs, e0, nb):
 
 
 @numba.njit(**_SERIAL)
+def gather_strided(s, dest, x, strides, size, num_pts, e0, nb):
+    """Copy values of elements ``e0 : e0 + nb`` of a strided field into ``s[dest:]``
+    (size, num_pts, BLK), lanes interleaved as the inlined point loop reads the scratch.
+
+    Parameters
+    ----------
+    s : float64 (scratch_size,)
+    dest, e0, nb : int
+    x : float64 (l_size,)
+        Value ``r`` at point ``q`` of element ``e`` at ``q s0 + r s1 + e s2``.
+    strides : int64 (3,)
+        ``(s0, s1, s2)``.
+    size, num_pts : int
+    """
+    s0, s1, s2 = strides[0], strides[1], strides[2]
+    for r in range(size):
+        for q in range(num_pts):
+            out = dest + (r * num_pts + q) * BLK
+            at = e0 * s2 + r * s1 + q * s0
+            if nb == BLK:
+                for b in range(BLK):
+                    s[out + b] = x[at + b * s2]
+            else:
+                for b in range(nb):
+                    s[out + b] = x[at + b * s2]
+                for b in range(nb, BLK):
+                    s[out + b] = 0.0
+
+
+@numba.njit(**_SERIAL)
 def block_dot(s, a, b, size, acc, nb):
     """``sum_k sum_lane s[a + k BLK + lane] s[b + k BLK + lane]`` over the block's ``nb`` lanes.
 

@@ -24,7 +24,6 @@ import hashlib
 import inspect
 import re
 import sys
-from collections import Counter
 
 import numpy as np
 
@@ -56,15 +55,18 @@ _HEADER = (
     "import numba",
     "import numpy as np",
     "from hofem.backends.numba_kernels import (",
-    "    block_dot, contract_program, gather_block, scatter_block",
+    "    block_dot, contract_program, gather_block, gather_strided, scatter_block",
     ")",
     f"# hofem.backends.numba_kernels sha1 {DIGEST}",
 )
 # chunks per operator before colouring (independent of the thread count: determinism)
 NUM_CHUNKS = 128
-# L1 data cache of one core (sets, ways, line bytes) and the padding of copied q-data rows
-L1_SETS, L1_WAYS, LINE = 64, 8, 64
-PAD = LINE // 8
+# strided fields of at least this many values per point (stored q-data) are copied into the
+# scratch with the lanes interleaved, as gathered fields are, so that the inlined point loop
+# reads each value of the BLK lanes as one vector; smaller ones are read in place.  On one
+# core (3e5 DOFs, alternating): BP3 (6 values) 1.01-1.32x at p = 2..8 against reading in
+# place (with rows 4 KiB apart at p = 6 first copied, padded), BP1 (1 value) 0.92-0.97x
+COPY_STRIDED_SIZE = 2
 
 
 def colour_chunks(num_elem, blk, restrictions):
@@ -116,30 +118,6 @@ def _disjoint_elements(r):
         return False
     s0, s1, s2 = r.strides
     return abs(s2) > (r.elem_size - 1) * abs(s0) + (r.num_comp - 1) * abs(s1)
-
-
-def set_conflict(size, strides):
-    """Whether one point's q-data of a block overflows an L1 set when read in place.
-
-    The inlined point loop reads, at each point, row ``r < size`` of the
-    ``BLK`` lanes of a strided field: ``BLK * size`` cache lines.  When the
-    strides are multiples of 4 KiB (e.g. ``Q = 512`` points, BP3 at p = 6)
-    they all map to one L1 set and evict each other before the next points
-    of the same lines are read; such fields are first copied into the
-    scratch with rows padded by one cache line.
-
-    Parameters
-    ----------
-    size : int
-        Values per point.
-    strides : tuple of int
-        The restriction's strides (point, component, element), in doubles.
-    """
-    _, s1, s2 = strides
-    lines = Counter(
-        ((b * s2 + r * s1) * 8 // LINE) % L1_SETS for b in range(BLK) for r in range(size)
-    )
-    return max(lines.values()) > L1_WAYS
 
 
 def _qf_import(func):
@@ -227,27 +205,12 @@ def _lanes(lines):
     return out
 
 
-def _strided_source(i, size, strides, copy_ref, padded):
-    """Lines binding the block's view of strided field ``x{i}`` for the inlined point loop.
-
-    ``X{i}[B{i} + b * ES{i} + r * RS{i} + q * QS{i}]`` is value ``r`` at point
-    ``q`` of lane ``b``: the L-vector in place, or, when ``padded`` (a ``meta``
-    reference, 0 at run time for "no copy") is set, a copy in the scratch at
-    ``copy_ref`` with rows of ``padded`` doubles (see :func:`set_conflict`).
-    """
+def _strided_source(i, strides):
+    """The line binding the block's view of strided field ``x{i}`` for the inlined point loop:
+    ``X{i}[B{i} + b * ES{i} + r * RS{i} + q * QS{i}]`` is value ``r`` at point ``q`` of lane
+    ``b``, read from the L-vector in place."""
     s0, s1, s2 = strides
-    return [
-        f"if {padded} > 0:",
-        "    for b in range(nb):",
-        f"        for r in range({size}):",
-        f"            row = {copy_ref} + (b * {size} + r) * {padded}",
-        f"            at = (e0 + b) * {s2} + r * {s1}",
-        "            for q in range(Q):",
-        f"                s[row + q] = x{i}[at + q * {s0}]",
-        f"    X{i}, B{i}, ES{i}, RS{i}, QS{i} = s, {copy_ref}, {size} * {padded}, {padded}, 1",
-        "else:",
-        f"    X{i}, B{i}, ES{i}, RS{i}, QS{i} = x{i}, e0 * {s2}, {s2}, {s1}, {s0}",
-    ]
+    return [f"X{i}, B{i}, ES{i}, RS{i}, QS{i} = x{i}, e0 * {s2}, {s2}, {s1}, {s0}"]
 
 
 def _point_loop(op, func, fields, body, strided):
@@ -422,13 +385,18 @@ def operator_kernel(op, dot=False):
             qf_args.append(f"w{i}[:, q]")
             fields.append(("w", f"w{i}"))
             continue
+        if f.eval_mode is EVAL_NONE and r.strides is not None and f.size >= COPY_STRIDED_SIZE:
+            args += [f"x{i}", f"st{i}"]
+            static[f"st{i}"] = np.array(r.strides, dtype=np.int64)  # (3,)
+            _, x_ref = layout.region(f.size * Q)
+            size = layout.value(f.size)
+            body(f"gather_strided(s, {x_ref}, x{i}, st{i}, {size}, Q, e0, nb)")
+            view(f"q{i}", size, x_ref)
+            continue
         if f.eval_mode is EVAL_NONE and r.strides is not None:
             args.append(f"x{i}")
             s0, s1, s2 = (layout.value(s) for s in r.strides)
-            copy = set_conflict(f.size, r.strides)
-            padded = layout.value(Q + PAD if copy else 0)
-            _, copy_ref = layout.region(f.size * (Q + PAD) if copy else 0)
-            strided += _strided_source(i, f.size, (s0, s1, s2), copy_ref, padded)
+            strided += _strided_source(i, (s0, s1, s2))
             at = f"(e0 + b) * {s2} + q * {s0}"
             qf_args.append(f"x{i}[{at}:{at} + {f.size} * {s1}:{s1}]")
             fields.append(("x", f"x{i}"))
