@@ -45,16 +45,17 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 # flops / (saved - added) bytes for BP3 are 3.0 at p = 1, then 2.6 (p = 2) down to 2.2 (p = 8),
 # and 7.5-24 for BP1:
 # /cpu/self/numba: one core, compare-cpu at 3e5 DOFs, two runs side by side with stored
-#   (docs/performance.md, 2026-11-24): BP3 on the fly at 0.86-0.95x of stored for p = 2..5,
-#   1.09-1.35x at p = 6, 1.33x at p = 7, 0.96-1.17x at p = 8 (from p = 6 the stored q-data
-#   stream meets the 4 KiB L1 set conflict), BP1 at 0.46-0.64x. 2.25 chooses on the fly
-#   for BP3 at p >= 6 (model ratio 2.23 down to 2.18) and stored q-data below and for BP1.
+#   (docs/performance.md, 2026-11-24, fifth session, after the stored q-data became an
+#   interleaved copy read as vectors): BP3 on the fly at 0.80-0.91x of stored for p = 2..5
+#   and 0.80-1.04x at p = 6..8 (median 0.88; before the copy it was 1.09-1.35x at p = 6),
+#   BP1 at 0.45-0.64x. 2 keeps stored q-data at every p (model ratio 2.23 down to 2.18 for
+#   BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
 # /gpu/cuda/gen: H200, 1e7 DOFs (bench-gpu --geometry stored on_the_fly, 2026-11-24): BP3
 #   on the fly at 0.68-0.91x of stored for p = 2..8 (0.56x at p = 1), BP1 at 0.39-0.73x.
 #   The fused kernels are bound by shared-memory passes and synchronizations, not by the
 #   q-data bytes, and the recomputed geometry costs registers (BP3 p = 6: 246 against 180
 #   per thread). 2 keeps stored q-data at every p; on the fly saves the q-data memory.
-MACHINE_BALANCE = {"/cpu/self/numba": 2.25, "/gpu/cuda/gen": 2.0}
+MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 2.0}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
 
