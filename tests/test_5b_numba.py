@@ -164,6 +164,61 @@ def test_cg_dot_lanes_match_numpy(n):
     assert abs(got - a @ b) <= 1e-14 * want
 
 
+def _first_component_only(ctx, u, v):
+    v[0] = 2.0 * u[0]  # v[1] never written: zero
+
+
+def test_unwritten_output_rows_are_zero(nb, ref):
+    """Output rows a traced QFunction never writes are zero: full blocks store 0 there (no
+    zero fill of the scratch first), partial blocks fill it (27 elements: both)."""
+    from hofem import meshes
+
+    results, ops = [], []
+    for ceed in (nb, ref):
+        space = hf.H1Space(ceed, meshes.box(3, distort=0.1), 2)
+        qf = ceed.QFunction(
+            _first_component_only,
+            inputs=[("u", 1, hf.EVAL_INTERP)],
+            outputs=[("v", 2, hf.EVAL_INTERP)],
+        )
+        op = ceed.Operator(qf)
+        op.set_field("u", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
+        op.set_field("v", space.make_restriction(2), space.basis(2), hf.VECTOR_ACTIVE)
+        u = np.random.default_rng(7).standard_normal(space.num_dofs)
+        results.append(op(u))
+        ops.append(op)
+    assert ops[0].backend_data["numba"]["traced"]  # the inlined point loop
+    n = results[1].size // 2
+    assert np.all(results[0][n:] == 0.0)
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("num_pts", [5, 8, 27, 64])
+@pytest.mark.parametrize("nb", [8, 3])
+@pytest.mark.parametrize("layout", ["points", "elements"])
+def test_gather_strided_interleaves_the_lanes(num_pts, nb, layout):
+    """The copy of a strided field into the scratch: value r at point q of lane b at
+    ``dest + (r * num_pts + q) * BLK + b``, idle lanes zero, whatever the strides (points
+    contiguous: the 8 x 8 transposes and the remainder; elements contiguous: lane by lane)."""
+    from hofem.backends.numba_codegen import BLK
+    from hofem.backends.numba_kernels import gather_strided
+
+    size, num_elem, e0, dest = 3, 20, 9, 5
+    if layout == "points":
+        strides = (1, num_pts, num_pts * size)
+    else:
+        strides = (num_elem, num_elem * num_pts, 1)
+    x = np.random.default_rng(num_pts).standard_normal(num_elem * num_pts * size)  # (l_size,)
+    s = np.full(dest + size * num_pts * BLK + 4, np.nan)  # (scratch,)
+    gather_strided(s, dest, x, np.array(strides), size, num_pts, e0, nb)
+    got = s[dest : dest + size * num_pts * BLK].reshape(size, num_pts, BLK)
+    # (size, num_pts, BLK) each: the row, point and lane of every scratch entry
+    r, q, b = np.meshgrid(np.arange(size), np.arange(num_pts), np.arange(BLK), indexing="ij")
+    want = np.where(b < nb, x[q * strides[0] + r * strides[1] + (e0 + b) * strides[2]], 0.0)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(s[:dest]).all() and np.isnan(s[dest + size * num_pts * BLK :]).all()
+
+
 def test_cg_iterates_match_ref(nb, ref):
     """CG on /cpu/self/numba (chunked reductions) follows /cpu/self/ref iterate for
     iterate to 1e-12 over the first 30 iterations, and converges in the same count to the

@@ -185,6 +185,10 @@ def gather_strided(s, dest, x, strides, size, num_pts, e0, nb):
     """Copy values of elements ``e0 : e0 + nb`` of a strided field into ``s[dest:]``
     (size, num_pts, BLK), lanes interleaved as the inlined point loop reads the scratch.
 
+    Where a full block's points are contiguous (``strides[0] == 1``), BLK points of the
+    BLK lanes at a time: one contiguous read per lane and one contiguous write per point
+    (a register transpose); the other points lane by lane.
+
     Parameters
     ----------
     s : float64 (scratch_size,)
@@ -197,17 +201,32 @@ def gather_strided(s, dest, x, strides, size, num_pts, e0, nb):
     """
     s0, s1, s2 = strides[0], strides[1], strides[2]
     for r in range(size):
-        for q in range(num_pts):
+        base = e0 * s2 + r * s1
+        start = 0
+        if nb == BLK and s0 == 1 and BLK == 8:  # the 8 lane reads below
+            for q in range(0, num_pts - BLK + 1, BLK):
+                lanes = (
+                    x[base + q : base + q + BLK],
+                    x[base + s2 + q : base + s2 + q + BLK],
+                    x[base + 2 * s2 + q : base + 2 * s2 + q + BLK],
+                    x[base + 3 * s2 + q : base + 3 * s2 + q + BLK],
+                    x[base + 4 * s2 + q : base + 4 * s2 + q + BLK],
+                    x[base + 5 * s2 + q : base + 5 * s2 + q + BLK],
+                    x[base + 6 * s2 + q : base + 6 * s2 + q + BLK],
+                    x[base + 7 * s2 + q : base + 7 * s2 + q + BLK],
+                )
+                for k in range(BLK):
+                    point = s[dest + (r * num_pts + q + k) * BLK :]
+                    for b in range(BLK):
+                        point[b] = lanes[b][k]
+            start = num_pts - num_pts % BLK
+        for q in range(start, num_pts):
             out = dest + (r * num_pts + q) * BLK
-            at = e0 * s2 + r * s1 + q * s0
-            if nb == BLK:
-                for b in range(BLK):
-                    s[out + b] = x[at + b * s2]
-            else:
-                for b in range(nb):
-                    s[out + b] = x[at + b * s2]
-                for b in range(nb, BLK):
-                    s[out + b] = 0.0
+            at = base + q * s0
+            for b in range(nb):
+                s[out + b] = x[at + b * s2]
+            for b in range(nb, BLK):
+                s[out + b] = 0.0
 
 
 @numba.njit(**_SERIAL)

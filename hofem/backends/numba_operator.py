@@ -213,7 +213,7 @@ def _strided_source(i, strides):
     return [f"X{i}, B{i}, ES{i}, RS{i}, QS{i} = x{i}, e0 * {s2}, {s2}, {s1}, {s0}"]
 
 
-def _point_loop(op, func, fields, body, strided):
+def _point_loop(op, func, fields, body, strided, zero):
     """Append the traced QFunction's point loop to ``body``; False if the body is untraceable.
 
     ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
@@ -224,6 +224,9 @@ def _point_loop(op, func, fields, body, strided):
     is sliced once at the point and indexed with literal lanes (no wraparound
     code, straight-line lanes for the SLP vectorizer).  A partial block runs
     it per lane.  ``strided`` holds the lines of :func:`_strided_source`.
+    ``zero`` holds the lines zeroing the outputs' Q-data: a full block stores 0 in
+    the rows the body does not write instead, so only a partial block runs them
+    (its idle lanes must not hold stale values).
     """
     if func is not op.qf.func:  # a Numba dispatcher: not traced
         return False
@@ -265,6 +268,7 @@ def _point_loop(op, func, fields, body, strided):
                 lambda k, row, at=at: at(num_in + k, row),
                 PYTHON,
                 context_load,
+                zero_unwritten=mode == "lane",
             )
             for mode, at in (("scalar", scalar), ("lane", lane))
         }
@@ -281,6 +285,8 @@ def _point_loop(op, func, fields, body, strided):
     for line in _lanes(traced["lane"]):
         body(f"        {line}")
     body("else:")
+    for line in zero:
+        body(f"    {line}")
     body("    for b in range(nb):")
     body("        eb = e0 + b")
     body("        for q in range(Q):")
@@ -416,17 +422,20 @@ def operator_kernel(op, dot=False):
         body(f"contract_program(s, M{i}, P{i})")
         view(f"q{i}", layout.value(f.size), q_ref)
     qo = []  # (offset, ref) of each output's Q-data
+    zero = []  # the lines zeroing it
     for o, f in enumerate(op.output_fields):
         qo.append(layout.region(f.size * Q))
         size = layout.value(f.size)
-        body(f"s[{qo[o][1]}:{qo[o][1]} + {size} * Q * {BLK}] = 0.0")
+        zero.append(f"s[{qo[o][1]}:{qo[o][1]} + {size} * Q * {BLK}] = 0.0")
         view(f"o{o}", size, qo[o][1])
     # a record context travels as a 1-element array: records crash Numba's parfor lowering
-    traced = _point_loop(op, func, fields, body, strided)
+    traced = _point_loop(op, func, fields, body, strided, zero)
     if traced:
         header, cache, preamble = [*_HEADER, "# compiled with the SLP vectorizer"], True, bases
     else:
         (header, cache), preamble = _qf_header(func), views
+        for line in zero:
+            body(line)
         ctx = "ctx" if op.qf.context is None else "ctx[0]"
         body("for b in range(nb):")
         body("    for q in range(Q):")
