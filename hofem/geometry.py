@@ -46,10 +46,10 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 # and 7.5-24 for BP1:
 # /cpu/self/numba: one core, compare-cpu at 3e5 DOFs, four runs side by side with stored
 #   (docs/performance.md, 2026-11-24, fifth session, after the stored q-data became an
-#   interleaved copy read as vectors): BP3 on the fly at 0.61-0.95x of stored for p = 2..5
-#   and 0.73-1.04x at p = 6..8 (before the copy it was 1.09-1.35x at p = 6), BP1 at
-#   0.33-0.64x. 2 keeps stored q-data at every p (model ratio 2.23 down to 2.18 for BP3 at
-#   p >= 6); on the fly still saves the q-data memory when asked for.
+#   interleaved copy read as vectors): BP3 on the fly at 0.61-1.13x of stored for p = 2..5
+#   (median 0.81) and 0.78-1.04x at p = 6..8 (median 0.86; before the copy: 1.09-1.35x at
+#   p = 6), BP1 at 0.43-0.82x. 2 keeps stored q-data at every p (model ratio 2.23 down to
+#   2.18 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
 # /gpu/cuda/gen: H200, 1e7 DOFs (bench-gpu --geometry stored on_the_fly, 2026-11-24): BP3
 #   on the fly at 0.68-0.91x of stored for p = 2..8 (0.56x at p = 1), BP1 at 0.39-0.73x.
 #   The fused kernels are bound by shared-memory passes and synchronizations, not by the
