@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from util import mass_fields, mass_operator, poisson_operator
+from util import half_written_operator, mass_fields, mass_operator, poisson_operator
 
 import hofem as hf
 
@@ -164,30 +164,12 @@ def test_cg_dot_lanes_match_numpy(n):
     assert abs(got - a @ b) <= 1e-14 * want
 
 
-def _first_component_only(ctx, u, v):
-    v[0] = 2.0 * u[0]  # v[1] never written: zero
-
-
 def test_unwritten_output_rows_are_zero(nb, ref):
     """Output rows a traced QFunction never writes are zero: full blocks store 0 there (no
     zero fill of the scratch first), partial blocks fill it (27 elements: both)."""
-    from hofem import meshes
-
-    results, ops = [], []
-    for ceed in (nb, ref):
-        space = hf.H1Space(ceed, meshes.box(3, distort=0.1), 2)
-        qf = ceed.QFunction(
-            _first_component_only,
-            inputs=[("u", 1, hf.EVAL_INTERP)],
-            outputs=[("v", 2, hf.EVAL_INTERP)],
-        )
-        op = ceed.Operator(qf)
-        op.set_field("u", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
-        op.set_field("v", space.make_restriction(2), space.basis(2), hf.VECTOR_ACTIVE)
-        u = np.random.default_rng(7).standard_normal(space.num_dofs)
-        results.append(op(u))
-        ops.append(op)
-    assert ops[0].backend_data["numba"]["traced"]  # the inlined point loop
+    ops = {ceed: half_written_operator(ceed, 3) for ceed in (nb, ref)}
+    results = [op(u) for op, u in ops.values()]
+    assert ops[nb][0].backend_data["numba"]["traced"]  # the inlined point loop
     n = results[1].size // 2
     assert np.all(results[0][n:] == 0.0)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-13, atol=1e-13)

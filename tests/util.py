@@ -26,3 +26,28 @@ def mass_fields(ceed, qf, parts, r_u=None, r_v=None, v_basis=None):
     v_basis = parts["basis"] if v_basis is None else v_basis
     op.set_field("v", r_u if r_v is None else r_v, v_basis, hf.VECTOR_ACTIVE)
     return op
+
+
+def _first_component_only(ctx, u, v):
+    v[0] = 2.0 * u[0]  # v[1] never written: zero
+
+
+def half_written_operator(ceed, n):
+    """An operator on ``meshes.box(n)`` (p = 2) whose QFunction writes row 0 of its
+    2-component output and never row 1: ``(op, u)`` with a random input ``u``
+    (host array)."""
+    import numpy as np
+
+    import hofem as hf
+    from hofem import meshes
+
+    space = hf.H1Space(ceed, meshes.box(n, distort=0.1), 2)
+    qf = ceed.QFunction(
+        _first_component_only,
+        inputs=[("u", 1, hf.EVAL_INTERP)],
+        outputs=[("v", 2, hf.EVAL_INTERP)],
+    )
+    op = ceed.Operator(qf)
+    op.set_field("u", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
+    op.set_field("v", space.make_restriction(2), space.basis(2), hf.VECTOR_ACTIVE)
+    return op, np.random.default_rng(7).standard_normal(space.num_dofs)
