@@ -16,6 +16,7 @@ Commands (``python -m hofem.bakeoff COMMAND --help`` for each):
   anchor-libceed  libCEED's own BP1/BP3 on the same boxes
   anchor-mfem     MFEM partial assembly BP1/BP3 on the same boxes
   compare-cpu     /cpu/self/numba, libCEED and MFEM side by side (alternating)
+  compare-gpu     hofem's CUDA backends and libCEED's side by side (alternating)
 """
 
 import importlib
@@ -49,6 +50,7 @@ COMMANDS = {
     "anchor-libceed": "anchor_libceed",
     "anchor-mfem": "anchor_mfem",
     "compare-cpu": "compare_cpu",
+    "compare-gpu": "compare_gpu",
 }
 
 

@@ -168,10 +168,19 @@ def tet_shape(p):
 
 def time_events(fn, repeat, warmup=3):
     """Median seconds of ``fn()`` by CUDA events, after ``warmup`` calls."""
-    import cupy
-
     for _ in range(warmup):
         fn()
+    return event_seconds(fn, repeat)
+
+
+def event_seconds(fn, repeat):
+    """Median seconds of ``repeat`` calls of ``fn()``, each between two CUDA events.
+
+    The events go on CuPy's current stream; on the legacy default stream (CuPy's
+    and libCEED's) they also wait for work that other libraries launched there.
+    """
+    import cupy
+
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     times = []
     for _ in range(repeat):

@@ -19,14 +19,13 @@ each operator), ``ratios`` (hofem over each anchor, per geometry) and
 """
 
 import json
-import statistics
-import time
 
 import numpy as np
 
 import hofem as hf
 
-from .common import Parser, add_case_arguments, box_side, median_seconds
+from .common import Parser, box_side, median_seconds
+from .compare import add_compare_arguments, alternate, summarize
 from .structured import box_operator
 
 __all__ = ["anchors", "run_case"]
@@ -45,8 +44,7 @@ def anchors(bp, n, p):
         ceed = None
     if ceed is not None:
         op, num_nodes, _, keep = lc.bp_operator(ceed, bp, n, p)
-        u = ceed.Vector(num_nodes)
-        u.set_array(np.random.default_rng(0).standard_normal(num_nodes))
+        u = lc.vector(ceed, np.random.default_rng(0).standard_normal(num_nodes))
         v = ceed.Vector(num_nodes)
 
         def libceed_apply(op=op, u=u, v=v, keep=keep):
@@ -76,50 +74,17 @@ def run_case(ceed, bp, p, dofs, geometries, rounds, batch):
         hf.cg(op, b, rtol=0.0, maxiter=2)  # compiles the kernels and CG's vector updates
         applies[g] = lambda op=op, u=u, v=v: op.apply(u, v)
         cgs[g] = lambda op=op, b=b: hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS)
-    for name, apply in anchors(bp, n, p).items():
-        applies[name] = apply
-    for apply in applies.values():
-        apply()  # warm-up
-    times = {name: [] for name in applies}
-    cg_times = {g: [] for g in geometries}
-    for _ in range(rounds):
-        for name, apply in applies.items():
-            times[name].append(median_seconds(apply, batch))
-        for g, cg in cgs.items():
-            start = time.perf_counter()
-            cg()
-            cg_times[g].append(time.perf_counter() - start)
+    applies.update(anchors(bp, n, p))
+    apply_times, solve_times = alternate(applies, cgs, rounds, batch, median_seconds)
     result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
     result.update(backend=ceed.resource, rounds=rounds, batch=batch)
-    result["mdofs"] = {k: num_nodes / statistics.median(t) / 1e6 for k, t in times.items()}
-    result["ratios"] = {
-        f"{g}/{a}": statistics.median(ta / tg for tg, ta in zip(times[g], times[a], strict=True))
-        for g in geometries
-        for a in applies
-        if a not in geometries
-    }
-    result["cg_over_apply"] = {
-        g: statistics.median(
-            ta * CG_ITERATIONS / tc for ta, tc in zip(times[g], cg_times[g], strict=True)
-        )
-        for g in geometries
-    }
+    result.update(summarize(num_nodes, apply_times, solve_times, geometries, CG_ITERATIONS))
     return result
 
 
 def main(argv=None):
     parser = Parser(prog="python -m hofem.bakeoff compare-cpu", description=__doc__)
-    add_case_arguments(parser)
-    parser.set_defaults(dofs=[3e5], orders=list(range(2, 9)))
-    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds (10)")
-    parser.add_argument("--batch", type=int, default=3, help="applies per round, median (3)")
-    parser.add_argument(
-        "--geometry",
-        nargs="+",
-        choices=("stored", "on_the_fly", "auto"),
-        default=["stored", "on_the_fly"],
-        help="hofem operators to time (default: stored and on_the_fly)",
-    )
+    add_compare_arguments(parser, 3e5, 10, 3, ("stored", "on_the_fly", "auto"))
     parser.add_argument("--ceed", default="/cpu/self/numba", help="hofem backend")
     args = parser.parse_args(argv)
     ceed = hf.Ceed(args.ceed)

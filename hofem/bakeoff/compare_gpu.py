@@ -1,0 +1,169 @@
+"""hofem's CUDA backends side by side with libCEED's, alternating, median of ratios.
+
+Usage::
+
+    PYTHONPATH=/path/to/libceed-with-cuda python -m hofem.bakeoff compare-gpu
+        [--problems bp1 bp3] [--orders 2 ... 8] [--dofs 1e7] [--rounds 5] [--batch 5]
+        [--ceed /gpu/cuda/gen /gpu/cuda/batched] [--geometry stored on_the_fly]
+        [--anchors /gpu/cuda/gen /gpu/cuda/shared] [--cg-iters 50]
+
+For each problem, order and size: hofem's operators on the structured box
+(:mod:`hofem.bakeoff.structured`), one per backend of ``--ceed`` and
+``--geometry`` (on-the-fly geometry only where the backend computes it in
+its kernel, ``/gpu/cuda/gen``), and libCEED's BP operators
+(:mod:`.anchor_libceed`: its gallery QFunctions, stored q-data) on the same
+offsets, one per resource of ``--anchors``.  libCEED must be a build with
+its CUDA backends (``make CUDA_DIR=...`` of libCEED's sources and its
+Python bindings); without it the line has hofem's operators only.
+Then ``--rounds`` rounds time each in turn (CUDA events, the median of
+``--batch`` applies; for hofem also one ``--cg-iters``-iteration CG with
+the default convergence checks).  One JSON line per case: ``mdofs`` (median
+MDOF/s of each operator), ``ratios`` (each hofem operator over each
+anchor: the anchor's time over hofem's) and ``cg_over_apply``.
+"""
+
+import json
+import sys
+
+import numpy as np
+
+import hofem as hf
+
+from .common import Parser, box_side, event_seconds, positive_int
+from .compare import add_compare_arguments, alternate, summarize
+from .structured import box_operator
+
+__all__ = ["available_anchors", "libceed_applies", "run_case"]
+
+ANCHORS = ("/gpu/cuda/gen", "/gpu/cuda/shared")
+ON_THE_FLY = ("/gpu/cuda/gen",)  # backends that compute the geometry in the operator kernel
+
+
+def libceed_applies(resources, bp, n, p, u):
+    """libCEED's operator of each resource (see :func:`available_anchors`).
+
+    Parameters
+    ----------
+    resources : sequence of str
+    bp : str
+    n, p : int
+        Elements per side and order of the box.
+    u : ndarray (num_nodes,), float64
+        Input of every apply.
+
+    Returns
+    -------
+    dict, ``"libceed RES"`` -> (apply, output)
+        ``apply()`` applies the operator to ``u``; ``output()`` is the last
+        result as a NumPy array (num_nodes,).
+    """
+    from . import anchor_libceed as lc
+
+    out = {}
+    for resource in resources:
+        ceed = lc.open_ceed((resource,))
+        op, num_nodes, _, keep = lc.bp_operator(ceed, bp, n, p)
+        u_lc, v_lc = lc.vector(ceed, u), ceed.Vector(num_nodes)
+
+        def apply(op=op, u=u_lc, v=v_lc, keep=keep):
+            op.apply(u, v)
+
+        def output(v=v_lc):
+            with v.array_read() as values:
+                return values.copy()
+
+        out["libceed " + resource.rsplit("/", 1)[1]] = apply, output
+    return out
+
+
+def available_anchors(resources):
+    """The resources of ``resources`` that libCEED runs; a line on stderr names the others."""
+    from .anchor_libceed import resolves
+
+    found = [r for r in resources if resolves(r)]
+    if len(found) < len(resources):
+        print(
+            f"compare-gpu: no libCEED that runs {', '.join(sorted(set(resources) - set(found)))}"
+            " is importable, so those anchors are left out: build libCEED's sources with "
+            "`make CUDA_DIR=/usr/local/cuda` and install its Python bindings",
+            file=sys.stderr,
+        )
+    return found
+
+
+def run_case(ceeds, bp, p, dofs, geometries, anchors, rounds, batch, cg_iters):
+    """Alternate the operators of one case for ``rounds`` rounds; the result line (dict).
+
+    Besides :func:`.compare.summarize`'s figures, ``max_rel_diff`` compares
+    every operator's output with the first hofem operator's (max norm,
+    relative): they apply the same matrix to the same vector.
+    """
+    import cupy
+
+    n = box_side(dofs, p)
+    num_nodes = (n * p + 1) ** 3
+    form = "mass" if bp == "bp1" else "diffusion"
+    u_host = np.random.default_rng(0).standard_normal(num_nodes)  # (num_nodes,)
+    u = cupy.asarray(u_host)
+    applies, outputs, cgs = {}, {}, {}
+    for ceed in ceeds:
+        for g in geometries:
+            if g == "on_the_fly" and ceed.resource not in ON_THE_FLY:
+                continue
+            op, _ = box_operator(ceed, form, n, p, geometry=g)
+            v = cupy.empty_like(u)
+            b = op(u)
+            name = f"{ceed.resource.rsplit('/', 1)[1]} {g}"
+            applies[name] = lambda op=op, v=v: op.apply(u, v)
+            outputs[name] = lambda v=v: cupy.asnumpy(v)
+            cgs[name] = lambda op=op, b=b: hf.cg(op, b, rtol=1e-30, maxiter=cg_iters)
+    ours = list(applies)
+    for name, (apply, output) in libceed_applies(anchors, bp, n, p, u_host).items():
+        applies[name], outputs[name] = apply, output
+    apply_times, solve_times = alternate(applies, cgs, rounds, batch, event_seconds)
+    result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
+    result.update(rounds=rounds, batch=batch, cg_iters=cg_iters)
+    result.update(summarize(num_nodes, apply_times, solve_times, ours, cg_iters))
+    reference = outputs[ours[0]]()
+    scale = np.abs(reference).max()
+    result["max_rel_diff"] = {
+        name: float(np.abs(output() - reference).max() / scale)
+        for name, output in outputs.items()
+        if name != ours[0]
+    }
+    return result
+
+
+def main(argv=None):
+    parser = Parser(prog="python -m hofem.bakeoff compare-gpu", description=__doc__)
+    add_compare_arguments(parser, 1e7, 5, 5, ("stored", "on_the_fly"))
+    parser.add_argument("--cg-iters", type=positive_int, default=50, help="CG iterations (50)")
+    parser.add_argument(
+        "--ceed",
+        nargs="+",
+        choices=("/gpu/cuda/gen", "/gpu/cuda/batched", "/gpu/cuda/ref"),
+        default=["/gpu/cuda/gen", "/gpu/cuda/batched"],
+        help="hofem backends (default: gen and batched)",
+    )
+    parser.add_argument(
+        "--anchors",
+        nargs="*",
+        choices=("/gpu/cuda/gen", "/gpu/cuda/shared", "/gpu/cuda/ref"),
+        default=list(ANCHORS),
+        help="libCEED resources (default: gen and shared)",
+    )
+    args = parser.parse_args(argv)
+    import cupy
+
+    ceeds = [hf.Ceed(resource) for resource in args.ceed]
+    anchors = available_anchors(args.anchors)
+    for dofs in args.dofs:
+        for bp in args.problems:
+            for p in args.orders:
+                line = run_case(
+                    ceeds, bp, p, dofs, args.geometry, anchors, args.rounds, args.batch,
+                    args.cg_iters,
+                )  # fmt: skip
+                print(json.dumps(line), flush=True)
+                cupy.get_default_memory_pool().free_all_blocks()
+    return 0
