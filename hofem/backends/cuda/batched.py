@@ -127,15 +127,10 @@ class CudaBatchedBackend(CudaRefBackend):
     def _by_node(self, name, r, offsets, src, dst):
         """Launch ``gather`` or ``scatter_atomic``: one thread per element node, all components."""
         kernel = self._restriction_kernels(r.backend_data["index_dtype"]).get_function(name)
-        threads = max(_SCATTER_THREADS, min(1024, -(-r.elem_size // 32) * 32))
-        per_block = max(1, threads // r.elem_size)
-        sizes = (np.int64(r.num_elem), np.int32(r.elem_size), np.int32(r.num_comp))
+        num_nodes = r.num_elem * r.elem_size
+        sizes = (np.int64(num_nodes), np.int32(r.elem_size), np.int32(r.num_comp))
         stride = np.int64(r.component_stride)
-        kernel(
-            (max(1, min(_MAX_BLOCKS, -(-r.num_elem // per_block))),),
-            (threads,),
-            (*sizes, stride, offsets, src, dst),
-        )
+        kernel(_blocks(num_nodes), (_SCATTER_THREADS,), (*sizes, stride, offsets, src, dst))
 
     def _scatter_add(self, r, e, v):
         """v (l_size,) += G^T e, e (num_elem, num_comp, elem_size) C-contiguous."""

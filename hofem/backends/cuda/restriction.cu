@@ -8,8 +8,8 @@
 // offsets: (num_elem * elem_size,) L-vector index of component 0 of every element node
 // (libCEED's compact form); component c of that node is at offsets[...] + c * comp_stride.
 // E-vectors are (num_elem, num_comp, elem_size). The gather and atomic scatter give each
-// thread one node of an element (a block covers blockDim.x / elem_size elements; for
-// elements larger than the block, one element and a node loop) and loop over components.
+// thread one element node i = elem * elem_size + node (grid-stride, consecutive threads on
+// consecutive nodes, so a block spans elements) and loop over the components.
 
 #ifndef INDEX_T
 #error "INDEX_T must be defined (int or long long)"
@@ -18,39 +18,34 @@
 typedef INDEX_T index_t;
 typedef long long count_t;
 
-// Calls body(elem, node) for the (element, node) pairs of this thread, grid-stride.
+// Calls body(i, entry) for the element nodes i of this thread, grid-stride; entry is the
+// E-vector entry of component 0 of node i.
 template <typename Body>
-__device__ __forceinline__ void for_each_node(const count_t num_elem, const int elem_size,
-                                              Body body) {
-  const int per_block = max(1, (int)blockDim.x / elem_size);
-  const int slot = threadIdx.x / elem_size;  // 0 for elements larger than the block
-  if (slot >= per_block) return;
-  for (count_t elem = (count_t)blockIdx.x * per_block + slot; elem < num_elem;
-       elem += (count_t)gridDim.x * per_block)
-    for (int node = threadIdx.x - slot * elem_size; node < elem_size; node += blockDim.x)
-      body(elem, node);
+__device__ __forceinline__ void for_each_node(const count_t num_nodes, const int elem_size,
+                                              const int num_comp, Body body) {
+  for (count_t i = (count_t)blockIdx.x * blockDim.x + threadIdx.x; i < num_nodes;
+       i += (count_t)gridDim.x * blockDim.x)
+    body(i, num_comp == 1 ? i : i + (i / elem_size) * (num_comp - 1) * elem_size);
 }
 
 // e[elem, c, node] = u[offsets[elem, node] + c * comp_stride]
-extern "C" __global__ void gather(const count_t num_elem, const int elem_size, const int num_comp,
+extern "C" __global__ void gather(const count_t num_nodes, const int elem_size, const int num_comp,
                                   const count_t comp_stride, const index_t *__restrict__ offsets,
                                   const double *__restrict__ u, double *__restrict__ e) {
-  for_each_node(num_elem, elem_size, [&](count_t elem, int node) {
-    const count_t l = offsets[elem * elem_size + node];
-    double *out = e + elem * num_comp * elem_size + node;
-    for (int c = 0; c < num_comp; c++) out[c * elem_size] = u[l + c * comp_stride];
+  for_each_node(num_nodes, elem_size, num_comp, [&](count_t i, count_t entry) {
+    const count_t l = offsets[i];
+    for (int c = 0; c < num_comp; c++) e[entry + c * elem_size] = u[l + c * comp_stride];
   });
 }
 
 // v[offsets[elem, node] + c * comp_stride] += e[elem, c, node], with atomics
-extern "C" __global__ void scatter_atomic(const count_t num_elem, const int elem_size,
+extern "C" __global__ void scatter_atomic(const count_t num_nodes, const int elem_size,
                                           const int num_comp, const count_t comp_stride,
                                           const index_t *__restrict__ offsets,
                                           const double *__restrict__ e, double *__restrict__ v) {
-  for_each_node(num_elem, elem_size, [&](count_t elem, int node) {
-    const count_t l = offsets[elem * elem_size + node];
-    const double *in = e + elem * num_comp * elem_size + node;
-    for (int c = 0; c < num_comp; c++) atomicAdd(v + l + c * comp_stride, in[c * elem_size]);
+  for_each_node(num_nodes, elem_size, num_comp, [&](count_t i, count_t entry) {
+    const count_t l = offsets[i];
+    for (int c = 0; c < num_comp; c++) atomicAdd(v + l + c * comp_stride, e[entry + c * elem_size]);
   });
 }
 
