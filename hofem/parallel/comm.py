@@ -2,11 +2,15 @@
 
 import os
 import sys
+import time
 import traceback
 
 from mpi4py import MPI
 
 __all__ = ["ParallelError", "abort_on_error", "bind_device", "check_all", "world"]
+
+# seconds a failing rank waits between printing its error and MPI_Abort
+ABORT_DRAIN_SECONDS = 0.5
 
 
 class ParallelError(RuntimeError):
@@ -87,6 +91,9 @@ class abort_on_error:
             traceback.print_exception(exc_type, exc, tb)
         message = str(exc) or type(exc).__name__
         print(f"{self.prog}: error on rank {rank}: {message}", file=sys.stderr, flush=True)
+        # The line travels through the launcher's output forwarding, which Abort tears
+        # down: give it a moment to arrive (under load, CI once lost it).
+        time.sleep(ABORT_DRAIN_SECONDS)
         self.comm.Abort(self.status)
         return False  # not reached
 
