@@ -59,21 +59,10 @@ def libceed_applies(resources, bp, n, p, u):
     """
     from . import anchor_libceed as lc
 
-    out = {}
-    for resource in resources:
-        ceed = lc.open_ceed((resource,))
-        op, num_nodes, _, keep = lc.bp_operator(ceed, bp, n, p)
-        u_lc, v_lc = lc.vector(ceed, u), ceed.Vector(num_nodes)
-
-        def apply(op=op, u=u_lc, v=v_lc, keep=keep):
-            op.apply(u, v)
-
-        def output(v=v_lc):
-            with v.array_read() as values:
-                return values.copy()
-
-        out["libceed " + resource.rsplit("/", 1)[1]] = apply, output
-    return out
+    return {
+        "libceed " + resource.rsplit("/", 1)[1]: lc.bp_apply(lc.open_ceed((resource,)), bp, n, p, u)
+        for resource in resources
+    }
 
 
 def available_anchors(resources):
