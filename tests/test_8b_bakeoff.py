@@ -235,6 +235,7 @@ BAD = [
     ["compare-gpu", "--ceed", "/gpu/cuda/fast"],
     ["compare-gpu", "--batch", "0"],
     ["compare-gpu", "--geometry", "auto"],
+    ["compare-gpu", "--ceed", "/gpu/cuda/batched", "--geometry", "on_the_fly"],
     ["plot", "no-such-results.jsonl"],
 ]
 
@@ -396,3 +397,23 @@ def test_compare_cpu_line_without_anchors(capsys):
     assert {"stored", "on_the_fly"} <= set(result["mdofs"])
     assert set(result["cg_over_apply"]) == {"stored", "on_the_fly"}
     assert all(ratio > 0 for ratio in result["ratios"].values())
+
+
+def test_compare_gpu_operators_agree(capsys):
+    """compare-gpu's line on a GPU (libCEED anchors where this libCEED runs them): every
+    operator's output equals gen's, and on-the-fly geometry is timed on gen only."""
+    pytest.importorskip("cupy")
+    from hofem.bakeoff import compare_gpu
+
+    try:
+        hf.Ceed("/gpu/cuda/gen")
+    except Exception as exc:  # CuPy without a device
+        pytest.skip(f"no CUDA device: {exc}")
+    argv = "--problems bp3 --orders 2 --dofs 2e3 --rounds 2 --batch 1 --cg-iters 3"
+    compare_gpu.main(argv.split())
+    (line,) = capsys.readouterr().out.splitlines()
+    result = json.loads(line)
+    assert {"gen stored", "gen on_the_fly", "batched stored"} <= set(result["mdofs"])
+    assert "batched on_the_fly" not in result["mdofs"]
+    assert set(result["cg_over_apply"]) == {"gen stored", "gen on_the_fly", "batched stored"}
+    assert result["max_rel_diff"] and max(result["max_rel_diff"].values()) < 1e-12

@@ -9,8 +9,8 @@ Usage::
 
 For each problem, order and size: hofem's operators on the structured box
 (:mod:`hofem.bakeoff.structured`), one per backend of ``--ceed`` and
-``--geometry`` (on-the-fly geometry only where the backend computes it in
-its kernel, ``/gpu/cuda/gen``), and libCEED's BP operators
+``--geometry`` (:func:`operator_pairs`: on-the-fly geometry only where the
+backend computes it in its kernel, ``/gpu/cuda/gen``), and libCEED's BP operators
 (:mod:`.anchor_libceed`: its gallery QFunctions, stored q-data) on the same
 offsets, one per resource of ``--anchors``.  libCEED must be a build with
 its CUDA backends (``make CUDA_DIR=...`` of libCEED's sources and its
@@ -28,15 +28,15 @@ import sys
 import numpy as np
 
 import hofem as hf
+from hofem.geometry import MACHINE_BALANCE
 
 from .common import Parser, box_side, event_seconds, positive_int
 from .compare import add_compare_arguments, alternate, summarize
 from .structured import box_operator
 
-__all__ = ["available_anchors", "libceed_applies", "run_case"]
+__all__ = ["available_anchors", "libceed_applies", "operator_pairs", "run_case"]
 
 ANCHORS = ("/gpu/cuda/gen", "/gpu/cuda/shared")
-ON_THE_FLY = ("/gpu/cuda/gen",)  # backends that compute the geometry in the operator kernel
 
 
 def libceed_applies(resources, bp, n, p, u):
@@ -80,7 +80,22 @@ def available_anchors(resources):
     return found
 
 
-def run_case(ceeds, bp, p, dofs, geometries, anchors, rounds, batch, cg_iters):
+def operator_pairs(ceeds, geometries):
+    """The ``(ceed, geometry)`` of each hofem operator timed.
+
+    On-the-fly geometry only on backends that recompute it inside the operator
+    kernel (those of :data:`hofem.geometry.MACHINE_BALANCE`); elsewhere it
+    would time a Q-vector of coordinate gradients, not the design.
+    """
+    return [
+        (ceed, g)
+        for ceed in ceeds
+        for g in geometries
+        if g != "on_the_fly" or ceed.resource in MACHINE_BALANCE
+    ]
+
+
+def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
     """Alternate the operators of one case for ``rounds`` rounds; the result line (dict).
 
     Besides :func:`.compare.summarize`'s figures, ``max_rel_diff`` compares
@@ -95,17 +110,14 @@ def run_case(ceeds, bp, p, dofs, geometries, anchors, rounds, batch, cg_iters):
     u_host = np.random.default_rng(0).standard_normal(num_nodes)  # (num_nodes,)
     u = cupy.asarray(u_host)
     applies, outputs, cgs = {}, {}, {}
-    for ceed in ceeds:
-        for g in geometries:
-            if g == "on_the_fly" and ceed.resource not in ON_THE_FLY:
-                continue
-            op, _ = box_operator(ceed, form, n, p, geometry=g)
-            v = cupy.empty_like(u)
-            b = op(u)
-            name = f"{ceed.resource.rsplit('/', 1)[1]} {g}"
-            applies[name] = lambda op=op, v=v: op.apply(u, v)
-            outputs[name] = lambda v=v: cupy.asnumpy(v)
-            cgs[name] = lambda op=op, b=b: hf.cg(op, b, rtol=1e-30, maxiter=cg_iters)
+    for ceed, g in pairs:
+        op, _ = box_operator(ceed, form, n, p, geometry=g)
+        v = cupy.empty_like(u)
+        b = op(u)
+        name = f"{ceed.resource.rsplit('/', 1)[1]} {g}"
+        applies[name] = lambda op=op, v=v: op.apply(u, v)
+        outputs[name] = lambda v=v: cupy.asnumpy(v)
+        cgs[name] = lambda op=op, b=b: hf.cg(op, b, rtol=1e-30, maxiter=cg_iters)
     ours = list(applies)
     for name, (apply, output) in libceed_applies(anchors, bp, n, p, u_host).items():
         applies[name], outputs[name] = apply, output
@@ -142,17 +154,18 @@ def main(argv=None):
         help="libCEED resources (default: gen and shared)",
     )
     args = parser.parse_args(argv)
+    if not any(r in MACHINE_BALANCE for r in args.ceed) and set(args.geometry) == {"on_the_fly"}:
+        parser.error(
+            "--geometry on_the_fly is timed on /gpu/cuda/gen only: add it to --ceed, or add stored"
+        )
     import cupy
 
-    ceeds = [hf.Ceed(resource) for resource in args.ceed]
+    pairs = operator_pairs([hf.Ceed(resource) for resource in args.ceed], args.geometry)
     anchors = available_anchors(args.anchors)
     for dofs in args.dofs:
         for bp in args.problems:
             for p in args.orders:
-                line = run_case(
-                    ceeds, bp, p, dofs, args.geometry, anchors, args.rounds, args.batch,
-                    args.cg_iters,
-                )  # fmt: skip
+                line = run_case(pairs, bp, p, dofs, anchors, args.rounds, args.batch, args.cg_iters)
                 print(json.dumps(line), flush=True)
                 cupy.get_default_memory_pool().free_all_blocks()
     return 0

@@ -45,7 +45,8 @@ extern "C" __global__ void scatter_atomic(const count_t num_nodes, const int ele
                                           const double *__restrict__ e, double *__restrict__ v) {
   for_each_node(num_nodes, elem_size, num_comp, [&](count_t i, count_t entry) {
     const count_t l = offsets[i];
-    for (int c = 0; c < num_comp; c++) atomicAdd(v + l + c * comp_stride, e[entry + c * elem_size]);
+    for (int c = 0; c < num_comp; c++)
+      atomicAdd(v + l + c * comp_stride, e[entry + c * elem_size]);
   });
 }
 
