@@ -249,7 +249,7 @@ def test_gen_register_cap_keeps_results(gen, p):
 
     op, _ = box_operator(gen, "diffusion", 4, p, 3, warp=0.1)
     fused = gen.backend._fused_operator(op)
-    code = of.kernel_source(op, fused._shape, collocated=fused._collocated)
+    code = fused._source()
     plain = of._compile_options(code, ())
     capped = of._compile_options(code, (f"--maxrregcount={of.REGISTER_CAP}",))
     assert capped.num_regs <= of.REGISTER_CAP
@@ -284,6 +284,54 @@ def test_gen_constant_matrices_keep_results(gen, p, geometry):
         fused(u, v)
         outputs.append(v.get())
     assert rel_error(outputs[0], outputs[1]) < 1e-14
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+@pytest.mark.parametrize(
+    ("form", "geometry", "collocated"),
+    [("mass", "stored", True), ("diffusion", "stored", True), ("diffusion", "on_the_fly", False)],
+)
+def test_gen_tensor_cores_keep_results(gen, p, form, geometry, collocated):
+    """The x and y contraction stages on the fp64 tensor cores compute what the scalar stages
+    do (interp, the collocated derivative and the full gradient, forward and transposed, and
+    the vertex coordinates beside the solution), with elements split across warps."""
+    from hofem.backends.cuda import operator_fuse as of
+
+    gen.backend.collocated = collocated
+    try:
+        op, _ = box_operator(gen, form, 3, p, 3, warp=0.1, geometry=geometry)
+    finally:
+        gen.backend.collocated = type(gen.backend).collocated
+    fused = gen.backend._fused_operator(op)
+    assert fused._collocated == collocated
+    u = cupy.random.default_rng(p).standard_normal(op.shape[1])
+    outputs = []
+    for on in (False, True):
+        code = of.kernel_source(op, fused._shape, fused._collocated, tensor_cores=on)
+        assert ("#define TENSOR_CORES" in code) == on
+        fused._kernel = of._compile(code, max(fused._shape[1:]))
+        v = cupy.zeros_like(u)
+        fused(u, v)
+        outputs.append(v.get())
+    assert rel_error(outputs[0], outputs[1]) < 1e-13
+
+
+@pytest.mark.parametrize(("form", "p", "expected"), [("mass", 6, True), ("mass", 4, False)])
+def test_gen_tensor_core_policy(gen, form, p, expected):
+    """The tensor-core stages run for the shapes of TENSOR_CORE_SHAPES whose scalar kernel is
+    below REGISTER_CAP_FROM (BP1 p = 6), in the CG kernel too; elsewhere the scalar stages."""
+    from hofem.backends.cuda import operator_fuse as of
+
+    op, _ = box_operator(gen, form, 4, p, 3)
+    fused = gen.backend._fused_operator(op)
+    assert fused._tensor_cores == expected
+    assert fused._tensor_cores == of.tensor_cores(fused._shape, 0)
+    assert not of.tensor_cores(fused._shape, of.REGISTER_CAP_FROM)
+    assert ("#define TENSOR_CORES" in fused._source(dot=True)) == expected
+    rhs = op(cupy.ones(op.shape[1]))
+    x, info = hf.cg(op, rhs, rtol=1e-10, maxiter=500, device_loop=True)
+    assert info == 0
+    assert rel_error(op(x).get(), rhs.get()) < 1e-8
 
 
 def test_gen_vector_and_setup_operators(gen, ref):

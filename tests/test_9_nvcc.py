@@ -105,6 +105,10 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-{int(dot)}.cu"
                 path.write_text(kernel_source(op, shape, collocated, dot=dot))
                 jobs.append(path)
+            if shape[0] == 3:  # the x and y stages on the tensor cores
+                path = tmp_path / f"op{k}-{int(collocated)}-mma.cu"
+                path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
+                jobs.append(path)
     assert dots == 14  # the apply operators: 10 scalar and 4 vector ones
     include = ROOT / "backends" / "cuda"
 

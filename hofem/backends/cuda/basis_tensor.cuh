@@ -17,6 +17,8 @@
 //
 // Compile-time defines (all required):
 //   DIM (1..3), P_1D, Q_1D, T_1D = max(P_1D, Q_1D), ELEMS_PER_BLOCK
+// Optional: TENSOR_CORES (DIM = 3, sm_80 and later): contract's x and y stages on the fp64
+// tensor cores (basis_mma.cuh), with a larger buffer per element.
 #pragma once
 
 #ifndef DIM
@@ -26,10 +28,16 @@
 #define POW_DIM(n) ((DIM) == 1 ? (n) : (DIM) == 2 ? (n) * (n) : (n) * (n) * (n))
 #define NUM_NODES POW_DIM(P_1D)
 #define NUM_QPTS POW_DIM(Q_1D)
-#define BUF_SIZE POW_DIM(T_1D)
 #define MAT_SIZE (P_1D * Q_1D)
 
 typedef long long index_t;
+
+#ifdef TENSOR_CORES
+#include "basis_mma.cuh"
+#define BUF_SIZE (2 * MMA_PART)
+#else
+#define BUF_SIZE POW_DIM(T_1D)
+#endif
 
 // out[k] = sum_i M[k * IN + i] * in[i] for k < OUT: the slowest axis, in registers
 template <int IN, int OUT>
@@ -81,6 +89,10 @@ __device__ __forceinline__ void contract(const double *Mx, const double *My, con
     }
   }
   __syncthreads();
+#elif defined(TENSOR_CORES)
+  double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
+  contract_registers<IN, OUT>(Mz, in, r_z);
+  contract_xy_mma<IN, OUT>(Mx, My, r_z, out, buf, tx, ty);
 #else
   double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
   contract_registers<IN, OUT>(Mz, in, r_z);

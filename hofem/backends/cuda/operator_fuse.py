@@ -55,6 +55,7 @@ __all__ = [
     "fused_threads",
     "kernel_source",
     "register_cap",
+    "tensor_cores",
 ]
 
 _HERE = pathlib.Path(__file__).parent
@@ -85,6 +86,16 @@ REGISTER_CAP_MAX_T_1D = 9
 # 0.79x where the copies crowd the uniform registers and the kernel parameters are loaded
 # again per element
 CONSTANT_BYTES = 896
+# x and y stages of the 3D contractions on the fp64 tensor cores (basis_mma.cuh), on devices
+# of compute capability 8.0 or later, for the kernel shapes (dim, P_1d, Q_1d) where they
+# measured faster and only when the scalar kernel needs fewer than REGISTER_CAP_FROM
+# registers (bound by the shared-memory pipe, with occupancy to spare).  On the H200 (1e7
+# DOFs, alternating; docs/performance.md) BP1 p = 6 ran 1.14x (apply) and 1.03x (CG); every
+# other BP1/BP3 case of p = 2..8 lost 0.6-0.99x: tiles padded past P_1d or Q_1d, warps left
+# without tiles where an element is not a whole number of warps, or, for the kernels at the
+# register cap, the stages' latency at 3 warps per scheduler
+TENSOR_CORES = True
+TENSOR_CORE_SHAPES = {(3, 7, 8)}
 # inputs of at most this many nodes per element (the vertex coordinates of straight-sided
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
 # shared-memory passes or block synchronizations
@@ -123,6 +134,18 @@ def fusable_shape(op, max_t_1d):
 def fused_threads(shape):
     """Threads per block the fused kernel of ``shape`` (dim, P_1d, Q_1d) aims for."""
     return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
+
+
+def tensor_cores(shape, num_regs):
+    """Whether the fused kernel of ``shape`` (dim, P_1d, Q_1d), whose scalar version compiled
+    to ``num_regs`` registers per thread, runs the x and y stages of its contractions on the
+    fp64 tensor cores: ``shape`` in :data:`TENSOR_CORE_SHAPES`, ``num_regs`` below
+    :data:`REGISTER_CAP_FROM`, and the current device of compute capability 8.0 or later,
+    while :data:`TENSOR_CORES`."""
+    if not TENSOR_CORES or tuple(shape) not in TENSOR_CORE_SHAPES:
+        return False
+    capable = int(cupy.cuda.Device().compute_capability) >= 80
+    return capable and num_regs < REGISTER_CAP_FROM
 
 
 def register_cap(num_regs, t_1d):
@@ -393,7 +416,7 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
+def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, tensor_cores=False):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -419,6 +442,9 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
         (transposed) ones, then the direct evaluations at the points
         (``direct_at``); the rest are read from shared memory.  Default
         :data:`CONSTANT_BYTES`.
+    tensor_cores : bool
+        The x and y stages of the contractions on the fp64 tensor cores
+        (``basis_mma.cuh``; 3D, compute capability 8.0 or later).
 
     Returns
     -------
@@ -447,6 +473,8 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None):
     body = trace_body(op.qf, lambda k, row: loads[k](row), lambda k, row: stores[k](row))
     defines = {"DIM": dim, "P_1D": P_1d, "Q_1D": Q_1d, "T_1D": max(P_1d, Q_1d)}
     defines["ELEMS_PER_BLOCK"] = elems
+    if tensor_cores:
+        defines["TENSOR_CORES"] = 1
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     if pairs:  # u . Au: the paired inputs' point values times the outputs
         rows = [(i, o, row) for i, o in pairs for row in range(op.output_fields[o].size)]
@@ -606,9 +634,11 @@ class FusedOperator:
         self._op, self._shape, self._collocated = op, shape, D is not None
         self._matrices = matrices
         elems, self._block = kernels.basis_block(*shape, fused_threads(shape))
-        self._kernel = _compile(
-            kernel_source(op, shape, collocated=self._collocated), max(shape[1:])
-        )
+        self._tensor_cores = False
+        self._kernel = _compile(self._source(), max(shape[1:]))
+        if tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
+            self._tensor_cores = True
+            self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = {}
         for field in op.input_fields:
@@ -619,6 +649,11 @@ class FusedOperator:
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         resident = max(1, 2048 // int(np.prod(self._block)))  # blocks per SM, by threads
         self.num_blocks = max(1, min(-(-op.num_elem // elems), 4 * sms * resident))
+
+    def _source(self, dot=False):
+        return kernel_source(
+            self._op, self._shape, self._collocated, dot, tensor_cores=self._tensor_cores
+        )
 
     @staticmethod
     def _indices(field):
@@ -661,7 +696,6 @@ class FusedOperator:
             The operator has no :func:`dot_pairs`.
         """
         if self._dot_kernel is None:
-            code = kernel_source(self._op, self._shape, collocated=self._collocated, dot=True)
-            self._dot_kernel = _compile(code, max(self._shape[1:]))
+            self._dot_kernel = _compile(self._source(dot=True), max(self._shape[1:]))
         args = (*self._args(u, v), dot_partial, status)
         self._dot_kernel((self.num_blocks,), self._block, args)
