@@ -325,8 +325,8 @@ def test_gen_tensor_core_policy(gen, form, p, expected):
     op, _ = box_operator(gen, form, 4, p, 3)
     fused = gen.backend._fused_operator(op)
     assert fused._tensor_cores == expected
-    assert fused._tensor_cores == of.tensor_cores(fused._shape, 0)
-    assert not of.tensor_cores(fused._shape, of.REGISTER_CAP_FROM)
+    assert fused._tensor_cores == of.use_tensor_cores(fused._shape, 0)
+    assert not of.use_tensor_cores(fused._shape, of.REGISTER_CAP_FROM)
     assert ("#define TENSOR_CORES" in fused._source(dot=True)) == expected
     rhs = op(cupy.ones(op.shape[1]))
     x, info = hf.cg(op, rhs, rtol=1e-10, maxiter=500, device_loop=True)

@@ -6,7 +6,7 @@ Usage (on a GPU)::
     python docs/bakeoff/h200/ab_tensor_cores.py bp1:stored:1,2,3,4,5,6,7,8 \
         bp3:stored:2,3,4,5,6,7,8 bp3:on_the_fly:2,3,4,5,6,7,8
 
-Variants, whatever ``operator_fuse.tensor_cores`` would pick: ``scalar``, ``mma`` (the
+Variants, whatever ``operator_fuse.use_tensor_cores`` would pick: ``scalar``, ``mma`` (the
 tensor cores), ``mma-cap`` (the tensor cores, compiled with at most the scalar kernels'
 registers, so the same occupancy) and ``mma-cap-2`` (as ``mma-cap``, two elements per
 block).  Prints one Markdown row per case: registers of the apply kernels, GDOF/s, and
@@ -33,8 +33,8 @@ def build(ceed, form, n, p, geometry, variant, scalar_regs):
     """The operator, its right-hand side, and its kernels compiled as one variant;
     ``scalar_regs``: the scalar apply and dot kernels' registers, the caps of ``mma-cap``
     and ``mma-cap-2`` (two elements per block)."""
-    saved = of.THREADS_BY_SHAPE, of.tensor_cores
-    of.tensor_cores = lambda shape, num_regs: variant != "scalar"  # whatever the rule says
+    saved = of.THREADS_BY_SHAPE, of.use_tensor_cores
+    of.use_tensor_cores = lambda shape, num_regs: variant != "scalar"  # whatever the rule says
     if variant == "mma-cap-2":
         T = p + 2
         of.THREADS_BY_SHAPE = {(3, p + 1, p + 2): 2 * T * T}
@@ -50,7 +50,7 @@ def build(ceed, form, n, p, geometry, variant, scalar_regs):
                     code = fused._source(dot=dot)
                     setattr(fused, name, of._compile_options(code, (f"--maxrregcount={regs}",)))
     finally:
-        of.THREADS_BY_SHAPE, of.tensor_cores = saved
+        of.THREADS_BY_SHAPE, of.use_tensor_cores = saved
     return op, rhs, (fused._kernel.num_regs, fused._dot_kernel.num_regs, fused._block[2])
 
 

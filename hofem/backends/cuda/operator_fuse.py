@@ -55,7 +55,7 @@ __all__ = [
     "fused_threads",
     "kernel_source",
     "register_cap",
-    "tensor_cores",
+    "use_tensor_cores",
 ]
 
 _HERE = pathlib.Path(__file__).parent
@@ -93,8 +93,7 @@ CONSTANT_BYTES = 896
 # DOFs, alternating; docs/performance.md) BP1 p = 6 ran 1.14x (apply) and 1.03x (CG); every
 # other BP1/BP3 case of p = 2..8 lost 0.6-0.99x: tiles padded past P_1d or Q_1d, warps left
 # without tiles where an element is not a whole number of warps, or, for the kernels at the
-# register cap, the stages' latency at 3 warps per scheduler
-TENSOR_CORES = True
+# register cap, the stages' latency at 3 warps per scheduler.  Empty: never
 TENSOR_CORE_SHAPES = {(3, 7, 8)}
 # inputs of at most this many nodes per element (the vertex coordinates of straight-sided
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
@@ -136,13 +135,12 @@ def fused_threads(shape):
     return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
 
 
-def tensor_cores(shape, num_regs):
+def use_tensor_cores(shape, num_regs):
     """Whether the fused kernel of ``shape`` (dim, P_1d, Q_1d), whose scalar version compiled
     to ``num_regs`` registers per thread, runs the x and y stages of its contractions on the
     fp64 tensor cores: ``shape`` in :data:`TENSOR_CORE_SHAPES`, ``num_regs`` below
-    :data:`REGISTER_CAP_FROM`, and the current device of compute capability 8.0 or later,
-    while :data:`TENSOR_CORES`."""
-    if not TENSOR_CORES or tuple(shape) not in TENSOR_CORE_SHAPES:
+    :data:`REGISTER_CAP_FROM`, and the current device of compute capability 8.0 or later."""
+    if tuple(shape) not in TENSOR_CORE_SHAPES:
         return False
     capable = int(cupy.cuda.Device().compute_capability) >= 80
     return capable and num_regs < REGISTER_CAP_FROM
@@ -636,7 +634,7 @@ class FusedOperator:
         elems, self._block = kernels.basis_block(*shape, fused_threads(shape))
         self._tensor_cores = False
         self._kernel = _compile(self._source(), max(shape[1:]))
-        if tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
+        if use_tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
             self._tensor_cores = True
             self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
