@@ -20,7 +20,7 @@ from .polynomials import lagrange_deriv_matrix, lagrange_interp_matrix, simplex_
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import _positive_int
 
-__all__ = ["Basis", "collocated_grad", "tensor_topology"]
+__all__ = ["Basis", "cell_center", "collocated_grad", "tensor_topology"]
 
 _TENSOR_TOPOLOGY = {1: LINE, 2: QUAD, 3: HEX}
 
@@ -131,6 +131,47 @@ class Basis:
     def q_weight(self):
         return self._dense_data()[3]
 
+    @property
+    def is_cell_constant(self):
+        """Whether every point gets the same values: all rows of ``interp_1d`` are equal,
+        and all rows of ``grad_1d`` (tensor bases; False for others).
+
+        Such a basis (:func:`cell_center`) may be evaluated once per element, on
+        :meth:`first_point`, and the result used at every point; the fused
+        backends do so.
+        """
+        if not self.is_tensor:
+            return False
+        B, G = self.interp_1d, self.grad_1d  # (Q_1d, P_1d)
+        return bool(np.all(B == B[:1]) and np.all(G == G[:1]))
+
+    def first_point(self):
+        """This tensor basis on its first quadrature point only (``Q_1d = 1``).
+
+        For a basis that :attr:`is_cell_constant`, what it gives at every point.
+        Made once and kept.
+
+        Raises
+        ------
+        ValueError
+            Not a tensor basis.
+        """
+        if not self.is_tensor:
+            raise ValueError("first_point needs a tensor basis")
+        if getattr(self, "_first_point", None) is None:
+            self._first_point = tensor_h1(
+                self.ceed,
+                self.dim,
+                self.num_comp,
+                self.P_1d,
+                1,
+                self.interp_1d[:1],
+                self.grad_1d[:1],
+                self.q_ref_1d[:1],
+                self.q_weight_1d[:1],
+            )
+        return self._first_point
+
     def eval_size(self, eval_mode):
         """Rows of the Q-vector field for ``eval_mode`` (num_comp, dim*num_comp, or 1)."""
         return {EVAL_INTERP: self.num_comp, EVAL_GRAD: self.dim * self.num_comp, EVAL_WEIGHT: 1}[
@@ -195,6 +236,60 @@ class Basis:
             f"Basis({self.topology.value[0]}, num_comp={self.num_comp}, P={self.num_nodes}, "
             f"Q={self.num_qpts})"
         )
+
+
+def cell_center(basis):
+    """``basis`` evaluated at the cell centre, the same values at each of its points.
+
+    ``INTERP`` gives, at every point, a field's value at the centre of the
+    reference cell (``xi = 0``), and ``GRAD`` its reference gradient there.
+    For a field that is affine on the cell, the gradient is exact at every
+    point: this is how operators recompute the Jacobian of parallelepiped
+    cells from their vertices (``geometry="on_the_fly"`` on a mesh that
+    :attr:`~hofem.meshes.Mesh.is_affine`).  The result
+    :attr:`~Basis.is_cell_constant`, so the fused backends evaluate it once per
+    element.
+
+    Parameters
+    ----------
+    basis : Basis
+        A tensor basis with ``Q_1d >= P_1d`` (the 1D matrices determine the
+        polynomials then).
+
+    Returns
+    -------
+    Basis
+        Same ``dim``, ``num_comp``, ``P_1d``, points and weights; every row of
+        its 1D matrices is the centre's.
+
+    Raises
+    ------
+    ValueError
+        ``basis`` is not a tensor basis, or ``Q_1d < P_1d``.
+    """
+    if not basis.is_tensor:
+        raise ValueError(f"cell_center needs a tensor basis, got {basis!r}")
+    P_1d, Q_1d = basis.P_1d, basis.Q_1d
+    if Q_1d < P_1d:
+        raise ValueError(
+            f"cell_center needs Q_1d >= P_1d to recover the polynomials, got {basis!r}"
+        )
+    # the columns are polynomials of degree P_1d - 1 in xi; fit them on the points
+    vander = np.polynomial.polynomial.polyvander(basis.q_ref_1d, P_1d - 1)  # (Q_1d, P_1d)
+    coef = np.linalg.lstsq(vander, basis.interp_1d, rcond=None)[0]  # (P_1d, P_1d) by power
+    center_b = coef[0]  # (P_1d,): the value at xi = 0
+    center_g = coef[1] if P_1d > 1 else np.zeros(P_1d)  # (P_1d,): the derivative there
+    return tensor_h1(
+        basis.ceed,
+        basis.dim,
+        basis.num_comp,
+        P_1d,
+        Q_1d,
+        np.tile(center_b, (Q_1d, 1)),
+        np.tile(center_g, (Q_1d, 1)),
+        basis.q_ref_1d,
+        basis.q_weight_1d,
+    )
 
 
 def collocated_grad(B, G):

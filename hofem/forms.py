@@ -12,6 +12,7 @@ meshes) and the quadrature weights instead
 
 import numpy as np
 
+from .basis import cell_center
 from .constants import (
     BASIS_NONE,
     ELEMRESTRICTION_NONE,
@@ -123,9 +124,15 @@ def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, 
 
 def _coordinate_field(space, q_extra, quad_mode):
     """The coordinate space (:meth:`H1Space.coordinate_space`) and its basis at the points
-    of ``space.basis(q_extra=q_extra, quad_mode=quad_mode)``."""
+    of ``space.basis(q_extra=q_extra, quad_mode=quad_mode)``: on a mesh whose cells are
+    all affine (:attr:`~hofem.meshes.Mesh.is_affine`, tensor cells), the basis at the cell
+    centre (:func:`~hofem.basis.cell_center`), whose gradient, the Jacobian, is exact at
+    every point and is evaluated once per element."""
     coords = space.coordinate_space()  # order min(geometry order, p)
-    return coords, coords.basis(q_extra=q_extra + space.order - coords.order, quad_mode=quad_mode)
+    geo = coords.basis(q_extra=q_extra + space.order - coords.order, quad_mode=quad_mode)
+    if space.mesh.is_affine and geo.is_tensor and geo.Q_1d >= geo.P_1d:
+        geo = cell_center(geo)
+    return coords, geo
 
 
 def _geometry(space, form, coefficient, q_extra, quad_mode, geometry):

@@ -4,8 +4,8 @@
 ``w det J J^{-1} J^{-T}`` (Poisson, 3 values in 2D, 6 in 3D) at every
 quadrature point; the apply reads them.  ``"on_the_fly"`` builds an apply
 operator that also takes the coordinate field (GRAD) and the quadrature
-weights and recomputes them at every point (``*ApplyGeometry`` gallery
-QFunctions).  The coordinate field is that of
+weights and recomputes them at every point, or once per element on affine
+cells (``*ApplyGeometry`` gallery QFunctions).  The coordinate field is that of
 :meth:`hofem.H1Space.coordinate_space`: the lowest order that carries the
 geometry exactly, the mesh's vertices (``P_1d = 2``) on straight-sided
 cells.  ``"auto"`` asks :func:`choose_geometry`.
@@ -18,18 +18,24 @@ element, ``size`` stored values per point):
   ``dim (8 (P_1d - 1)^dim + 4 P)`` (nodes are shared by neighbours);
 - added flops: the coordinate gradient at the points, ``dim`` components of
   :func:`grad_flops`, plus the pointwise determinant / adjugate
-  (:data:`POINT_FLOPS` per point).
+  (:data:`POINT_FLOPS` per point).  On affine cells the coordinate basis is
+  :func:`hofem.basis.cell_center`'s, evaluated once per element: the gradient
+  at one point, and per point only what the stored q-data's apply does not
+  do (:data:`AFFINE_POINT_FLOPS`).
 
 On the fly wins when ``flops < balance (saved - added)``, with ``balance``
 the flops the backend executes in the time it reads one byte
 (:data:`MACHINE_BALANCE`, by resolved resource).  Backends that are not in
-the table (``/cpu/self/ref``, ``/gpu/cuda/ref``, ``/gpu/cuda/batched``)
-form the coordinate gradient as a Q-vector in memory (``dim^2`` values per
-point, more than the ``size`` stored ones), so on the fly never saves
-bytes there: ``auto`` keeps stored q-data.
+the table keep stored q-data under ``auto``: ``/cpu/self/ref``,
+``/gpu/cuda/ref`` and ``/gpu/cuda/batched`` form the coordinate gradient as
+a Q-vector in memory (``dim^2`` values per point, more than the ``size``
+stored ones), so on the fly never saves bytes there; ``/gpu/cuda/gen``
+measured slower on the fly in every case (its kernels are not bound by the
+q-data bytes).
 """
 
 __all__ = [
+    "AFFINE_POINT_FLOPS",
     "GEOMETRY_MODES",
     "MACHINE_BALANCE",
     "POINT_FLOPS",
@@ -50,14 +56,25 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 #   (median 0.81) and 0.78-1.04x at p = 6..8 (median 0.86; before the copy: 1.09-1.35x at
 #   p = 6), BP1 at 0.43-0.82x. 2 keeps stored q-data at every p (model ratio 2.23 down to
 #   2.18 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
-# /gpu/cuda/gen: H200, 1e7 DOFs (bench-gpu --geometry stored on_the_fly, 2026-11-24): BP3
-#   on the fly at 0.68-0.91x of stored for p = 2..8 (0.56x at p = 1), BP1 at 0.39-0.73x.
-#   The fused kernels are bound by shared-memory passes and synchronizations, not by the
-#   q-data bytes, and the recomputed geometry costs registers (BP3 p = 6: 246 against 180
-#   per thread). 2 keeps stored q-data at every p; on the fly saves the q-data memory.
-MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 2.0}
+#   On affine cells (the Jacobian once per element, hofem.basis.cell_center; 2026-11-24,
+#   eighth session, 3e5 DOFs, alternating): BP3 1.17-1.23x of stored at p = 2, 4, 6, BP1
+#   0.92-0.99x (see AFFINE_POINT_FLOPS).
+# /gpu/cuda/gen is not in the table, so auto keeps stored q-data there: on the H200 (1e7 DOFs,
+#   bench-gpu --geometry stored on_the_fly, 2026-11-24) BP3 on the fly ran at 0.68-0.91x of
+#   stored for p = 2..8 (0.56x at p = 1) and BP1 at 0.39-0.73x, and on affine cells at
+#   0.79-0.99x (BP3) and 0.62-0.96x (BP1).  The fused kernels are bound by shared-memory
+#   passes and synchronizations, not by the q-data bytes, and the recomputed geometry costs
+#   registers (BP3 p = 6: 246 against 180 per thread).  On the fly saves the q-data memory.
+MACHINE_BALANCE = {"/cpu/self/numba": 2.0}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
+# ... on affine cells, where the Jacobian's functions are the element's (hoisted out of the
+# point loop): Poisson in 2D and 3D, the weight's products and b^T (w_det b du) against the
+# stored 3 or 6 values.  Forms that store one value per point (mass; Poisson in 1D) count
+# 16, the cost of the one stored value at MACHINE_BALANCE: the numba kernel reads that value
+# in place while it computes (it copies larger q-data first), and on the fly measured
+# 0.92-0.99x of stored for BP1, so auto keeps them stored
+AFFINE_POINT_FLOPS = {"mass": {1: 16, 2: 16, 3: 16}, "diffusion": {1: 16, 2: 6, 3: 21}}
 
 
 def check_geometry(geometry):
@@ -102,6 +119,12 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     """
     geo = basis if coordinates is None else coordinates
     dim, P, Q = basis.dim, geo.num_nodes, basis.num_qpts
+    if geo.is_cell_constant:  # once per element
+        return {
+            "saved_bytes": 8.0 * qdata_size * Q,
+            "added_bytes": dim * (8.0 * (geo.P_1d - 1) ** dim + 4.0 * P),
+            "added_flops": float(2 * dim * dim * P + AFFINE_POINT_FLOPS[form][dim] * Q),
+        }
     if geo.is_tensor:
         flops = grad_flops(dim, dim, geo.P_1d, geo.Q_1d)
         unique_nodes = (geo.P_1d - 1) ** dim

@@ -287,3 +287,31 @@ def test_colour_chunks_race_free(nb, n):
                 shared += 1
                 assert colour[i] != colour[j], (i, j)
     assert shared > 0 or len(start) == 1  # the case has conflicts to split
+
+
+def test_point_independent_lines_leave_the_point_loop():
+    """Traced lines that read no point (``q``, ``j``), directly or through a temporary, run
+    once per block (the geometry of affine cells); the rest, and every store, stay in the
+    loop in their order."""
+    from hofem.backends.numba_operator import _hoist
+
+    lines = [
+        "t0 = dxr0_@",
+        "t1 = w2[0, q]",
+        "t2 = (t0 * c0)",
+        "t3 = (1.0 / t2)",
+        "t4 = (t1 * t3)",
+        "t5 = q0r0[j + @]",
+        "t6 = (t5 * t4)",
+        "o0r0[j + @] = t6",
+        "t7 = (t3 + t3)",
+    ]
+    hoisted, per_point = _hoist(lines)
+    assert hoisted == ["t0 = dxr0_@", "t2 = (t0 * c0)", "t3 = (1.0 / t2)", "t7 = (t3 + t3)"]
+    assert per_point == [
+        "t1 = w2[0, q]",
+        "t4 = (t1 * t3)",
+        "t5 = q0r0[j + @]",
+        "t6 = (t5 * t4)",
+        "o0r0[j + @] = t6",
+    ]

@@ -13,7 +13,14 @@ import pytest
 
 import hofem as hf
 from hofem import meshes
-from hofem.geometry import MACHINE_BALANCE, choose_geometry, geometry_costs, grad_flops
+from hofem.basis import cell_center
+from hofem.geometry import (
+    AFFINE_POINT_FLOPS,
+    MACHINE_BALANCE,
+    choose_geometry,
+    geometry_costs,
+    grad_flops,
+)
 from hofem.meshes import box
 
 RTOL = 1e-13
@@ -60,8 +67,78 @@ def test_on_the_fly_equals_stored_box(ceed, form, dim, order, num_comp, n, curve
     mesh = box(n, dim, order=2 if curved else 1, distort=0.1 if curved else 0.0)
     if curved:
         mesh = _perturbed(mesh, n, 0.05)
+    assert mesh.is_affine is not curved
     space = hf.H1Space(ceed, mesh, order, num_comp=num_comp)
     assert _compare(space, form) < RTOL
+    # affine cells: the Jacobian once per element, from the basis at the cell centre
+    dx = form(space, geometry="on_the_fly").fields["dx"].basis
+    assert dx.is_cell_constant is not curved
+
+
+def _sheared(n, dim):
+    """A box of ``n`` cells per direction under a full linear map: parallelepipeds whose
+    Jacobian has no zero entry, in a different order of magnitude than the unit box."""
+    unit = box(n, dim)
+    A = np.array([[2.0, 0.3, -0.2], [0.5, 1.5, 0.4], [-0.1, 0.6, 3.0]])[:dim, :dim]
+    return meshes.Mesh(1e3 * (unit.points @ A.T) + 7.0, unit.cell_type, unit.cells)
+
+
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+@pytest.mark.parametrize(("dim", "order", "num_comp"), [(2, 3, 1), (3, 2, 3), (3, 5, 1)])
+def test_on_the_fly_on_parallelepipeds(ceed, form, dim, order, num_comp):
+    """Sheared cells (12 and 27 of them: full and partial SIMD blocks) through the
+    cell-centre basis equal the stored q-data of the trilinear map."""
+    mesh = _sheared(3, dim)
+    assert mesh.is_affine
+    space = hf.H1Space(ceed, mesh, order, num_comp=num_comp)
+    assert form(space, geometry="on_the_fly").fields["dx"].basis.is_cell_constant
+    assert _compare(space, form) < RTOL
+
+
+def test_mesh_is_affine():
+    """Affine cells: the same Jacobian at every geometric node, to rounding."""
+    assert box(3).is_affine and box(2, 2).is_affine and box(4, 1).is_affine
+    assert box(2, simplex=True).is_affine and box(2, order=2).is_affine
+    assert not box(3, distort=0.1).is_affine
+    assert not box(2, order=3, distort=0.05).is_affine
+    square = box(1, 2)
+    trapezoid = square.points + np.array([[0, 0], [0, 0], [0, 0], [0.1, 0]])
+    assert not meshes.Mesh(trapezoid, "quad", square.cells).is_affine
+    assert meshes.Mesh(trapezoid[[0, 1, 2]], "triangle", [[0, 1, 2]]).is_affine
+    surface = meshes.Mesh(np.c_[box(2, 2).points, np.zeros(9)], "quad", box(2, 2).cells)
+    assert not surface.is_affine  # gdim > dim
+    assert _sheared(2, 3).is_affine
+
+
+def test_cell_center_basis(ceed):
+    """GRAD of the cell-centre basis is exact at every point for affine fields; INTERP is the
+    centre value; first_point is one row; errors name the argument."""
+    from hofem.basis import cell_center
+
+    b = ceed.BasisTensorH1Lagrange(3, 1, 3, 4, hf.GAUSS)
+    c = cell_center(b)
+    assert c.is_cell_constant and not b.is_cell_constant
+    assert (c.P_1d, c.Q_1d) == (3, 4)
+    np.testing.assert_array_equal(c.q_weight_1d, b.q_weight_1d)
+    # an affine field at the order-2 GLL nodes (x fastest): f = 1 + 2 x - y + 0.5 z
+    g = np.array([-1.0, 0.0, 1.0])
+    z, y, x = np.meshgrid(g, g, g, indexing="ij")
+    f = (1 + 2 * x - y + 0.5 * z).ravel()
+    grad = ceed.to_numpy(c.apply(1, hf.NOTRANSPOSE, hf.EVAL_GRAD, ceed.asarray(f[None, None])))
+    np.testing.assert_allclose(grad[0, :, 0], np.tile([[2.0], [-1.0], [0.5]], 64), atol=1e-14)
+    value = ceed.to_numpy(c.apply(1, hf.NOTRANSPOSE, hf.EVAL_INTERP, ceed.asarray(f[None, None])))
+    np.testing.assert_allclose(value[0, 0], 1.0, atol=1e-14)  # the centre's, at every point
+    one = c.first_point()
+    assert (one.Q_1d, one.num_qpts) == (1, 1) and one is c.first_point()
+    np.testing.assert_array_equal(one.grad_1d, c.grad_1d[:1])
+    with pytest.raises(ValueError, match="Q_1d >= P_1d"):
+        cell_center(ceed.BasisTensorH1Lagrange(2, 1, 4, 3, hf.GAUSS))
+    tet = ceed.BasisH1Lagrange(hf.TET, 1, 1, 2)
+    with pytest.raises(ValueError, match="cell_center needs a tensor basis"):
+        cell_center(tet)
+    with pytest.raises(ValueError, match="first_point needs a tensor basis"):
+        tet.first_point()
+    assert not tet.is_cell_constant
 
 
 @pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
@@ -155,6 +232,15 @@ def test_cost_model():
         assert (costs["added_flops"] < 2.25 * saved) == recompute_at_2_25
         bp1 = geometry_costs("mass", solution, 1, vertices)
         assert all(choose_geometry("auto", r, bp1) == "stored" for r in MACHINE_BALANCE)
+        # affine cells (the Jacobian once per element): BP3 recomputes on numba, BP1 keeps
+        # its one stored value per point; gen keeps stored q-data (not in the table)
+        centre = cell_center(vertices)
+        bp3 = geometry_costs("diffusion", solution, 6, centre)
+        assert bp3["added_flops"] == 2 * 9 * 8 + AFFINE_POINT_FLOPS["diffusion"][3] * (p + 2) ** 3
+        assert choose_geometry("auto", "/cpu/self/numba", bp3) == "on_the_fly"
+        assert choose_geometry("auto", "/gpu/cuda/gen", bp3) == "stored"
+        bp1 = geometry_costs("mass", solution, 1, centre)
+        assert choose_geometry("auto", "/cpu/self/numba", bp1) == "stored"
 
 
 def test_register_cap_policy():
@@ -239,3 +325,32 @@ def test_fusable_shape_mixed_orders():
     assert mixed(2, 7, hf.GAUSS_LOBATTO) is None  # same Q_1d, other points
     with pytest.raises(ValueError, match="quadrature points per element"):
         mixed(2, 6, hf.GAUSS)  # the operator itself refuses another Q_1d
+
+
+def _signed_mass_geometry(ctx, u, dx, weights, v):
+    # untraceable (np.sign is not in the tracer's table): the numba kernel calls it per point
+    det = dx[0] * dx[3] - dx[1] * dx[2]
+    v[0] = np.sign(det) * det * weights[0] * u[0]
+
+
+def test_cell_constant_field_in_a_called_qfunction(ceed):
+    """A user QFunction the numba backend cannot trace reads the cell-centre gradient on
+    its one-point scratch at every point, like the traced path and every other backend."""
+    mesh = _sheared(3, 2)
+    space = hf.H1Space(ceed, mesh, 3)
+    stored = hf.mass(space, geometry="stored")
+    coords = space.coordinate_space()
+    geo = cell_center(coords.basis(q_extra=1 + space.order - coords.order))
+    qf = ceed.QFunction(
+        _signed_mass_geometry,
+        [("u", 1, hf.EVAL_INTERP), ("dx", 4, hf.EVAL_GRAD), ("weights", 1, hf.EVAL_WEIGHT)],
+        [("v", 1, hf.EVAL_INTERP)],
+    )
+    op = ceed.Operator(qf)
+    op.set_field("u", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
+    op.set_field("dx", coords.restriction, geo, coords.coordinates)
+    op.set_field("weights", hf.ELEMRESTRICTION_NONE, geo, hf.VECTOR_NONE)
+    op.set_field("v", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
+    u = ceed.asarray(np.random.default_rng(3).standard_normal(space.num_dofs))
+    a, b = ceed.to_numpy(stored(u)), ceed.to_numpy(op(u))
+    assert np.abs(a - b).max() < RTOL * np.abs(a).max()

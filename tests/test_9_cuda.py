@@ -348,20 +348,26 @@ def test_gen_vector_and_setup_operators(gen, ref):
         assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-12
 
 
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "distorted"])
 @pytest.mark.parametrize("collocated", [True, False])
 @pytest.mark.parametrize(("dim", "p", "num_comp"), [(1, 9, 1), (2, 3, 3), (3, 1, 1), (3, 6, 1)])
 @pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
-def test_gen_fuses_geometry_on_the_fly(gen, ref, dim, p, num_comp, form, collocated):
+def test_gen_fuses_geometry_on_the_fly(gen, ref, dim, p, num_comp, form, collocated, affine):
     """The vertex coordinates (P_1d = 2) beside the order-p solution fuse into one kernel
-    (each thread evaluates them from all nodes) and give the stored q-data operator."""
+    (each thread evaluates them from all nodes; on affine cells once, at the centre, with
+    the solution's collocated derivative kept) and give the stored q-data operator."""
     from hofem import meshes
 
-    mesh = meshes.box(3, dim, distort=0.1)
+    mesh = meshes.box(3, dim, distort=0.0 if affine else 0.1)
     gen.backend.collocated = collocated
     try:
         space = hf.H1Space(gen, mesh, p, num_comp=num_comp)
         op = form(space, geometry="on_the_fly")
-        assert op.fields["dx"].basis.P_1d == 2 and _fused(op)
+        dx = op.fields["dx"].basis
+        assert dx.P_1d == 2 and dx.is_cell_constant is affine and _fused(op)
+        fused = op.backend_data["gen"][1]
+        assert fused._collocated is collocated  # the centre basis does not break D
+        assert ("r_in1 + 0, 0, 0); }" in fused._source()) is affine  # evaluated at one point
     finally:
         gen.backend.collocated = type(gen.backend).collocated
     stored = form(hf.H1Space(ref, mesh, p, num_comp=num_comp), geometry="stored")

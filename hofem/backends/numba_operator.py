@@ -205,6 +205,29 @@ def _lanes(lines):
     return out
 
 
+def _hoist(lines):
+    """Split traced lines into those that do not depend on the point, then the rest.
+
+    Every value that changes with the point is read through ``q`` or ``j`` (see
+    :func:`_point_loop`'s ``lane``), so a temporary is the same at every point
+    when its expression names neither, nor a temporary that does: on cell-constant
+    inputs (the Jacobian of affine cells), the geometry's arithmetic runs once per
+    block instead of at each point.  Stores stay in the loop.
+    """
+    assign = re.compile(r"(t\d+) = (.*)")
+    names = re.compile(r"\b[A-Za-z_]\w*\b")
+    hoisted, per_point, varying = [], [], {"q", "j"}
+    for line in lines:
+        match = assign.fullmatch(line)
+        if match and varying.isdisjoint(names.findall(match[2])):
+            hoisted.append(line)
+        else:
+            per_point.append(line)
+            if match:
+                varying.add(match[1])
+    return hoisted, per_point
+
+
 def _strided_source(i, strides):
     """The line binding the block's view of strided field ``x{i}`` for the inlined point loop:
     ``X{i}[B{i} + b * ES{i} + r * RS{i} + q * QS{i}]`` is value ``r`` at point ``q`` of lane
@@ -217,7 +240,8 @@ def _point_loop(op, func, fields, body, strided, zero):
     """Append the traced QFunction's point loop to ``body``; False if the body is untraceable.
 
     ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
-    ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"x"``
+    ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"c"`` a
+    ``(size, 1, BLK)`` one (a cell-constant input, the same at every point), ``"x"``
     a strided field (``x{i}`` its L-vector; see :func:`_strided_source`),
     ``"w"`` the ``(1, Q)`` weights.
     A full block runs the body once per point on all ``BLK`` lanes: every row
@@ -244,6 +268,8 @@ def _point_loop(op, func, fields, body, strided, zero):
         if kind == "x":
             i = name[1:]
             return f"X{i}[B{i} + b * ES{i} + {row} * RS{i} + q * QS{i}]"
+        if kind == "c":
+            return f"s[{name}_0 + {row} * {BLK} + b]"
         return f"s[{name}_0 + {row} * QB + j]"
 
     rows = {}  # slice name -> definition
@@ -257,6 +283,10 @@ def _point_loop(op, func, fields, body, strided, zero):
             i = name[1:]
             rows[sliced] = f"{sliced} = X{i}[B{i} + {row} * RS{i}:]"
             return f"{sliced}[@ * ES{i} + q * QS{i}]"
+        if kind == "c":  # the same at every point: scalars loaded before the point loop
+            at = f"{name}_0 + {row} * {BLK}"
+            rows[sliced] = "; ".join(f"{sliced}_{b} = s[{at} + {b}]" for b in range(BLK))
+            return f"{sliced}_@"
         rows[sliced] = f"{sliced} = s[{name}_0 + {row} * QB:]"
         return f"{sliced}[j + @]"
 
@@ -280,9 +310,12 @@ def _point_loop(op, func, fields, body, strided, zero):
     body(f"if nb == {BLK}:")
     for line in rows.values():
         body(f"    {line}")
+    hoisted, per_point = _hoist(traced["lane"])
+    for line in _lanes(hoisted):
+        body(f"    {line}")
     body("    for q in range(Q):")
     body(f"        j = q * {BLK}")
-    for line in _lanes(traced["lane"]):
+    for line in _lanes(per_point):
         body(f"        {line}")
     body("else:")
     for line in zero:
@@ -372,13 +405,15 @@ def operator_kernel(op, dot=False):
     body.indent()
     body("Q = meta[0]")
 
-    def view(name, size, ref):
-        views.append(f"{name} = s[{ref}:{ref} + {size} * Q * {BLK}].reshape(({size}, Q, {BLK}))")
-        qf_args.append(f"{name}[:, q, b]")
+    def view(name, size, ref, constant=False):
+        points, q = ("1", "0") if constant else ("Q", "q")
+        shape = f"({size}, {points}, {BLK})"
+        views.append(f"{name} = s[{ref}:{ref} + {size} * {points} * {BLK}].reshape({shape})")
+        qf_args.append(f"{name}[:, {q}, b]")
         bases.append(f"{name}_0 = {ref}")
-        fields.append(("s", name))
+        fields.append(("c" if constant else "s", name))
 
-    temp = []  # (field, num_comp, transpose, in offset, out offset, program name)
+    temp = []  # (basis, eval_mode, num_comp, transpose, in offset, out offset, program name)
     pair = dot_fields(op) if dot else None
     if dot and pair is None:
         raise ValueError("dot=True needs one active input and output of one restriction")
@@ -416,11 +451,12 @@ def operator_kernel(op, dot=False):
         if f.eval_mode is EVAL_NONE:
             view(f"q{i}", layout.value(f.size), e_ref)
             continue
-        q_off, q_ref = layout.region(f.size * Q)
+        basis = _input_basis(f)  # a cell-constant basis: its first point only
+        q_off, q_ref = layout.region(f.size * basis.num_qpts)
         args += [f"M{i}", f"P{i}"]
-        temp.append((f, r.num_comp, False, e_off, q_off, f"P{i}"))
+        temp.append((basis, f.eval_mode, r.num_comp, False, e_off, q_off, f"P{i}"))
         body(f"contract_program(s, M{i}, P{i})")
-        view(f"q{i}", layout.value(f.size), q_ref)
+        view(f"q{i}", layout.value(f.size), q_ref, constant=basis is not f.basis)
     qo = []  # (offset, ref) of each output's Q-data
     zero = []  # the lines zeroing it
     for o, f in enumerate(op.output_fields):
@@ -448,7 +484,7 @@ def operator_kernel(op, dot=False):
         if f.eval_mode is not EVAL_NONE:
             args += [f"Mo{o}", f"Po{o}"]
             eo_off, source = layout.region(r.num_comp * r.elem_size)
-            temp.append((f, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
+            temp.append((f.basis, f.eval_mode, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
             body(f"contract_program(s, Mo{o}, Po{o})")
         body(f"scatter_block(s, {source}, v, ixo{o}, {layout.components(r)}, {sign}, e0, nb)")
         if pair is not None and pair[1] == o:
@@ -458,10 +494,10 @@ def operator_kernel(op, dot=False):
     if pair is not None:
         body(f"return {product}")
     t_off, _ = layout.region(  # temporaries, shared by every basis action
-        max([temp_size(f.basis, nc, f.eval_mode, tr) for f, nc, tr, *_ in temp], default=0)
+        max([temp_size(b, nc, mode, tr) for b, mode, nc, tr, *_ in temp], default=0)
     )
-    for f, nc, transpose, in_off, out_off, name in temp:
-        static[name] = basis_program(f.basis, nc, f.eval_mode, transpose, in_off, out_off, t_off)
+    for b, mode, nc, transpose, in_off, out_off, name in temp:
+        static[name] = basis_program(b, nc, mode, transpose, in_off, out_off, t_off)
     static["meta"] = layout.meta_array()
 
     arglist = ", ".join(args)
@@ -492,6 +528,13 @@ def operator_kernel(op, dot=False):
     return module.apply_add, args, static, traced
 
 
+def _input_basis(field):
+    """The basis an input is evaluated with: a cell-constant one (:func:`hofem.basis.cell_center`)
+    on its first point only, whose values the point loop uses at every point."""
+    b = field.basis
+    return b.first_point() if b.is_cell_constant else b
+
+
 def _jit(func):
     import numba
 
@@ -509,7 +552,8 @@ def field_arrays(op, name, u):
         ``l{i}`` L-vector; ``ix``/``sg`` restriction offsets of component 0
         (num_elem, 1, elem_size; the component stride is in ``meta``,
         :meth:`~hofem.ElemRestriction.compact_indices`) and signs (num_elem, 1,
-        elem_size); ``M``/``Mo`` the basis' matrix stack (num_mats, S, S).
+        elem_size); ``M``/``Mo`` the basis' matrix stack (num_mats, S, S), of an input's
+        first point only where its basis is cell-constant.
     """
     kind, index = re.fullmatch(r"([A-Za-z]+)(\d+)", name).groups()
     index = int(index)
@@ -525,7 +569,7 @@ def field_arrays(op, name, u):
         return r.compact_indices()[0]
     if kind in ("sg", "sgo"):
         return r.signs
-    return matrix_stack(b)
+    return matrix_stack(_input_basis(f) if kind == "M" else b)
 
 
 def standalone_program(b, transpose, eval_mode):

@@ -9,6 +9,7 @@ memory-friendly ordering libCEED's benchmarks use.
 import numpy as np
 
 import hofem as hf
+from hofem.basis import cell_center
 from hofem.geometry import choose_geometry, geometry_costs
 
 __all__ = ["box_coordinates", "box_offsets", "box_operator"]
@@ -68,8 +69,8 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
     geometry : {"stored", "on_the_fly", "auto"}
         As for :func:`hofem.mass`; on the fly, ``parts["build"]`` and
         ``parts["qdata"]`` are None, and the operator reads the coordinates of
-        the box's vertices (``P_1d = 2``), or of the order-p nodes where
-        ``warp`` bends the box.
+        the box's vertices (``P_1d = 2``, through :func:`hofem.basis.cell_center`:
+        the cells are affine), or of the order-p nodes where ``warp`` bends the box.
 
     Returns
     -------
@@ -94,6 +95,8 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
     basis = ceed.BasisTensorH1Lagrange(dim, 1, p + 1, q, quad_mode)
     p_x = p if warp else 1  # on the fly: the lowest order that carries the geometry
     geo_x = ceed.BasisTensorH1Lagrange(dim, dim, p_x + 1, q, quad_mode)
+    if not warp:  # parallelepipeds: the Jacobian once per element
+        geo_x = cell_center(geo_x)
     costs = geometry_costs(form, basis, qdata_size, geo_x)
     geometry = choose_geometry(geometry, ceed.resource, costs)
     build = qdata = None

@@ -114,6 +114,13 @@ class Mesh:
         Topological dimension.
     geometry_order : int
         1 without ``geometry``, else ``k``.
+    is_affine : bool
+        Every cell is an affine image of the reference cell (simplices of
+        order 1, parallelepipeds, curved-order geometry whose nodes are placed
+        affinely): its Jacobian is the same at every geometric node, to
+        ``1e-12`` of the cell's coordinates.  Operators then recompute the
+        geometry once per cell (:func:`hofem.basis.cell_center`).  False when
+        ``gdim > dim``.
 
     Raises
     ------
@@ -351,10 +358,12 @@ class Mesh:
         self.geometry_order = order
 
     def _check_orientation(self):
-        """Raise unless det J > 0 at every geometric node (once per affine simplex).
+        """Raise unless det J > 0 at every geometric node (once per affine simplex);
+        set :attr:`is_affine` from the same Jacobians.
 
         Runs over chunks of cells, so its temporaries do not grow with the mesh.
         """
+        self.is_affine = self.gdim == self.dim
         if self.gdim != self.dim or self.num_cells == 0:
             return
         k = self.geometry_order
@@ -376,6 +385,10 @@ class Mesh:
             extent = high - low  # (n, gdim)
             scale = functools.reduce(np.maximum, extent.T) ** self.dim  # (n,)
             bad = np.any(det <= 1e-12 * scale, axis=0)  # (n,)
+            if self.is_affine:  # the same Jacobian at every node, to rounding
+                spread = np.abs(jac - jac[:, :1]).max(axis=(0, 1, 3))  # (n,)
+                size = np.maximum(np.abs(x).max(axis=(0, 2)), extent.max(axis=1))  # (n,)
+                self.is_affine = bool(np.all(spread <= 1e-12 * size))
             if np.any(bad):
                 c = int(np.argmax(bad))
                 raise ValueError(

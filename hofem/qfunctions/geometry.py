@@ -7,7 +7,10 @@ d xi_d``) and the quadrature ``weights`` (WEIGHT), and apply at the point what
 ``Mass{d}DBuild`` / ``Poisson{d}DBuild`` would have stored: ``w det J`` and
 ``w det J J^{-1} J^{-T}`` (in reference gradient coordinates, as
 ``w / det(A) adj(A)^T adj(A)`` with ``A = dx``), times the context's
-``scale`` (a constant coefficient, default 1).  Vector3 forms apply it to
+``scale`` (a constant coefficient, default 1).  The point's weight multiplies
+``1 / det``, so that on affine cells (where ``dx`` is the element's,
+:func:`hofem.basis.cell_center`) everything but the weight's products is the
+same at every point and compilers hoist it out of the point loop.  Vector3 forms apply it to
 each of 3 components (gradients ordered ``[dim][comp]``: ``du[d * 3 + c]``).
 """
 
@@ -56,17 +59,17 @@ def vector3_mass_3d_apply_geometry(ctx, u, dx, weights, v):
 
 
 def poisson_1d_apply_geometry(ctx, du, dx, weights, dv):
-    dv[0] = ctx["scale"] * weights[0] / dx[0] * du[0]
+    dv[0] = ctx["scale"] * weights[0] * (1.0 / dx[0]) * du[0]
 
 
 def vector3_poisson_1d_apply_geometry(ctx, du, dx, weights, dv):
-    q = ctx["scale"] * weights[0] / dx[0]
+    q = ctx["scale"] * weights[0] * (1.0 / dx[0])
     for c in range(3):
         dv[c] = q * du[c]
 
 
 def poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
-    w_det = ctx["scale"] * weights[0] / (dx[0] * dx[3] - dx[1] * dx[2])
+    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * dx[3] - dx[1] * dx[2]))
     q00 = w_det * (dx[2] * dx[2] + dx[3] * dx[3])
     q11 = w_det * (dx[0] * dx[0] + dx[1] * dx[1])
     q01 = -w_det * (dx[0] * dx[2] + dx[1] * dx[3])
@@ -75,7 +78,7 @@ def poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
 
 
 def vector3_poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
-    w_det = ctx["scale"] * weights[0] / (dx[0] * dx[3] - dx[1] * dx[2])
+    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * dx[3] - dx[1] * dx[2]))
     q00 = w_det * (dx[2] * dx[2] + dx[3] * dx[3])
     q11 = w_det * (dx[0] * dx[0] + dx[1] * dx[1])
     q01 = -w_det * (dx[0] * dx[2] + dx[1] * dx[3])
@@ -95,7 +98,7 @@ def poisson_3d_apply_geometry(ctx, du, dx, weights, dv):
     b20 = dx[3] * dx[7] - dx[4] * dx[6]
     b21 = dx[1] * dx[6] - dx[0] * dx[7]
     b22 = dx[0] * dx[4] - dx[1] * dx[3]
-    w_det = ctx["scale"] * weights[0] / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20)
+    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20))
     # dv = w_det b^T (b du): 18 multiply-adds instead of forming the 6 stored values
     t0 = w_det * (b00 * du[0] + b01 * du[1] + b02 * du[2])
     t1 = w_det * (b10 * du[0] + b11 * du[1] + b12 * du[2])
@@ -115,7 +118,7 @@ def vector3_poisson_3d_apply_geometry(ctx, du, dx, weights, dv):
     b20 = dx[3] * dx[7] - dx[4] * dx[6]
     b21 = dx[1] * dx[6] - dx[0] * dx[7]
     b22 = dx[0] * dx[4] - dx[1] * dx[3]
-    w_det = ctx["scale"] * weights[0] / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20)
+    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20))
     # the 6 values Poisson3DBuild stores, then 9 multiply-adds per component
     q00 = w_det * (b00 * b00 + b10 * b10 + b20 * b20)
     q11 = w_det * (b01 * b01 + b11 * b11 + b21 * b21)

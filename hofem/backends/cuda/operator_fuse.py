@@ -320,15 +320,20 @@ class _Source:
 
     def _direct(self, name, field, address):
         """An input of few nodes: per component, its ``3 P`` columns (``direct_columns``);
-        ``load(row)`` evaluates the point from them (``direct_at``)."""
+        ``load(row)`` evaluates the point from them (``direct_at``).  A basis that
+        :attr:`~hofem.Basis.is_cell_constant` is evaluated at the first point for every
+        thread and point, so the values are the element's and the compiler hoists what
+        the QFunction derives from them out of the point loop."""
         C, P, j = field.basis.num_comp, field.basis.P_1d, self.basis_index(field.basis)
+        constant = field.basis.is_cell_constant
+        position, row_of = ("0, 0", "0") if constant else ("tx, ty", "direct_row(k, tx)")
         self.lines.append(f"double r_{name}[{C * 3 * P}];")
         for c in range(C):
             pointer, idx, base = address(c, P**self.dim)
             self.lines.append(
                 f"{{ double r[{P**self.dim}]; "
                 f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
-                f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, tx, ty); }}"
+                f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, {position}); }}"
             )
 
         def load(row):
@@ -340,7 +345,7 @@ class _Source:
                 M, col, c = "B", 0, row
             regs = f"r_{name} + {(3 * c + col) * P}"
             # row k of the matrix: the slowest axis (1D: row tx, where slow() gives s_)
-            return f"direct_at<{P}>({self.slow(f'{M}{j}')}, {regs}, direct_row(k, tx))"
+            return f"direct_at<{P}>({self.slow(f'{M}{j}')}, {regs}, {row_of})"
 
         return load
 
@@ -567,17 +572,22 @@ def _constant_tables(constants):
 
 
 def _collocated_derivative(bases):
-    """The first basis's device ``D`` (Q_1d, Q_1d) where it differentiates every basis.
+    """The first basis's device ``D`` (Q_1d, Q_1d) where it differentiates every basis
+    contracted through shared memory.
 
     ``D B_j = G_j`` holds for the lower-order Lagrange bases on the same points
     (a coordinate field beside the solution's); None without a ``D``
-    (``CudaBatchedBackend.collocated``) or where some basis breaks it.
+    (``CudaBatchedBackend.collocated``) or where some basis breaks it.  Bases of
+    at most :data:`DIRECT_NODES` nodes are evaluated per thread without ``D``
+    (a :func:`~hofem.basis.cell_center` basis breaks it).
     """
     D = bases[0].backend_data["collocated"]
     if D is None:
         return None
     host = cupy.asnumpy(D)  # (Q_1d, Q_1d)
     for b in bases[1:]:
+        if b.P_1d**b.dim <= DIRECT_NODES:  # evaluated per thread (_Source._direct), no D
+            continue
         scale = np.abs(b.grad_1d).max()
         if not np.allclose(host @ b.interp_1d, b.grad_1d, rtol=0.0, atol=1e-12 * scale):
             return None
