@@ -5,7 +5,7 @@ quadrature, solvers) and the discretization layer.
 """
 
 from .backends import BackendUnavailable, available
-from .basis import Basis
+from .basis import Basis, cell_center
 from .ceed import Ceed
 from .constants import *  # noqa: F403
 from .constants import __all__ as _constants
@@ -31,6 +31,7 @@ __all__ = [
     "Operator",
     "QFunction",
     "available",
+    "cell_center",
     "cg",
     "diffusion",
     "gauss_quadrature",

@@ -126,7 +126,7 @@ def _coordinate_field(space, q_extra, quad_mode):
     """The coordinate space (:meth:`H1Space.coordinate_space`) and its basis at the points
     of ``space.basis(q_extra=q_extra, quad_mode=quad_mode)``: on a mesh whose cells are
     all affine (:attr:`~hofem.meshes.Mesh.is_affine`, tensor cells), the basis at the cell
-    centre (:func:`~hofem.basis.cell_center`), whose gradient, the Jacobian, is exact at
+    centre (:func:`~hofem.cell_center`), whose gradient, the Jacobian, is exact at
     every point and is evaluated once per element."""
     coords = space.coordinate_space()  # order min(geometry order, p)
     geo = coords.basis(q_extra=q_extra + space.order - coords.order, quad_mode=quad_mode)

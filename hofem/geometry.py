@@ -19,19 +19,20 @@ element, ``size`` stored values per point):
 - added flops: the coordinate gradient at the points, ``dim`` components of
   :func:`grad_flops`, plus the pointwise determinant / adjugate
   (:data:`POINT_FLOPS` per point).  On affine cells the coordinate basis is
-  :func:`hofem.basis.cell_center`'s, evaluated once per element: the gradient
+  :func:`hofem.cell_center`'s, evaluated once per element: the gradient
   at one point, and per point only what the stored q-data's apply does not
   do (:data:`AFFINE_POINT_FLOPS`).
 
 On the fly wins when ``flops < balance (saved - added)``, with ``balance``
 the flops the backend executes in the time it reads one byte
-(:data:`MACHINE_BALANCE`, by resolved resource).  Backends that are not in
-the table keep stored q-data under ``auto``: ``/cpu/self/ref``,
-``/gpu/cuda/ref`` and ``/gpu/cuda/batched`` form the coordinate gradient as
-a Q-vector in memory (``dim^2`` values per point, more than the ``size``
-stored ones), so on the fly never saves bytes there; ``/gpu/cuda/gen``
-measured slower on the fly in every case (its kernels are not bound by the
-q-data bytes).
+(:data:`MACHINE_BALANCE`, by resolved resource: the backends that recompute the
+geometry inside their operator kernels; ``/gpu/cuda/gen``'s is 0, it measured
+no faster on the fly in any case, its kernels are not bound by the q-data
+bytes).  Backends that are not in the table (``/cpu/self/ref``,
+``/gpu/cuda/ref``, ``/gpu/cuda/batched``) form the coordinate gradient as a
+Q-vector in memory (``dim^2`` values per point, more than the ``size``
+stored ones), so on the fly never saves bytes there: ``auto`` keeps stored
+q-data.
 """
 
 __all__ = [
@@ -56,16 +57,17 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 #   (median 0.81) and 0.78-1.04x at p = 6..8 (median 0.86; before the copy: 1.09-1.35x at
 #   p = 6), BP1 at 0.43-0.82x. 2 keeps stored q-data at every p (model ratio 2.23 down to
 #   2.18 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
-#   On affine cells (the Jacobian once per element, hofem.basis.cell_center; 2026-11-24,
+#   On affine cells (the Jacobian once per element, hofem.cell_center; 2026-11-24,
 #   eighth session, 3e5 DOFs, alternating): BP3 1.17-1.23x of stored at p = 2, 4, 6, BP1
 #   0.92-0.99x (see AFFINE_POINT_FLOPS).
-# /gpu/cuda/gen is not in the table, so auto keeps stored q-data there: on the H200 (1e7 DOFs,
-#   bench-gpu --geometry stored on_the_fly, 2026-11-24) BP3 on the fly ran at 0.68-0.91x of
-#   stored for p = 2..8 (0.56x at p = 1) and BP1 at 0.39-0.73x, and on affine cells at
-#   0.79-0.99x (BP3) and 0.62-0.96x (BP1).  The fused kernels are bound by shared-memory
-#   passes and synchronizations, not by the q-data bytes, and the recomputed geometry costs
-#   registers (BP3 p = 6: 246 against 180 per thread).  On the fly saves the q-data memory.
-MACHINE_BALANCE = {"/cpu/self/numba": 2.0}
+# /gpu/cuda/gen: 0, so auto keeps stored q-data there: on the H200 (1e7 DOFs, bench-gpu
+#   --geometry stored on_the_fly, 2026-11-24) BP3 on the fly ran at 0.68-0.91x of stored for
+#   p = 2..8 (0.56x at p = 1) and BP1 at 0.39-0.73x; on affine cells (eighth session) BP3 at
+#   0.82-0.92x for p = 2..4 and 1.01-1.04x for p = 5..8 (CG 0.92-1.04x), BP1 at 0.62-0.95x.
+#   The fused kernels are bound by shared-memory passes and synchronizations, not by the
+#   q-data bytes, and the recomputed geometry costs registers (BP3 p = 6: 246 against 180
+#   per thread; 168, capped, on affine cells).  On the fly saves the q-data memory.
+MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
 # ... on affine cells, where the Jacobian's functions are the element's (hoisted out of the

@@ -529,7 +529,7 @@ def operator_kernel(op, dot=False):
 
 
 def _input_basis(field):
-    """The basis an input is evaluated with: a cell-constant one (:func:`hofem.basis.cell_center`)
+    """The basis an input is evaluated with: a cell-constant one (:func:`hofem.cell_center`)
     on its first point only, whose values the point loop uses at every point."""
     b = field.basis
     return b.first_point() if b.is_cell_constant else b

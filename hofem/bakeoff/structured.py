@@ -69,7 +69,7 @@ def box_operator(ceed, form, n, p, dim=3, q=None, warp=0.0, quad_mode=hf.GAUSS, 
     geometry : {"stored", "on_the_fly", "auto"}
         As for :func:`hofem.mass`; on the fly, ``parts["build"]`` and
         ``parts["qdata"]`` are None, and the operator reads the coordinates of
-        the box's vertices (``P_1d = 2``, through :func:`hofem.basis.cell_center`:
+        the box's vertices (``P_1d = 2``, through :func:`hofem.cell_center`:
         the cells are affine), or of the order-p nodes where ``warp`` bends the box.
 
     Returns

@@ -119,7 +119,7 @@ class Mesh:
         order 1, parallelepipeds, curved-order geometry whose nodes are placed
         affinely): its Jacobian is the same at every geometric node, to
         ``1e-12`` of the cell's coordinates.  Operators then recompute the
-        geometry once per cell (:func:`hofem.basis.cell_center`).  False when
+        geometry once per cell (:func:`hofem.cell_center`).  False when
         ``gdim > dim``.
 
     Raises

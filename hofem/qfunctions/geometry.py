@@ -9,7 +9,7 @@ d xi_d``) and the quadrature ``weights`` (WEIGHT), and apply at the point what
 ``w / det(A) adj(A)^T adj(A)`` with ``A = dx``), times the context's
 ``scale`` (a constant coefficient, default 1).  The point's weight multiplies
 ``1 / det``, so that on affine cells (where ``dx`` is the element's,
-:func:`hofem.basis.cell_center`) everything but the weight's products is the
+:func:`hofem.cell_center`) everything but the weight's products is the
 same at every point and compilers hoist it out of the point loop.  Vector3 forms apply it to
 each of 3 components (gradients ordered ``[dim][comp]``: ``du[d * 3 + c]``).
 """

@@ -579,7 +579,7 @@ def _collocated_derivative(bases):
     (a coordinate field beside the solution's); None without a ``D``
     (``CudaBatchedBackend.collocated``) or where some basis breaks it.  Bases of
     at most :data:`DIRECT_NODES` nodes are evaluated per thread without ``D``
-    (a :func:`~hofem.basis.cell_center` basis breaks it).
+    (a :func:`~hofem.cell_center` basis breaks it).
     """
     D = bases[0].backend_data["collocated"]
     if D is None:
