@@ -85,6 +85,7 @@ class Basis:
         self.dim = topology.dim
         self.num_comp = _positive_int(num_comp, "num_comp")
         self.is_tensor = "interp_1d" in data
+        self._first_point = None  # first_point(), made on demand
         if self.is_tensor:
             self.P_1d, self.Q_1d = data["interp_1d"].shape[1], data["interp_1d"].shape[0]
             self.interp_1d = data["interp_1d"]  # (Q_1d, P_1d)
@@ -158,7 +159,7 @@ class Basis:
         """
         if not self.is_tensor:
             raise ValueError("first_point needs a tensor basis")
-        if getattr(self, "_first_point", None) is None:
+        if self._first_point is None:
             self._first_point = tensor_h1(
                 self.ceed,
                 self.dim,
