@@ -91,8 +91,11 @@ class Ceed:
     def StridedElemRestriction(self, num_elem, elem_size, num_comp, l_size, strides):
         """Strided restriction: entry (k, j, i) at ``i*s[0] + j*s[1] + k*s[2]``.
 
-        ``strides`` may be ``hf.STRIDES_BACKEND``: the E-vector layout itself,
-        ``(1, elem_size, elem_size * num_comp)``.
+        ``strides`` may be ``hf.STRIDES_BACKEND``: the backend's layout, for vectors
+        only its operators read (stored quadrature data; see
+        :class:`~hofem.ElemRestriction`): the E-vector layout ``(1, elem_size,
+        elem_size * num_comp)``, or on ``/cpu/self/numba`` blocks of 8 interleaved
+        elements. Read such a vector through ``apply``, not by reshaping it.
         """
         return ElemRestriction(self, num_elem, elem_size, num_comp, l_size, strides=strides)
 

@@ -20,6 +20,7 @@ from .constants import (
     GAUSS,
     NOTRANSPOSE,
     STRIDES_BACKEND,
+    TRANSPOSE,
     VECTOR_ACTIVE,
     VECTOR_NONE,
 )
@@ -31,7 +32,7 @@ __all__ = ["diffusion", "mass", "resolve_geometry", "restrict_dofs"]
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
 
-def build_operator(space, kind, geo, size, num_elem):
+def build_operator(space, kind, geo, size, num_elem, strides=STRIDES_BACKEND):
     """The set-up operator of ``kind`` on ``num_elem`` cells: coordinate E-vector -> q-data.
 
     Parameters
@@ -44,17 +45,20 @@ def build_operator(space, kind, geo, size, num_elem):
     size : int
         Q-data values per point (:data:`_QDATA_SIZE`).
     num_elem : int
+    strides : tuple of 3 int or hf.STRIDES_BACKEND
+        The q-data's layout: the backend's, for operators that read it, or e.g.
+        ``(1, Q, Q * size)`` for host code that reshapes it to ``(num_elem, size, Q)``.
 
     Returns
     -------
     Operator
         Input ``(num_elem * dim * P,)`` coordinates (E-vector layout ``(num_elem,
-        dim, P)``), output ``(num_elem * size * Q,)`` q-data (``(num_elem, size, Q)``).
+        dim, P)``), output ``(num_elem * size * Q,)`` q-data in ``strides``' layout.
     """
     ceed, dim = space.ceed, space.dim
     P, Q = space.elem_size, geo.num_qpts
-    r_x = ceed.StridedElemRestriction(num_elem, P, dim, num_elem * dim * P, STRIDES_BACKEND)
-    r_q = ceed.StridedElemRestriction(num_elem, Q, size, num_elem * Q * size, STRIDES_BACKEND)
+    r_x = ceed.StridedElemRestriction(num_elem, P, dim, num_elem * dim * P, (1, P, P * dim))
+    r_q = ceed.StridedElemRestriction(num_elem, Q, size, num_elem * Q * size, strides)
     build = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DBuild"))
     build.set_field("dx", r_x, geo, VECTOR_ACTIVE)
     build.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
@@ -67,7 +71,9 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
 
     Built in chunks of cells (:meth:`H1Space.cell_chunks`) from the coordinate
     E-vectors of each chunk, so no coordinate L-vector or whole-mesh Jacobians
-    exist at any time; only the q-data itself is allocated at full size.
+    exist at any time; only the q-data itself is allocated at full size.  The
+    chunks hold whole blocks of the backend's layout (``r_q.lanes``), so each
+    chunk's q-data, in its own build's layout, is a slice of the whole.
     """
     ceed, dim = space.ceed, space.dim
     size = _QDATA_SIZE[kind][dim]
@@ -76,16 +82,19 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
         space.num_elem, Q, size, space.num_elem * Q * size, STRIDES_BACKEND
     )
     geo = space.basis(dim, q_extra, quad_mode)
-    qdata = ceed.xp.empty(space.num_elem * size * Q)  # (num_elem, size, Q) flat
+    qdata = ceed.xp.empty(space.num_elem * size * Q)  # (num_elem * size * Q,) r_q's layout
     builds = {}  # one set-up operator per chunk length (at most two)
-    for a, b in space.cell_chunks(Q):
+    for a, b in space.cell_chunks(Q, r_q.lanes):
         if b - a not in builds:
             builds[b - a] = build_operator(space, kind, geo, size, b - a)
         x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
         chunk = qdata[a * size * Q : b * size * Q]
-        builds[b - a].apply(x, chunk)
-        if coefficient is not None:  # scaled in place: no second q-data-sized array
-            chunk.reshape(b - a, size, Q)[...] *= _coefficient(space, a, b, coefficient, geo)
+        build = builds[b - a]
+        build.apply(x, chunk)
+        if coefficient is not None:  # through the chunk's E-vector (b - a, size, Q)
+            r_chunk = build.output_fields[0].restriction
+            e = r_chunk.apply(chunk) * _coefficient(space, a, b, coefficient, geo)
+            chunk[...] = r_chunk.apply(e, TRANSPOSE)
     return r_q, qdata
 
 

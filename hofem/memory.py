@@ -48,7 +48,7 @@ def owning_array(array):
     return array
 
 
-def chunk_ranges(count, per_item, entries=1 << 20):
+def chunk_ranges(count, per_item, entries=1 << 20, multiple=1):
     """Consecutive ranges ``(start, stop)`` covering ``0:count``, bounding temporaries.
 
     Parameters
@@ -58,13 +58,16 @@ def chunk_ranges(count, per_item, entries=1 << 20):
     per_item : int
         Entries (points, nodes, key columns) each item contributes.
     entries : int
-        At most this many entries per range (one item at least).
+        At most this many entries per range (``multiple`` items at least).
+    multiple : int
+        Every range but the last holds a multiple of this many items (the blocks of
+        a blocked layout, ``ElemRestriction.lanes``).
 
     Returns
     -------
     list of (int, int)
     """
-    size = max(1, entries // max(1, per_item))
+    size = max(multiple, entries // max(1, per_item) // multiple * multiple)
     return [(a, min(a + size, count)) for a in range(0, count, size)]
 
 

@@ -64,6 +64,16 @@ class ElemRestriction:
     ``i * strides[0] + j * strides[1] + k * strides[2]`` (strided).  Oriented
     restrictions flip the sign of the entries where ``orients[k, i]`` is True.
 
+    ``hf.STRIDES_BACKEND`` leaves the layout to the backend, as in libCEED: the
+    vector is only meant for operators of the same backend (stored quadrature
+    data).  The reference and CUDA backends take the E-vector layout
+    ``(1, elem_size, elem_size * num_comp)``.  ``/cpu/self/numba`` interleaves
+    elements in blocks of ``lanes = 8``, as its kernels hold them (libCEED's
+    blocked CPU backends do the same): block ``kb`` of ``n_b`` elements (8, the
+    last one fewer) starts at ``8 kb elem_size num_comp``, and entry ``(k, j,
+    i)`` sits at ``(j elem_size + i) n_b + k - 8 kb`` from there.  Read such a
+    vector through :meth:`apply` (an E-vector), never by reshaping it.
+
     Attributes
     ----------
     num_elem, elem_size, num_comp, l_size : int
@@ -72,7 +82,12 @@ class ElemRestriction:
     comp_stride : int or None
         Offset-based restrictions only.
     strides : tuple of 3 int or None
-        Strided restrictions only.
+        Strided restrictions only.  With ``lanes > 1`` the strides of a full block
+        ``(lanes, lanes * elem_size, lanes * elem_size * num_comp)``: node,
+        component and block, an element's lane adding 1.
+    lanes : int
+        Elements interleaved per block of the backend layout (see above); 1 for
+        every other restriction.
     indices : ndarray, (num_elem, num_comp, elem_size), int32 or int64
         L-vector index of every E-vector entry, on the host (for assembly and
         the reference kernels). Offset restrictions store only the offsets of
@@ -106,6 +121,7 @@ class ElemRestriction:
         self.l_size = _positive_int(l_size, "l_size")
         self.comp_stride = None
         self.strides = None
+        self.lanes = 1
         self.signs = None
         self._offsets = None  # (num_elem, 1, elem_size) host, offset restrictions
         if strides is None:
@@ -113,6 +129,16 @@ class ElemRestriction:
             self._offsets = self._checked_offsets(offsets)
             if orients is not None:
                 self.signs = self._signs(orients)
+        elif strides is STRIDES_BACKEND:
+            self.lanes = ceed.backend.STRIDES_LANES
+            self.strides = tuple(
+                self.lanes * n for n in (1, self.elem_size, self.elem_size * self.num_comp)
+            )
+            if self.l_size < self.e_size:
+                raise ValueError(
+                    f"l_size = {self.l_size} is below num_elem * num_comp * elem_size = "
+                    f"{self.e_size}: hf.STRIDES_BACKEND stores every E-vector entry"
+                )
         else:
             self.strides = self._checked_strides(strides)
         ceed.backend.restriction_setup(self)
@@ -120,8 +146,21 @@ class ElemRestriction:
     @property
     def indices(self):
         """See the class's Attributes: a host array, stored or made on access."""
+        if self.lanes > 1:
+            return self._lane_indices()
         offsets, stride = self.compact_indices()
         return expand_offsets(offsets, self.num_comp, stride, self.l_size)
+
+    def _lane_indices(self):
+        """:attr:`indices` of the blocked backend layout: (num_elem, num_comp, elem_size)."""
+        dtype = index_dtype(self.l_size)
+        lanes, block = self.lanes, self.strides[2]
+        k = np.arange(self.num_elem, dtype=dtype)  # (num_elem,)
+        first = k - k % lanes  # first element of each one's block
+        n_b = np.minimum(lanes, self.num_elem - first)  # (num_elem,) lanes of its block
+        entry = np.arange(self.num_comp * self.elem_size, dtype=dtype)  # (j elem_size + i)
+        index = (first // lanes * block + k - first)[:, None] + n_b[:, None] * entry[None, :]
+        return _read_only(index.reshape(self.num_elem, self.num_comp, self.elem_size))
 
     def compact_indices(self):
         """Indices as component-0 offsets and a component stride, libCEED's form.
@@ -137,7 +176,22 @@ class ElemRestriction:
             after :meth:`release_host_indices`).
         stride : int
             ``comp_stride``, or ``strides[1]`` of a strided restriction.
+
+        Raises
+        ------
+        ValueError
+            A blocked backend layout (``lanes > 1``) of several components whose
+            last block is partial: its components are ``n_b * elem_size`` apart
+            there, so no one stride exists.  Use :attr:`indices`.
         """
+        if self.lanes > 1:
+            if self.num_comp > 1 and self.num_elem % self.lanes:
+                raise ValueError(
+                    f"this restriction's blocked backend layout (lanes = {self.lanes}, "
+                    f"num_comp = {self.num_comp}, num_elem = {self.num_elem} not a multiple "
+                    "of lanes) has no single component stride; use .indices"
+                )
+            return self._lane_indices()[:, :1], self.strides[1]
         if self.strides is not None:
             dtype = self.offsets_dtype
             s0, _, s2 = (dtype(s) for s in self.strides)
@@ -186,8 +240,10 @@ class ElemRestriction:
     @property
     def is_identity(self):
         """True when the E-vector is the L-vector itself (strided in backend order, tiling it)."""
-        return self.strides == (1, self.elem_size, self.elem_size * self.num_comp) and (
-            self.l_size == self.e_size
+        return (
+            self.strides == (1, self.elem_size, self.elem_size * self.num_comp)
+            and self.l_size == self.e_size
+            and self.lanes == 1
         )
 
     def _checked_offsets(self, offsets):
@@ -229,8 +285,6 @@ class ElemRestriction:
 
     def _checked_strides(self, strides):
         """``strides`` as 3 ints (node, component, element), checked to stay in the L-vector."""
-        if strides is STRIDES_BACKEND:
-            strides = (1, self.elem_size, self.elem_size * self.num_comp)
         try:
             strides = tuple(int(s) for s in strides)
         except TypeError:

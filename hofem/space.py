@@ -305,20 +305,23 @@ class H1Space:
         vandermonde = simplex_vandermonde(self.dim, k, nodes_k)  # (G, G)
         return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
 
-    def cell_chunks(self, points_per_cell):
+    def cell_chunks(self, points_per_cell, multiple=1):
         """Ranges ``(start, stop)`` of this space's cells, ``CHUNK_POINTS`` points at most each.
 
         Parameters
         ----------
         points_per_cell : int
             Points (quadrature points, nodes) each cell contributes.
+        multiple : int
+            Every range but the last holds a multiple of this many cells (so that
+            each is a slice of a blocked layout of ``multiple`` lanes).
 
         Returns
         -------
         list of (int, int)
             Consecutive ranges covering ``0:num_elem``.
         """
-        return chunk_ranges(self.num_elem, points_per_cell, self.CHUNK_POINTS)
+        return chunk_ranges(self.num_elem, points_per_cell, self.CHUNK_POINTS, multiple)
 
     def element_coordinates(self, start=0, stop=None):
         """Node coordinates of this space's cells ``start:stop`` as a host E-vector.
@@ -466,8 +469,9 @@ class H1Space:
         x = scalar.apply(dim * E, NOTRANSPOSE, EVAL_INTERP, ceed.asarray(xc.reshape(-1, 1, P)))
         x = x.reshape(dim, E, scalar.num_qpts)  # (dim, E, Q)
         e = ceed.asarray(np.ascontiguousarray(xc.transpose(1, 0, 2)))  # (E, dim, P)
-        w_det_j = build_operator(self, "Mass", geo, 1, E)(e.ravel())  # (E * Q,)
-        w_det_j = w_det_j.reshape(E, scalar.num_qpts)
+        Q = scalar.num_qpts
+        w_det_j = build_operator(self, "Mass", geo, 1, E, (1, Q, Q))(e.ravel())  # (E * Q,)
+        w_det_j = w_det_j.reshape(E, Q)
         jac = None
         if jacobian:
             dx = geo.apply(E, NOTRANSPOSE, EVAL_GRAD, e)  # (E, dim d, comp c, Q)

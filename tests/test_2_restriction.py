@@ -71,10 +71,41 @@ def test_transpose_is_adjoint(ceed, rng, kind):
     assert lhs == pytest.approx(rhs, rel=1e-13)
 
 
-def test_strided_backend_is_evector_layout(ceed, rng):
-    r = ceed.StridedElemRestriction(4, 5, 2, 40, hf.STRIDES_BACKEND)
-    u = rng.standard_normal(40)
-    np.testing.assert_array_equal(ceed.to_numpy(r.apply(ceed.asarray(u))), u.reshape(4, 2, 5))
+@pytest.mark.parametrize("num_elem", [4, 8, 19])
+def test_strided_backend_layout(ceed, rng, num_elem):
+    """The backend's layout: E-vector order on one lane, else blocks of ``lanes``
+    interleaved elements (the last one partial); it tiles the L-vector exactly."""
+    elem_size, num_comp = 5, 2
+    e_size = num_elem * num_comp * elem_size
+    r = ceed.StridedElemRestriction(num_elem, elem_size, num_comp, e_size, hf.STRIDES_BACKEND)
+    lanes = r.lanes
+    assert lanes == (8 if ceed.resource == "/cpu/self/numba" else 1)
+    want = np.empty((num_elem, num_comp, elem_size), dtype=np.int64)
+    for k in range(num_elem):
+        first = k - k % lanes
+        n_b = min(lanes, num_elem - first)
+        for j in range(num_comp):
+            for i in range(elem_size):
+                want[k, j, i] = first * num_comp * elem_size + (j * elem_size + i) * n_b + k - first
+    np.testing.assert_array_equal(r.indices, want)
+    np.testing.assert_array_equal(np.sort(want.ravel()), np.arange(e_size))  # a tiling
+    u = rng.standard_normal(e_size)
+    e = ceed.to_numpy(r.apply(ceed.asarray(u)))
+    np.testing.assert_array_equal(e, u[want])
+    np.testing.assert_array_equal(ceed.to_numpy(r.apply(ceed.asarray(e), hf.TRANSPOSE)), u)
+    assert r.is_identity == (lanes == 1)
+    if lanes > 1 and num_elem % lanes:  # no single component stride in the partial block
+        with pytest.raises(ValueError, match=r"no single component stride; use \.indices"):
+            r.compact_indices()
+    else:
+        offsets, stride = r.compact_indices()
+        np.testing.assert_array_equal(offsets[:, 0], want[:, 0])
+        np.testing.assert_array_equal(want[:, 1], want[:, 0] + stride)
+
+
+def test_strided_backend_needs_every_entry(ceed):
+    with pytest.raises(ValueError, match=r"l_size = 39 is below num_elem \* num_comp"):
+        ceed.StridedElemRestriction(4, 5, 2, 39, hf.STRIDES_BACKEND)
 
 
 def test_oriented_flips_signs(ceed):

@@ -38,16 +38,15 @@ def test_apply_equals_assembled_and_element_matrices(ceed, dim, kind):
     np.testing.assert_allclose(A, A.T, atol=1e-13)
     # independent oracle: element matrices from dense basis matrices and the stored qdata
     b = s["basis"]
-    qdata = ceed.to_numpy(s["qdata"])
+    qdata = ceed.to_numpy(s["r_q"].apply(s["qdata"]))  # (num_elem, size, Q)
     num_elem, Q = s["offsets"].shape[0], b.num_qpts
     expected = np.zeros_like(A)
     for e in range(num_elem):
         if kind == "mass":
-            qd = qdata.reshape(num_elem, 1, Q)[e, 0]
+            qd = qdata[e, 0]
             Ae = b.interp.T @ (qd[:, None] * b.interp)
         else:
-            size = dim * (dim + 1) // 2
-            qd = qdata.reshape(num_elem, size, Q)[e]
+            qd = qdata[e]
             pairs = {
                 1: [(0, 0)],
                 2: [(0, 0), (1, 1), (0, 1)],

@@ -315,3 +315,47 @@ def test_point_independent_lines_leave_the_point_loop():
         "t6 = (t5 * t4)",
         "o0r0[j + @] = t6",
     ]
+
+
+def two_component_mass(ctx, u, qdata, v):
+    v[0] = qdata[0] * u[0]
+    v[1] = qdata[0] * u[1]
+
+
+def signed_two_component_mass(ctx, u, qdata, v):
+    v[0] = np.sign(qdata[0]) * qdata[0] * u[0]  # untraceable: the called path
+    v[1] = np.sign(qdata[0]) * qdata[0] * u[1]
+
+
+@pytest.mark.parametrize("func", [two_component_mass, signed_two_component_mass])
+def test_blocked_backend_layout_in_every_field_kind(nb, ref, func):
+    """``hf.STRIDES_BACKEND`` fields on 19 elements (two full blocks of 8 lanes and a partial
+    one): a 2-component input gathered for its basis, q-data read in place and the
+    output scattered, traced and called; equal to the reference on the same E-vectors."""
+    num_elem, P, Q = 19, 3, 4
+    rng = np.random.default_rng(9)
+    u_e = rng.standard_normal((num_elem, 2, P * P))
+    q_e = rng.uniform(0.5, 2.0, (num_elem, 1, Q * Q))
+    out = {}
+    for ceed in (nb, ref):
+        r_u = ceed.StridedElemRestriction(
+            num_elem, P * P, 2, num_elem * 2 * P * P, hf.STRIDES_BACKEND
+        )
+        r_q = ceed.StridedElemRestriction(num_elem, Q * Q, 1, num_elem * Q * Q, hf.STRIDES_BACKEND)
+        basis = ceed.BasisTensorH1Lagrange(2, 2, P, Q, hf.GAUSS)
+        qf = ceed.QFunction(
+            func, [("u", 2, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)], [("v", 2, hf.EVAL_INTERP)]
+        )
+        op = ceed.Operator(qf)
+        op.set_field("u", r_u, basis, hf.VECTOR_ACTIVE)
+        op.set_field("qdata", r_q, hf.BASIS_NONE, r_q.apply(ceed.asarray(q_e), hf.TRANSPOSE))
+        op.set_field("v", r_u, basis, hf.VECTOR_ACTIVE)
+        u = r_u.apply(ceed.asarray(u_e), hf.TRANSPOSE)  # (l_size,) in the backend's layout
+        v = op(u)
+        out[ceed.resource] = ceed.to_numpy(r_u.apply(v))  # (num_elem, 2, P * P)
+        out[ceed.resource, "dot"] = float(op.apply_dot(u, ceed.asarray(np.empty(u.size))))
+        assert r_u.lanes == (8 if ceed is nb else 1)
+    np.testing.assert_allclose(out["/cpu/self/numba"], out["/cpu/self/ref"], rtol=1e-13)
+    want = float((u_e * out["/cpu/self/ref"]).sum())
+    assert out["/cpu/self/numba", "dot"] == pytest.approx(want, rel=1e-13)
+    assert out["/cpu/self/ref", "dot"] == pytest.approx(want, rel=1e-13)

@@ -98,7 +98,7 @@ def f(x, y):
 
 
 xq = geo.apply(num_elem, hf.NOTRANSPOSE, hf.EVAL_INTERP, r_x.apply(ceed.asarray(coords)))
-fq = f(xq[:, 0], xq[:, 1]) * qdata.reshape(num_elem, q * q)  # (num_elem, q^2)
+fq = f(xq[:, 0], xq[:, 1]) * r_q.apply(qdata)[:, 0]  # (num_elem, q^2)
 b = r_u.apply(basis.apply(num_elem, hf.TRANSPOSE, hf.EVAL_INTERP, fq[:, None]), hf.TRANSPOSE)
 
 # %%

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE
 from ..vector_ops import VectorOps
+from .numba_codegen import BLK
 from .ref import RefBackend
 
 try:
@@ -51,6 +52,9 @@ class NumbaBackend(RefBackend):
     """Numba-compiled CPU backend; delegates what it does not override to the reference."""
 
     resource = "/cpu/self/numba"
+    # hf.STRIDES_BACKEND interleaves the elements of each SIMD block, as the kernels hold them:
+    # stored quadrature data is read in place as whole vectors (numba_operator)
+    STRIDES_LANES = BLK
 
     @classmethod
     def check_available(cls):
@@ -78,6 +82,9 @@ class NumbaBackend(RefBackend):
         """Gather L (l_size,) -> E (num_elem, num_comp, elem_size), or sum back (owner-computes)."""
         signs = r.signs if signed else None
         shape = (r.num_elem, r.num_comp, r.elem_size)
+        if t_mode is NOTRANSPOSE and r.lanes > 1:  # the blocked layout: no one component stride
+            e = np.asarray(u)[r.indices]
+            return e * signs if signs is not None else e
         if t_mode is NOTRANSPOSE:
             out = np.empty(shape)
             offsets, stride = r.compact_indices()  # no expanded indices per application

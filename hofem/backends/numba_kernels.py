@@ -32,9 +32,11 @@ __all__ = [
     "gather",
     "gather_add_entries",
     "gather_block",
+    "gather_lanes",
     "scatter_block",
     "scatter_csr",
     "scatter_entries",
+    "scatter_lanes",
     "tile_source",
     "transpose_map",
 ]
@@ -178,6 +180,45 @@ def gather_block(s, dest, lvec, offsets, num_comp, comp_stride, signs, e0, nb):
     for b in range(nb, BLK):
         for k in range(num_comp * elem_size):
             s[dest + k * BLK + b] = 0.0
+
+
+@numba.njit(**_SERIAL)
+def gather_lanes(s, dest, x, size, e0, nb):
+    """Copy elements ``e0 : e0 + nb`` of the blocked ``hf.STRIDES_BACKEND`` layout into
+    ``s[dest:]`` (size, BLK): the layout is the scratch's, so a full block is one copy.
+
+    Parameters
+    ----------
+    s : float64 (scratch_size,)
+    dest, e0, nb : int
+        ``e0`` a multiple of BLK; lanes ``nb:`` are zeroed.
+    x : float64 (l_size,)
+        Block of ``e0`` at ``e0 * size``, entry ``k`` of lane ``b`` at ``k * nb + b`` there.
+    size : int
+        ``num_comp * elem_size``.
+    """
+    block = x[e0 * size : (e0 + nb) * size]
+    if nb == BLK:
+        for k in range(size * BLK):
+            s[dest + k] = block[k]
+        return
+    for k in range(size):
+        for b in range(BLK):
+            s[dest + k * BLK + b] = block[k * nb + b] if b < nb else 0.0
+
+
+@numba.njit(**_SERIAL)
+def scatter_lanes(s, source, v, size, e0, nb):
+    """``v += s[source:]`` (size, BLK) for elements ``e0 : e0 + nb`` in the blocked layout
+    (see :func:`gather_lanes`): a full block is one contiguous add."""
+    block = v[e0 * size : (e0 + nb) * size]
+    if nb == BLK:
+        for k in range(size * BLK):
+            block[k] += s[source + k]
+        return
+    for k in range(size):
+        for b in range(nb):
+            block[k * nb + b] += s[source + k * BLK + b]
 
 
 @numba.njit(**_SERIAL)

@@ -55,7 +55,8 @@ _HEADER = (
     "import numba",
     "import numpy as np",
     "from hofem.backends.numba_kernels import (",
-    "    block_dot, contract_program, gather_block, gather_strided, scatter_block",
+    "    block_dot, contract_program, gather_block, gather_lanes, gather_strided, scatter_block,",
+    "    scatter_lanes,",
     ")",
     f"# hofem.backends.numba_kernels sha1 {DIGEST}",
 )
@@ -116,6 +117,8 @@ def _disjoint_elements(r):
     """True when no two elements of restriction ``r`` share an L-vector entry (strided, tiling)."""
     if r.strides is None:
         return False
+    if r.lanes > 1:  # the blocked backend layout tiles the L-vector
+        return True
     s0, s1, s2 = r.strides
     return abs(s2) > (r.elem_size - 1) * abs(s0) + (r.num_comp - 1) * abs(s1)
 
@@ -242,8 +245,9 @@ def _point_loop(op, func, fields, body, strided, zero):
     ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
     ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"c"`` a
     ``(size, 1, BLK)`` one (a cell-constant input, the same at every point), ``"x"``
-    a strided field (``x{i}`` its L-vector; see :func:`_strided_source`),
-    ``"w"`` the ``(1, Q)`` weights.
+    a strided field (``x{i}`` its L-vector; see :func:`_strided_source`), ``"b"``
+    one in the blocked backend layout (read in place like the scratch: ``X{i}[B{i}
+    + (r Q + q) nb + b]``, ``B{i}`` the block's start), ``"w"`` the ``(1, Q)`` weights.
     A full block runs the body once per point on all ``BLK`` lanes: every row
     is sliced once at the point and indexed with literal lanes (no wraparound
     code, straight-line lanes for the SLP vectorizer).  A partial block runs
@@ -268,6 +272,9 @@ def _point_loop(op, func, fields, body, strided, zero):
         if kind == "x":
             i = name[1:]
             return f"X{i}[B{i} + b * ES{i} + {row} * RS{i} + q * QS{i}]"
+        if kind == "b":
+            i = name[1:]
+            return f"X{i}[B{i} + ({row} * Q + q) * nb + b]"
         if kind == "c":
             return f"s[{name}_0 + {row} * {BLK} + b]"
         return f"s[{name}_0 + {row} * QB + j]"
@@ -283,6 +290,9 @@ def _point_loop(op, func, fields, body, strided, zero):
             i = name[1:]
             rows[sliced] = f"{sliced} = X{i}[B{i} + {row} * RS{i}:]"
             return f"{sliced}[@ * ES{i} + q * QS{i}]"
+        if kind == "b":
+            rows[sliced] = f"{sliced} = X{name[1:]}[B{name[1:]} + {row} * QB:]"
+            return f"{sliced}[j + @]"
         if kind == "c":  # the same at every point: scalars loaded before the point loop
             at = f"{name}_0 + {row} * {BLK}"
             rows[sliced] = "; ".join(f"{sliced}_{b} = s[{at} + {b}]" for b in range(BLK))
@@ -355,6 +365,8 @@ def _same_entries(a, b):
     layout = lambda r: (r.num_elem, r.elem_size, r.num_comp, r.l_size, r.component_stride)  # noqa: E731
     if layout(a) != layout(b) or (a.signs is None) != (b.signs is None):
         return False
+    if a.strides is not None or b.strides is not None:
+        return a.strides == b.strides and a.lanes == b.lanes
     same_signs = a.signs is None or np.array_equal(a.signs, b.signs)
     return same_signs and np.array_equal(a.compact_indices()[0], b.compact_indices()[0])
 
@@ -426,6 +438,14 @@ def operator_kernel(op, dot=False):
             qf_args.append(f"w{i}[:, q]")
             fields.append(("w", f"w{i}"))
             continue
+        if f.eval_mode is EVAL_NONE and r.lanes > 1:  # the blocked layout, read in place
+            args.append(f"x{i}")
+            size = layout.value(f.size)
+            strided.append(f"X{i}, B{i} = x{i}, e0 * Q * {size}")
+            at = f"e0 * Q * {size} + q * nb + b"
+            qf_args.append(f"x{i}[{at}:{at} + {size} * Q * nb:Q * nb]")
+            fields.append(("b", f"x{i}"))
+            continue
         if f.eval_mode is EVAL_NONE and r.strides is not None and f.size >= COPY_STRIDED_SIZE:
             args += [f"x{i}", f"st{i}"]
             static[f"st{i}"] = np.array(r.strides, dtype=np.int64)  # (3,)
@@ -442,11 +462,17 @@ def operator_kernel(op, dot=False):
             qf_args.append(f"x{i}[{at}:{at} + {f.size} * {s1}:{s1}]")
             fields.append(("x", f"x{i}"))
             continue
-        sign = f"sg{i}" if r.signs is not None else "None"
-        args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
         e_off, e_ref = layout.region(r.num_comp * r.elem_size)
-        comps = layout.components(r)
-        body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
+        if r.lanes > 1:
+            args.append(f"l{i}")
+            body(
+                f"gather_lanes(s, {e_ref}, l{i}, {layout.value(r.num_comp * r.elem_size)}, e0, nb)"
+            )
+        else:
+            sign = f"sg{i}" if r.signs is not None else "None"
+            args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
+            comps = layout.components(r)
+            body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
         e_refs[i] = e_ref
         if f.eval_mode is EVAL_NONE:
             view(f"q{i}", layout.value(f.size), e_ref)
@@ -479,14 +505,20 @@ def operator_kernel(op, dot=False):
     for o, f in enumerate(op.output_fields):
         r = f.restriction
         sign = f"sgo{o}" if r.signs is not None else "None"
-        args += [f"ixo{o}"] + ([sign] if r.signs is not None else [])
+        if r.lanes == 1:
+            args += [f"ixo{o}"] + ([sign] if r.signs is not None else [])
         source = qo[o][1]
         if f.eval_mode is not EVAL_NONE:
             args += [f"Mo{o}", f"Po{o}"]
             eo_off, source = layout.region(r.num_comp * r.elem_size)
             temp.append((f.basis, f.eval_mode, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
             body(f"contract_program(s, Mo{o}, Po{o})")
-        body(f"scatter_block(s, {source}, v, ixo{o}, {layout.components(r)}, {sign}, e0, nb)")
+        if r.lanes > 1:
+            size = layout.value(r.num_comp * r.elem_size)
+            body(f"scatter_lanes(s, {source}, v, {size}, e0, nb)")
+        else:
+            comps = layout.components(r)
+            body(f"scatter_block(s, {source}, v, ixo{o}, {comps}, {sign}, e0, nb)")
         if pair is not None and pair[1] == o:
             size = layout.value(r.num_comp * r.elem_size)
             _, acc = layout.region(1)  # BLK lane sums

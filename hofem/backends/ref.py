@@ -26,6 +26,8 @@ class RefBackend:
 
     resource = "/cpu/self/ref"
     xp = np
+    # elements interleaved per block in the hf.STRIDES_BACKEND layout (ElemRestriction)
+    STRIDES_LANES = 1
 
     @classmethod
     def check_available(cls):
