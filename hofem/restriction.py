@@ -191,7 +191,7 @@ class ElemRestriction:
                     f"num_comp = {self.num_comp}, num_elem = {self.num_elem} not a multiple "
                     "of lanes) has no single component stride; use .indices"
                 )
-            return self._lane_indices()[:, :1], self.strides[1]
+            return _read_only(np.ascontiguousarray(self._lane_indices()[:, :1])), self.strides[1]
         if self.strides is not None:
             dtype = self.offsets_dtype
             s0, _, s2 = (dtype(s) for s in self.strides)
