@@ -8,6 +8,7 @@ import pytest
 from util import box_operator, half_written_operator, mass_operator, poisson_operator
 
 import hofem as hf
+from hofem import meshes
 
 pytestmark = pytest.mark.gpu
 cupy = pytest.importorskip("cupy")
@@ -302,7 +303,7 @@ def test_gen_tensor_cores_keep_results(gen, p, form, geometry, collocated):
         op, _ = box_operator(gen, form, 3, p, 3, warp=0.1, geometry=geometry)
     finally:
         gen.backend.collocated = type(gen.backend).collocated
-    fused = gen.backend._fused_operator(op)
+    fused = of.FusedOperator(op, gen.backend._fused_operator(op)._shape)  # the slab kernel
     assert fused._collocated == collocated
     u = cupy.random.default_rng(p).standard_normal(op.shape[1])
     outputs = []
@@ -318,16 +319,18 @@ def test_gen_tensor_cores_keep_results(gen, p, form, geometry, collocated):
 
 @pytest.mark.parametrize(("form", "p", "expected"), [("mass", 6, True), ("mass", 4, False)])
 def test_gen_tensor_core_policy(gen, form, p, expected):
-    """The tensor-core stages run for the shapes of TENSOR_CORE_SHAPES whose scalar kernel is
-    below REGISTER_CAP_FROM (BP1 p = 6), in the CG kernel too; elsewhere the scalar stages."""
+    """The slab's tensor-core stages run for the shapes of TENSOR_CORE_SHAPES whose scalar
+    kernel is below REGISTER_CAP_FROM (BP1 p = 6), in the CG kernel too; elsewhere the scalar
+    stages.  (gen runs these two with one warp per element: the slab is built here.)"""
     from hofem.backends.cuda import operator_fuse as of
 
     op, _ = box_operator(gen, form, 4, p, 3)
-    fused = gen.backend._fused_operator(op)
+    fused = of.FusedOperator(op, gen.backend._fused_operator(op)._shape)
     assert fused._tensor_cores == expected
     assert fused._tensor_cores == of.use_tensor_cores(fused._shape, 0)
     assert not of.use_tensor_cores(fused._shape, of.REGISTER_CAP_FROM)
     assert ("#define TENSOR_CORES" in fused._source(dot=True)) == expected
+    op.backend_data["gen"] = (op.backend_data["gen"][0], fused)  # solve with the slab
     rhs = op(cupy.ones(op.shape[1]))
     x, info = hf.cg(op, rhs, rtol=1e-10, maxiter=500, device_loop=True)
     assert info == 0
@@ -471,3 +474,76 @@ def test_gpu_cg_flags_breakdown(gpu):
     b = gpu.asarray(np.random.default_rng(10).standard_normal(op.shape[0]))
     _, info = hf.cg(lambda v: -op(v), b, rtol=1e-10, check_every=3)
     assert info < 0 and "breakdown" in info.message
+
+
+@pytest.fixture
+def every_warp_shape(monkeypatch):
+    """gen runs every 3D interpolation operator of P_1d, Q_1d <= 8 one warp per element."""
+    from hofem.backends.cuda import operator_warp as ow
+
+    shapes = {(3, P, Q): ow.MIN_BLOCKS for P in range(1, 9) for Q in range(1, 9)}
+    monkeypatch.setattr(ow, "WARP_SHAPES", shapes)
+
+
+@pytest.mark.parametrize("p", range(1, 7))
+def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
+    """One warp per element (operator_warp): mass on 27 distorted elements (warps of a block
+    on different elements, a partial last block), P_1d 2..7, Q_1d 3..8 padded to 8 on the
+    tensor cores; the u . Au variant and a stopped CG's status."""
+    op_gen, _ = mass_operator(gen, n=3, p=p, warp=0.1)
+    fused = gen.backend._fused_operator(op_gen)
+    assert fused.layout == "warp"
+    op_ref, _ = mass_operator(ref, n=3, p=p, warp=0.1)
+    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
+    _check_dot(gen, op_gen)
+
+
+def _affine_mass(ctx, u, qdata, w, v):
+    v[0] = qdata[0] * (u[0] + w[0])  # nonzero where u is zero: padded points must add nothing
+    v[1] = qdata[0] * u[1] * u[2]  # v[2] never written: zero
+
+
+def test_gen_warp_layout_fields(gen, ref, every_warp_shape):
+    """The vector mass (three components, q-data in the identity layout), and a QFunction
+    with weights that is nonzero at zero input and leaves an output row unwritten, against
+    the reference."""
+    space = {c: hf.H1Space(c, meshes.box(3, distort=0.1), 3, num_comp=3) for c in (gen, ref)}
+    u = np.random.default_rng(7).standard_normal(space[ref].num_dofs)
+    outputs = {}
+    for ceed in (gen, ref):
+        s = space[ceed]
+        mass = hf.mass(s, geometry="stored")
+        qdata = mass.input_fields[1]
+        qf = ceed.QFunction(
+            _affine_mass,
+            [("u", 3, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE), ("w", 1, hf.EVAL_WEIGHT)],
+            [("v", 3, hf.EVAL_INTERP)],
+        )
+        op = ceed.Operator(qf)
+        op.set_field("u", s.restriction, s.basis(), hf.VECTOR_ACTIVE)
+        op.set_field("qdata", qdata.restriction, hf.BASIS_NONE, qdata.vector)
+        op.set_field("w", hf.ELEMRESTRICTION_NONE, s.basis(num_comp=1), hf.VECTOR_NONE)
+        op.set_field("v", s.restriction, s.basis(), hf.VECTOR_ACTIVE)
+        outputs[ceed.resource] = [ceed.to_numpy(o(ceed.asarray(u))) for o in (mass, op)]
+        if ceed is gen:
+            assert [gen.backend._fused_operator(o).layout for o in (mass, op)] == ["warp"] * 2
+    for got, want in zip(outputs["/gpu/cuda/gen"], outputs["/cpu/self/ref"], strict=True):
+        assert rel_error(got, want) < 1e-13
+
+
+@pytest.mark.parametrize(("form", "p", "layout"), [("mass", 2, "slab"), ("mass", 3, "warp"),
+    ("mass", 6, "warp"), ("mass", 7, "slab"), ("diffusion", 4, "slab")])  # fmt: skip
+def test_gen_warp_layout_policy(gen, form, p, layout):
+    """gen's rule: one warp per element for the interpolation shapes of WARP_SHAPES (BP1
+    p = 3..6), the slab elsewhere (p = 2 measured slower, Q_1d > 8, gradients); CG runs."""
+    from hofem.backends.cuda import operator_warp as ow
+
+    op, _ = box_operator(gen, form, 4, p, 3)
+    fused = gen.backend._fused_operator(op)
+    assert fused.layout == layout
+    assert (layout == "warp") == ow.use_warp_layout(op, fused._shape)
+    rhs = op(cupy.ones(op.shape[1]))
+    x, info = hf.cg(op, rhs, rtol=1e-10, maxiter=500, device_loop=True)
+    assert info == 0
+    assert rel_error(op(x).get(), rhs.get()) < 1e-8

@@ -110,6 +110,18 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
                 jobs.append(path)
     assert dots == 14  # the apply operators: 10 scalar and 4 vector ones
+    from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
+
+    warps = 0
+    for k, op in enumerate(_fused_operators()):  # one warp per element (operator_warp)
+        shape = fusable_shape(op, 16)
+        if shape[0] == 3 and max(shape[1:]) <= 8 and warp_fusable(op):
+            for dot in (False, True):
+                path = tmp_path / f"op{k}-warp-{int(dot)}.cu"
+                path.write_text(warp_kernel_source(op, shape, dot))
+                jobs.append(path)
+            warps += 1
+    assert warps == 2  # the scalar and the vector mass
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

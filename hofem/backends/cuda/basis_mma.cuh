@@ -19,6 +19,8 @@
 // Included by basis_tensor.cuh when TENSOR_CORES is defined (DIM = 3, the fused kernels).
 #pragma once
 
+#include "mma.cuh"
+
 #if DIM != 3
 #error "TENSOR_CORES needs DIM == 3"
 #endif
@@ -32,13 +34,6 @@
 
 static_assert(MMA_WARPS >= 1, "TENSOR_CORES needs a block of 32 threads or more");
 
-// c (8x8 tile, this lane's two entries) += a (8x4) b (4x8): lane l holds a[l / 4][l % 4],
-// b[l % 4][l / 4] and c[l / 4][2 (l % 4) + i].
-__device__ __forceinline__ void mma_m8n8k4(double &c0, double &c1, double a, double b) {
-  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-      : "+d"(c0), "+d"(c1)
-      : "d"(a), "d"(b));
-}
 
 // This lane's entries of a 1D matrix M (ROWS, COLS) row-major, in 8-row tiles and 4-column
 // steps: frag[r][s] = M[8 r + g][4 s + t], zero past its edges (g = lane / 4, t = lane % 4).

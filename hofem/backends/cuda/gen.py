@@ -2,7 +2,9 @@
 
 G, B, the QFunction, B^T and G^T run in one kernel per operator
 (:mod:`hofem.backends.cuda.operator_fuse`): E-vectors and Q-vectors stay in
-registers and shared memory.  Operators that cannot fuse (non-tensor or mixed
+registers and shared memory; interpolation-only operators of ``P_1d, Q_1d <= 8`` run one
+warp per element with every x and y stage on the fp64 tensor cores
+(:mod:`hofem.backends.cuda.operator_warp`).  Operators that cannot fuse (non-tensor or mixed
 bases, oriented restrictions, QFunction bodies that cannot be traced) and
 everything else (restrictions, bases, assembly) are inherited from
 ``/gpu/cuda/batched``.
@@ -27,10 +29,14 @@ class CudaGenBackend(CudaBatchedBackend):
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
         from .operator_fuse import FusedOperator, fusable_shape
+        from .operator_warp import WarpFusedOperator, use_warp_layout
 
         def build(op):
             shape = fusable_shape(op, _MAX_T_1D)
-            return None if shape is None else FusedOperator(op, shape)
+            if shape is None:
+                return None
+            fused = WarpFusedOperator if use_warp_layout(op, shape) else FusedOperator
+            return fused(op, shape)
 
         return self._traced(op, "gen", build)
 

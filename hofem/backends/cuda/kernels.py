@@ -2,17 +2,32 @@
 
 A kernel module is specialized by ``-D`` defines and compiled on first use, then
 cached per specialization (in memory here, on disk by CuPy's kernel cache).
-Nothing compiles at import.
+Nothing compiles at import.  CuPy's cache is keyed by the source text and the
+options, not by the headers a source includes, so every module's source starts
+with a digest of the ``.cuh`` files here (:func:`raw_module`): a changed header
+compiles again instead of loading a stale kernel.
 """
 
 import functools
+import hashlib
 import pathlib
 
 from .ref import cupy
 
-__all__ = ["basis_block", "basis_module", "cg_module", "restriction_module", "source"]
+__all__ = [
+    "basis_block",
+    "basis_module",
+    "cg_module",
+    "raw_module",
+    "restriction_module",
+    "source",
+]
 
 _HERE = pathlib.Path(__file__).parent
+# sha1 of the headers every kernel may include, in name order
+HEADERS_DIGEST = hashlib.sha1(
+    b"".join(path.read_bytes() for path in sorted(_HERE.glob("*.cuh")))
+).hexdigest()
 
 # threads per block the tensor basis kernels aim for, and the cap on their scratch
 BASIS_THREADS = 256
@@ -25,10 +40,16 @@ def source(name):
     return (_HERE / name).read_text()
 
 
+def raw_module(code, options=()):
+    """``cupy.RawModule`` of ``code`` compiled with C++17 and this folder's headers, the
+    headers' digest in its first line (CuPy's disk cache key)."""
+    code = f"// hofem CUDA headers sha1 {HEADERS_DIGEST}\n{code}"
+    return cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}", *options))
+
+
 @functools.cache
 def _module(name, defines):
-    options = ("--std=c++17", f"-I{_HERE}", *(f"-D{key}={value}" for key, value in defines))
-    return cupy.RawModule(code=source(name), options=options)
+    return raw_module(source(name), tuple(f"-D{key}={value}" for key, value in defines))
 
 
 def basis_block(dim, P_1d, Q_1d, target_threads=BASIS_THREADS):

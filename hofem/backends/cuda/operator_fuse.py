@@ -37,7 +37,6 @@ QFunction row ``d * C + c`` of a gradient is block ``c * DIM + d``, so the
 """
 
 import functools
-import pathlib
 
 import numpy as np
 
@@ -58,7 +57,6 @@ __all__ = [
     "use_tensor_cores",
 ]
 
-_HERE = pathlib.Path(__file__).parent
 # threads per block of the fused kernels: fewer than the basis kernels' 256 (more
 # registers per thread); on the H100 128 beat 256 by 4-17% for BP1/BP3 at p = 2, 4, 6, 8
 FUSED_THREADS = 128
@@ -596,8 +594,7 @@ def _collocated_derivative(bases):
 
 @functools.cache
 def _compile_options(code, options):
-    module = cupy.RawModule(code=code, options=("--std=c++17", f"-I{_HERE}", *options))
-    return module.get_function("apply")
+    return kernels.raw_module(code, options).get_function("apply")
 
 
 def _compile(code, t_1d):
@@ -648,15 +645,23 @@ class FusedOperator:
             self._tensor_cores = True
             self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
-        self._weights = {}
-        for field in op.input_fields:
-            if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in self._weights:
-                w = field.basis.q_weight_1d  # (Q_1d,)
-                tensor = functools.reduce(np.multiply.outer, [w] * shape[0]).ravel()
-                self._weights[id(field.basis)] = cupy.asarray(tensor)  # (Q_1d^dim,)
+        self._weights = self._weight_tables(op, shape)
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         resident = max(1, 2048 // int(np.prod(self._block)))  # blocks per SM, by threads
         self.num_blocks = max(1, min(-(-op.num_elem // elems), 4 * sms * resident))
+
+    layout = "slab"  # a thread per z column; operator_warp's kernels: "warp"
+
+    @staticmethod
+    def _weight_tables(op, shape):
+        """Device quadrature weights ``(Q_1d^dim,)`` of ``op``'s weight fields, by basis id."""
+        weights = {}
+        for field in op.input_fields:
+            if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in weights:
+                w = field.basis.q_weight_1d  # (Q_1d,)
+                tensor = functools.reduce(np.multiply.outer, [w] * shape[0]).ravel()
+                weights[id(field.basis)] = cupy.asarray(tensor)  # (Q_1d^dim,)
+        return weights
 
     def _source(self, dot=False):
         return kernel_source(

@@ -1,0 +1,83 @@
+"""Side by side on /gpu/cuda/gen: one warp per element (``operator_warp``) against the
+column-per-thread slab (``operator_fuse``), for BP1.
+
+Usage (on a GPU)::
+
+    python docs/bakeoff/h200/ab_warp.py 3 4 5 6
+
+Variants: ``slab``, then the warp kernel with stored inputs read into registers before the
+stages (``pf2``, ``PREFETCH_SIZE = 2``) or at each point (``pf0``), and
+``__launch_bounds__`` asking registers for 4, 5 or 6 blocks of 4 warps per SM (``mb4`` ..
+``mb6``).  Prints one line per order: registers, GDOF/s and the median of 5 alternating
+rounds' ratios over the slab (5 applies each, 1e7 DOFs); every output is checked against
+the slab's first.
+"""
+
+import math
+import statistics
+import sys
+
+import cupy
+
+import hofem as hf
+from hofem.backends.cuda import operator_fuse as of
+from hofem.backends.cuda import operator_warp as ow
+from hofem.bakeoff.common import time_events
+from hofem.bakeoff.structured import box_operator
+
+VARIANTS = {"slab": None}
+VARIANTS |= {f"pf{pf}-mb{mb}": (pf, mb) for mb in (4, 5, 6) for pf in (2, 0)}
+
+
+def build(op, shape, variant):
+    """The fused operator of one variant (the module's constants restored after)."""
+    if variant is None:
+        return of.FusedOperator(op, shape)
+    saved = ow.PREFETCH_SIZE, ow.WARP_SHAPES
+    ow.PREFETCH_SIZE, ow.WARP_SHAPES = variant[0], {tuple(shape): variant[1]}
+    try:
+        return ow.WarpFusedOperator(op, shape)
+    finally:
+        ow.PREFETCH_SIZE, ow.WARP_SHAPES = saved
+
+
+def case(ceed, p, dofs=1e7, rounds=5):
+    n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
+    op, _ = box_operator(ceed, "mass", n, p, geometry="stored")
+    shape = of.fusable_shape(op, 16)
+    u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
+    runs, regs, outputs = {}, {}, {}
+    for name, variant in VARIANTS.items():
+        fused = build(op, shape, variant)
+        out = cupy.zeros_like(u)
+
+        def run(fused=fused, out=out):
+            out[...] = 0.0
+            fused(u, out)
+
+        run()
+        runs[name], regs[name], outputs[name] = run, fused._kernel.num_regs, out
+    for name, out in outputs.items():
+        diff = float(abs(out - outputs["slab"]).max() / abs(outputs["slab"]).max())
+        if diff > 1e-12:
+            raise AssertionError(f"p={p} {name}: {diff:.1e} from the slab")
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            times[name].append(time_events(run, 5, 1))
+    cells = [f"p={p}"]
+    for name in runs:
+        rate = u.size / statistics.median(times[name]) / 1e9
+        ratio = statistics.median(s / t for s, t in zip(times["slab"], times[name], strict=True))
+        cells.append(f"{name} {regs[name]}r {rate:.1f} ({ratio:.2f})")
+    return " | ".join(cells)
+
+
+def main(argv):
+    ceed = hf.Ceed("/gpu/cuda/gen")
+    for p in argv:
+        print(case(ceed, int(p)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,167 @@
+// One warp per element for 3D interpolation, P_1d and Q_1d at most 8 (operator_warp.py).
+//
+// Lane l = 4 g + t owns the two z columns (i, j) = (2 t + h, g), h = 0, 1, of the element's
+// 8 x 8 x 8 (padded) points.  The x and y contractions and their transposes are 8x8x4 tiles
+// on the fp64 tensor cores (mma.cuh); the z contractions run in each lane's registers, on a
+// __constant__ copy of B (every lane reads the same entry, an FMA operand).  The warp's
+// buffer (64 rows of WARP_PITCH doubles) turns the x stage's output tiles into the y stage's
+// operand, and the transposes' likewise.  The x^T stage takes its operand from the y^T
+// stage's accumulators directly: in the C layout lane (g, t) holds columns 2 t and 2 t + 1,
+// which is the A operand of the k steps {0, 2, 4, 6} and {1, 3, 5, 7} (the matrix side's k
+// order permuted to match).  Outputs are added through the buffer, 8 lanes on one row of
+// nodes, so that each atomic instruction touches few sectors.
+//
+// Included by the generated kernels after basis_tensor.cuh (index_t, entry).
+#pragma once
+
+#include "mma.cuh"
+
+// doubles per buffer row: 4 modulo 8, so that the B-operand reads (lanes (g, t) read row
+// 4 s + t, column g) fall in distinct banks
+#define WARP_PITCH 12
+#define WARP_BUF (64 * WARP_PITCH)
+
+// This lane's entries of B (Q, P) row-major as the operands of the stages
+struct WarpFragments {
+  double b[2];   // B[g][4 s + t]: B as the A operand (y), B^T as the B operand (x)
+  double bt[2];  // B[4 s + t][g]: B^T as the A operand (y^T)
+  double bp[2];  // B[2 t + s][g]: B as the B operand of x^T, k order permuted
+};
+
+template <int P, int Q>
+__device__ __forceinline__ WarpFragments warp_fragments(const double *__restrict__ B, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  WarpFragments f;
+#pragma unroll
+  for (int s = 0; s < 2; s++) {
+    f.b[s] = g < Q && 4 * s + t < P ? B[g * P + 4 * s + t] : 0.0;
+    f.bt[s] = g < P && 4 * s + t < Q ? B[(4 * s + t) * P + g] : 0.0;
+    f.bp[s] = g < P && 2 * t + s < Q ? B[(2 * t + s) * P + g] : 0.0;
+  }
+  return f;
+}
+
+// out[k][h]: a stored field's value at this lane's points (i, j, k) = (2 t + h, g, k), point
+// i + Q (j + Q k) of the element at x[entry(idx, base + point)]; zero at padded points.  Read
+// before the stages, so that the loads overlap them.
+template <int Q, typename I>
+__device__ __forceinline__ void warp_load_points(const double *__restrict__ x,
+                                                 const I *__restrict__ idx, index_t base,
+                                                 int lane, double (&out)[Q][2]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int k = 0; k < Q; k++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int i = 2 * t + h;
+      out[k][h] = i < Q && g < Q ? x[entry(idx, base + i + Q * (g + Q * k))] : 0.0;
+    }
+  }
+}
+
+// Tile rows (c, 8 rows) of the buffer as the C layout writes them: this lane's 2 columns
+template <int ROWS>
+__device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[ROWS][2],
+                                                 int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int r = 0; r < ROWS; r++) {
+    buf[(r * 8 + g) * WARP_PITCH + 2 * t] = c[r][0];
+    buf[(r * 8 + g) * WARP_PITCH + 2 * t + 1] = c[r][1];
+  }
+}
+
+// out[k][h]: the interpolated values at points (i, j, k) = (2 t + h, g, k) of the element whose
+// node (a, b, c) is l[entry(idx, base + a + P (b + P c))]; zero at padded points
+template <int P, int Q, typename I>
+__device__ __forceinline__ void warp_interp(const double *__restrict__ l, const I *__restrict__ idx,
+                                            index_t base, const WarpFragments &f, const double *Bz,
+                                            double *buf, int lane, double (&out)[Q][2]) {
+  const int g = lane >> 2, t = lane & 3;
+  double c[P][2];
+  // x: tile c (rows b, columns i) = U[c] (b x a) B^T (a x i), U gathered as the A operand
+#pragma unroll
+  for (int cc = 0; cc < P; cc++) {
+    c[cc][0] = c[cc][1] = 0.0;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      const int a = 4 * s + t;
+      const double x = a < P && g < P ? l[entry(idx, base + a + P * (g + P * cc))] : 0.0;
+      mma_m8n8k4(c[cc][0], c[cc][1], x, f.b[s]);
+    }
+  }
+  __syncwarp();  // the buffer's previous readers are done
+  warp_store_tiles(buf, c, lane);
+  __syncwarp();
+  // y: tile c (rows j, columns i) = B (j x b) V[c] (b x i)
+#pragma unroll
+  for (int cc = 0; cc < P; cc++) {
+    c[cc][0] = c[cc][1] = 0.0;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      mma_m8n8k4(c[cc][0], c[cc][1], f.b[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
+    }
+  }
+  // z, in this lane's two columns
+#pragma unroll
+  for (int k = 0; k < Q; k++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int cc = 0; cc < P; cc++) sum = fma(Bz[k * P + cc], c[cc][h], sum);
+      out[k][h] = sum;
+    }
+  }
+}
+
+// The transpose: l[entry(idx, base + node)] += the element's nodal values of the point values
+// in[k][h] (this lane's columns; zero at padded points)
+template <int P, int Q, typename I>
+__device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const WarpFragments &f,
+                                              const double *Bz, double *buf, int lane,
+                                              double *l, const I *__restrict__ idx,
+                                              index_t base) {
+  const int g = lane >> 2, t = lane & 3;
+  double c[P][2];
+  // z^T, in this lane's two columns
+#pragma unroll
+  for (int cc = 0; cc < P; cc++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int k = 0; k < Q; k++) sum = fma(Bz[k * P + cc], in[k][h], sum);
+      c[cc][h] = sum;
+    }
+  }
+  __syncwarp();
+  warp_store_tiles(buf, c, lane);  // tile c: rows j, columns i
+  __syncwarp();
+  // y^T: tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
+#pragma unroll
+  for (int cc = 0; cc < P; cc++) {
+    c[cc][0] = c[cc][1] = 0.0;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      mma_m8n8k4(c[cc][0], c[cc][1], f.bt[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
+    }
+  }
+  // x^T: tile c (rows b, columns a) = W[c] (b x i) B (i x a), the accumulators as the A operand
+  double d[P][2];
+#pragma unroll
+  for (int cc = 0; cc < P; cc++) {
+    d[cc][0] = d[cc][1] = 0.0;
+#pragma unroll
+    for (int s = 0; s < 2; s++) mma_m8n8k4(d[cc][0], d[cc][1], c[cc][s], f.bp[s]);
+  }
+  __syncwarp();
+  warp_store_tiles(buf, d, lane);
+  __syncwarp();
+  // 8 lanes per row (c, b) of nodes, 4 rows at a time
+  const int a = lane & 7;
+  for (int row = lane >> 3; row < P * P; row += 4) {
+    const int cc = row / P, b = row - cc * P;
+    if (a < P) atomicAdd(l + entry(idx, base + a + P * row), buf[(cc * 8 + b) * WARP_PITCH + a]);
+  }
+}
