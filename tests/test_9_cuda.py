@@ -499,15 +499,15 @@ def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     _check_dot(gen, op_gen)
 
 
-def _affine_mass(ctx, u, qdata, w, v):
+def _affine_mass(ctx, w, u, qdata, v):
     v[0] = qdata[0] * (u[0] + w[0])  # nonzero where u is zero: padded points must add nothing
     v[1] = qdata[0] * u[1] * u[2]  # v[2] never written: zero
 
 
 def test_gen_warp_layout_fields(gen, ref, every_warp_shape):
     """The vector mass (three components, q-data in the identity layout), and a QFunction
-    with weights that is nonzero at zero input and leaves an output row unwritten, against
-    the reference."""
+    that is nonzero at zero input and leaves an output row unwritten, its first field the
+    weights of a basis of another P_1d, against the reference."""
     space = {c: hf.H1Space(c, meshes.box(3, distort=0.1), 3, num_comp=3) for c in (gen, ref)}
     u = np.random.default_rng(7).standard_normal(space[ref].num_dofs)
     outputs = {}
@@ -517,13 +517,14 @@ def test_gen_warp_layout_fields(gen, ref, every_warp_shape):
         qdata = mass.input_fields[1]
         qf = ceed.QFunction(
             _affine_mass,
-            [("u", 3, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE), ("w", 1, hf.EVAL_WEIGHT)],
+            [("w", 1, hf.EVAL_WEIGHT), ("u", 3, hf.EVAL_INTERP), ("qdata", 1, hf.EVAL_NONE)],
             [("v", 3, hf.EVAL_INTERP)],
         )
         op = ceed.Operator(qf)
+        vertices = ceed.BasisTensorH1Lagrange(3, 1, 2, s.basis().Q_1d, hf.GAUSS)  # P_1d = 2
+        op.set_field("w", hf.ELEMRESTRICTION_NONE, vertices, hf.VECTOR_NONE)
         op.set_field("u", s.restriction, s.basis(), hf.VECTOR_ACTIVE)
         op.set_field("qdata", qdata.restriction, hf.BASIS_NONE, qdata.vector)
-        op.set_field("w", hf.ELEMRESTRICTION_NONE, s.basis(num_comp=1), hf.VECTOR_NONE)
         op.set_field("v", s.restriction, s.basis(), hf.VECTOR_ACTIVE)
         outputs[ceed.resource] = [ceed.to_numpy(o(ceed.asarray(u))) for o in (mass, op)]
         if ceed is gen:

@@ -78,6 +78,11 @@ def warp_fusable(op):
     return same and first.dim == 3 and max(first.P_1d, first.Q_1d) <= 8
 
 
+def _interp_basis(op):
+    """The basis of ``op``'s interpolated fields (a weight field's may have another P_1d)."""
+    return next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode is EVAL_INTERP)
+
+
 def warp_kernel_source(op, shape, dot=False):
     """CUDA source of ``op``'s one-warp-per-element kernel ``apply`` (needs no device).
 
@@ -109,7 +114,7 @@ def warp_kernel_source(op, shape, dot=False):
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     _, P, Q = shape
-    basis = next(f.basis for f in op.input_fields + op.output_fields if f.basis is not None)
+    basis = _interp_basis(op)
     src = _Source(3, False, None, {}, 0)  # declares the field parameters
     prefetch, stage, loads = [], [], []
     for k, field in enumerate(op.input_fields):
@@ -236,7 +241,7 @@ class WarpFusedOperator(FusedOperator):
     """
 
     def __init__(self, op, shape):
-        basis = next(f.basis for f in op.input_fields + op.output_fields if f.basis is not None)
+        basis = _interp_basis(op)
         self._op, self._shape, self._collocated = op, shape, False
         self._matrices = [basis.backend_data["interp_1d"]]  # B0 (Q_1d, P_1d)
         self._block = (32 * WARPS, 1, 1)
