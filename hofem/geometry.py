@@ -59,7 +59,9 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 #   2.18 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
 #   On affine cells (the Jacobian once per element, hofem.cell_center; 2026-11-24,
 #   eighth session, 3e5 DOFs, alternating): BP3 1.17-1.23x of stored at p = 2, 4, 6, BP1
-#   0.92-0.99x (see AFFINE_POINT_FLOPS).
+#   0.92-0.99x (see AFFINE_POINT_FLOPS).  Since stored q-data is read in place in the
+#   blocked layout (ninth session) BP3 on the fly is a tie with stored (0.94-1.10x); auto
+#   keeps picking it there, equal speed without the q-data's memory.
 # /gpu/cuda/gen: 0, so auto keeps stored q-data there: on the H200 (1e7 DOFs, bench-gpu
 #   --geometry stored on_the_fly, 2026-11-24) BP3 on the fly ran at 0.68-0.91x of stored for
 #   p = 2..8 (0.56x at p = 1) and BP1 at 0.39-0.73x; on affine cells (eighth session) BP3 at

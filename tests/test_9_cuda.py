@@ -318,19 +318,21 @@ def test_gen_tensor_cores_keep_results(gen, p, form, geometry, collocated):
 
 
 @pytest.mark.parametrize(("form", "p", "expected"), [("mass", 6, True), ("mass", 4, False)])
-def test_gen_tensor_core_policy(gen, form, p, expected):
+def test_gen_tensor_core_policy(gen, monkeypatch, form, p, expected):
     """The slab's tensor-core stages run for the shapes of TENSOR_CORE_SHAPES whose scalar
     kernel is below REGISTER_CAP_FROM (BP1 p = 6), in the CG kernel too; elsewhere the scalar
-    stages.  (gen runs these two with one warp per element: the slab is built here.)"""
+    stages.  (gen runs these two with one warp per element: the slab is asked for here.)"""
     from hofem.backends.cuda import operator_fuse as of
+    from hofem.backends.cuda import operator_warp as ow
 
+    monkeypatch.setattr(ow, "use_warp_layout", lambda op, shape: False)
     op, _ = box_operator(gen, form, 4, p, 3)
-    fused = of.FusedOperator(op, gen.backend._fused_operator(op)._shape)
+    fused = gen.backend._fused_operator(op)
+    assert fused.layout == "slab"
     assert fused._tensor_cores == expected
     assert fused._tensor_cores == of.use_tensor_cores(fused._shape, 0)
     assert not of.use_tensor_cores(fused._shape, of.REGISTER_CAP_FROM)
     assert ("#define TENSOR_CORES" in fused._source(dot=True)) == expected
-    op.backend_data["gen"] = (op.backend_data["gen"][0], fused)  # solve with the slab
     rhs = op(cupy.ones(op.shape[1]))
     x, info = hf.cg(op, rhs, rtol=1e-10, maxiter=500, device_loop=True)
     assert info == 0

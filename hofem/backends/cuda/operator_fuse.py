@@ -646,11 +646,17 @@ class FusedOperator:
             self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = self._weight_tables(op, shape)
-        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         resident = max(1, 2048 // int(np.prod(self._block)))  # blocks per SM, by threads
-        self.num_blocks = max(1, min(-(-op.num_elem // elems), 4 * sms * resident))
+        self.num_blocks = self._grid(op.num_elem, elems, resident)
 
     layout = "slab"  # a thread per z column; operator_warp's kernels: "warp"
+
+    @staticmethod
+    def _grid(num_elem, elems_per_block, resident):
+        """Blocks of the launch: one per ``elems_per_block`` elements, at most four waves of
+        ``resident`` blocks per SM (see :attr:`num_blocks`)."""
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        return max(1, min(-(-num_elem // elems_per_block), 4 * sms * resident))
 
     @staticmethod
     def _weight_tables(op, shape):

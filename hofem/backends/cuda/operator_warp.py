@@ -249,9 +249,8 @@ class WarpFusedOperator(FusedOperator):
         self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None
         self._weights = self._weight_tables(op, shape)
-        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        resident = WARP_SHAPES.get(tuple(shape), MIN_BLOCKS)
-        self.num_blocks = max(1, min(-(-op.num_elem // WARPS), 4 * sms * resident))
+        resident = WARP_SHAPES.get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
+        self.num_blocks = self._grid(op.num_elem, WARPS, resident)
 
     layout = "warp"
 

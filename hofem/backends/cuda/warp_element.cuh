@@ -71,6 +71,26 @@ __device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[
   }
 }
 
+// The y stage of either direction: the tiles c (this lane's two columns each) go through the
+// buffer, and come back as tile c = A (rows x 8) times the buffered tile c, with A this lane's
+// operand entries a[s] (B for y, B^T for y^T)
+template <int P>
+__device__ __forceinline__ void warp_y_stage(const double (&a)[2], double *buf, int lane,
+                                             double (&c)[P][2]) {
+  const int g = lane >> 2, t = lane & 3;
+  __syncwarp();  // the buffer's previous readers are done
+  warp_store_tiles(buf, c, lane);
+  __syncwarp();
+#pragma unroll
+  for (int cc = 0; cc < P; cc++) {
+    c[cc][0] = c[cc][1] = 0.0;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      mma_m8n8k4(c[cc][0], c[cc][1], a[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
+    }
+  }
+}
+
 // out[k][h]: the interpolated values at points (i, j, k) = (2 t + h, g, k) of the element whose
 // node (a, b, c) is l[entry(idx, base + a + P (b + P c))]; zero at padded points
 template <int P, int Q, typename I>
@@ -90,18 +110,7 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
       mma_m8n8k4(c[cc][0], c[cc][1], x, f.b[s]);
     }
   }
-  __syncwarp();  // the buffer's previous readers are done
-  warp_store_tiles(buf, c, lane);
-  __syncwarp();
-  // y: tile c (rows j, columns i) = B (j x b) V[c] (b x i)
-#pragma unroll
-  for (int cc = 0; cc < P; cc++) {
-    c[cc][0] = c[cc][1] = 0.0;
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-      mma_m8n8k4(c[cc][0], c[cc][1], f.b[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
-    }
-  }
+  warp_y_stage(f.b, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
   // z, in this lane's two columns
 #pragma unroll
   for (int k = 0; k < Q; k++) {
@@ -122,7 +131,6 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const Wa
                                               const double *Bz, double *buf, int lane,
                                               double *l, const I *__restrict__ idx,
                                               index_t base) {
-  const int g = lane >> 2, t = lane & 3;
   double c[P][2];
   // z^T, in this lane's two columns
 #pragma unroll
@@ -135,18 +143,7 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const Wa
       c[cc][h] = sum;
     }
   }
-  __syncwarp();
-  warp_store_tiles(buf, c, lane);  // tile c: rows j, columns i
-  __syncwarp();
-  // y^T: tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
-#pragma unroll
-  for (int cc = 0; cc < P; cc++) {
-    c[cc][0] = c[cc][1] = 0.0;
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-      mma_m8n8k4(c[cc][0], c[cc][1], f.bt[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
-    }
-  }
+  warp_y_stage(f.bt, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
   // x^T: tile c (rows b, columns a) = W[c] (b x i) B (i x a), the accumulators as the A operand
   double d[P][2];
 #pragma unroll
