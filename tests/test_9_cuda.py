@@ -480,11 +480,14 @@ def test_gpu_cg_flags_breakdown(gpu):
 
 @pytest.fixture
 def every_warp_shape(monkeypatch):
-    """gen runs every 3D interpolation operator of P_1d, Q_1d <= 8 one warp per element."""
+    """gen runs every warp-fusable 3D operator of P_1d, Q_1d <= 8 one warp per element,
+    however many values per point it keeps."""
     from hofem.backends.cuda import operator_warp as ow
 
     shapes = {(3, P, Q): ow.MIN_BLOCKS for P in range(1, 9) for Q in range(1, 9)}
-    monkeypatch.setattr(ow, "WARP_SHAPES", shapes)
+    for table in ("WARP_SHAPES", "WARP_GRAD_SHAPES", "WARP_GRAD_STORED_SHAPES"):
+        monkeypatch.setattr(ow, table, shapes)
+    monkeypatch.setattr(ow, "MAX_POINT_ROWS", 12)
 
 
 @pytest.mark.parametrize("p", range(1, 7))
@@ -499,6 +502,56 @@ def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
     _check_dot(gen, op_gen)
+
+
+@pytest.mark.parametrize("p", range(1, 7))
+@pytest.mark.parametrize(("geometry", "warp"), [("stored", 0.1), ("on_the_fly", 0.0),
+    ("on_the_fly", 0.1)])  # fmt: skip
+def test_gen_warp_layout_gradients(gen, ref, every_warp_shape, p, geometry, warp):
+    """Diffusion one warp per element, the collocated derivative's x and y stages on the
+    tensor cores, against ref: 6 stored values per point read at each point; the Jacobian
+    once per element from the vertices of affine cells (cell_center, evaluated per element);
+    the order-p coordinates of curved cells (a 3-component gradient on the solution's
+    basis: 4 buffers per warp).  The u . Au variant and a stopped CG's status."""
+    op_gen, _ = box_operator(gen, "diffusion", 3, p, warp=warp, geometry=geometry)
+    assert gen.backend._fused_operator(op_gen).layout == "warp"
+    op_ref, _ = box_operator(ref, "diffusion", 3, p, warp=warp, geometry=geometry)
+    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
+    _check_dot(gen, op_gen)
+
+
+def _reaction_diffusion(ctx, w, u, du, v, dv):
+    v[0] = w[0] * (u[0] + du[0] * du[1])  # nonlinear: the values and the gradient together
+    for d in range(3):
+        dv[d] = w[0] * (du[d] + (d + 1.0) * u[0])
+
+
+def test_gen_warp_layout_values_and_gradients(gen, ref, every_warp_shape):
+    """A QFunction that takes a field's values and its gradient and adds both outputs to one
+    vector, and the vector Poisson operator (3 components: 3 buffers per warp), one warp per
+    element, against ref."""
+    outputs = {}
+    for ceed in (gen, ref):
+        s = hf.H1Space(ceed, meshes.box(3, distort=0.1), 4)
+        vector = hf.H1Space(ceed, meshes.box(2), 3, num_comp=3)
+        qf = ceed.QFunction(
+            _reaction_diffusion,
+            [("w", 1, hf.EVAL_WEIGHT), ("u", 1, hf.EVAL_INTERP), ("du", 3, hf.EVAL_GRAD)],
+            [("v", 1, hf.EVAL_INTERP), ("dv", 3, hf.EVAL_GRAD)],
+        )
+        op = ceed.Operator(qf)
+        op.set_field("w", hf.ELEMRESTRICTION_NONE, s.basis(), hf.VECTOR_NONE)
+        for name in ("u", "du", "v", "dv"):
+            op.set_field(name, s.restriction, s.basis(), hf.VECTOR_ACTIVE)
+        ops = [op, hf.diffusion(vector, geometry="stored")]
+        rng = np.random.default_rng(5)
+        inputs = [ceed.asarray(rng.standard_normal(o.shape[1])) for o in ops]
+        outputs[ceed.resource] = [ceed.to_numpy(o(x)) for o, x in zip(ops, inputs, strict=True)]
+        if ceed is gen:
+            assert [gen.backend._fused_operator(o).layout for o in ops] == ["warp"] * 2
+    for got, want in zip(outputs["/gpu/cuda/gen"], outputs["/cpu/self/ref"], strict=True):
+        assert rel_error(got, want) < 1e-13
 
 
 def _affine_mass(ctx, w, u, qdata, v):
@@ -535,14 +588,18 @@ def test_gen_warp_layout_fields(gen, ref, every_warp_shape):
         assert rel_error(got, want) < 1e-13
 
 
-@pytest.mark.parametrize(("form", "p", "layout"), [("mass", 2, "slab"), ("mass", 3, "warp"),
-    ("mass", 6, "warp"), ("mass", 7, "slab"), ("diffusion", 4, "slab")])  # fmt: skip
-def test_gen_warp_layout_policy(gen, form, p, layout):
-    """gen's rule: one warp per element for the interpolation shapes of WARP_SHAPES (BP1
-    p = 3..6), the slab elsewhere (p = 2 measured slower, Q_1d > 8, gradients); CG runs."""
+@pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 2, "stored", "slab"),
+    ("mass", 3, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "slab"),
+    ("diffusion", 4, "stored", "slab"), ("diffusion", 5, "stored", "warp"),
+    ("diffusion", 3, "on_the_fly", "slab"), ("diffusion", 4, "on_the_fly", "warp"),
+    ("diffusion", 7, "on_the_fly", "slab")])  # fmt: skip
+def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
+    """gen's rule: one warp per element for the shapes of the tables where it measured faster
+    (BP1 p = 3..6; BP3 p = 5, 6 with stored q-data, p = 4..6 on the fly), the slab elsewhere
+    (p = 2 measured slower, Q_1d > 8); CG runs."""
     from hofem.backends.cuda import operator_warp as ow
 
-    op, _ = box_operator(gen, form, 4, p, 3)
+    op, _ = box_operator(gen, form, 4, p, 3, geometry=geometry)
     fused = gen.backend._fused_operator(op)
     assert fused.layout == layout
     assert (layout == "warp") == ow.use_warp_layout(op, fused._shape)

@@ -86,6 +86,8 @@ def _fused_operators():
     for p, num_comp in ((4, 1), (3, 3)):
         space = hf.H1Space(ceed, meshes.box(2, distort=0.1), p, num_comp=num_comp)
         ops += [form(space, geometry="on_the_fly") for form in (hf.mass, hf.diffusion)]
+    # ... and the Jacobian once per element from the vertices of affine cells
+    ops.append(hf.diffusion(hf.H1Space(ceed, meshes.box(2), 4), geometry="on_the_fly"))
     return ops
 
 
@@ -109,7 +111,7 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-mma.cu"
                 path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
                 jobs.append(path)
-    assert dots == 14  # the apply operators: 10 scalar and 4 vector ones
+    assert dots == 15  # the apply operators: 11 scalar and 4 vector ones
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
 
     warps = 0
@@ -121,7 +123,7 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path.write_text(warp_kernel_source(op, shape, dot))
                 jobs.append(path)
             warps += 1
-    assert warps == 2  # the scalar and the vector mass
+    assert warps == 5  # the scalar and vector mass and Poisson, Poisson on affine cells
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

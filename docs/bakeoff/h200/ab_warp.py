@@ -1,21 +1,24 @@
 """Side by side on /gpu/cuda/gen: one warp per element (``operator_warp``) against the
-column-per-thread slab (``operator_fuse``), for BP1.
+column-per-thread slab (``operator_fuse``), for BP1 or BP3.
 
 Usage (on a GPU)::
 
     python docs/bakeoff/h200/ab_warp.py 3 4 5 6
+    python docs/bakeoff/h200/ab_warp.py --form diffusion --geometry on_the_fly 2 3 4 5 6
 
-Variants: ``slab``, then the warp kernel with stored inputs read into registers before the
-stages (``pf2``, ``PREFETCH_SIZE = 2``) or at each point (``pf0``), and
-``__launch_bounds__`` asking registers for 4, 5 or 6 blocks of 4 warps per SM (``mb4`` ..
-``mb6``).  Prints one line per order: registers, GDOF/s and the median of 5 alternating
-rounds' ratios over the slab (5 applies each, 1e7 DOFs); every output is checked against
-the slab's first.
+BP1 (``--form mass``, the default) variants: ``slab``, then the warp kernel with stored
+inputs read into registers before the stages (``pf2``, ``PREFETCH_SIZE = 2``) or at each
+point (``pf0``), and ``__launch_bounds__`` asking registers for 4, 5 or 6 blocks of 4 warps
+per SM (``mb4`` .. ``mb6``).  BP3 (``--form diffusion``): ``slab`` and the warp kernel at
+3, 4 or 5 blocks per SM (``WARP_GRAD_SHAPES``), with stored q-data or the geometry on the
+fly (``--geometry``; on the box's affine cells the Jacobian once per element).  Prints one
+line per order: registers, GDOF/s and the median of 5 alternating rounds' ratios over the
+slab (5 applies each, 1e7 DOFs); every output is checked against the slab's first.
 """
 
+import argparse
 import math
 import statistics
-import sys
 
 import cupy
 
@@ -25,29 +28,35 @@ from hofem.backends.cuda import operator_warp as ow
 from hofem.bakeoff.common import time_events
 from hofem.bakeoff.structured import box_operator
 
-VARIANTS = {"slab": None}
-VARIANTS |= {f"pf{pf}-mb{mb}": (pf, mb) for mb in (4, 5, 6) for pf in (2, 0)}
+VARIANTS = {
+    "mass": {"slab": None} | {f"pf{pf}-mb{mb}": (pf, mb) for mb in (4, 5, 6) for pf in (2, 0)},
+    "diffusion": {"slab": None} | {f"mb{mb}": (ow.PREFETCH_SIZE, mb) for mb in (3, 4, 5)},
+}
 
 
 def build(op, shape, variant):
     """The fused operator of one variant (the module's constants restored after)."""
     if variant is None:
         return of.FusedOperator(op, shape)
-    saved = ow.PREFETCH_SIZE, ow.WARP_SHAPES
-    ow.PREFETCH_SIZE, ow.WARP_SHAPES = variant[0], {tuple(shape): variant[1]}
+    names = "PREFETCH_SIZE", "WARP_SHAPES", "WARP_GRAD_SHAPES", "WARP_GRAD_STORED_SHAPES"
+    saved = [getattr(ow, name) for name in names]
+    ow.PREFETCH_SIZE = variant[0]
+    for name in names[1:]:
+        setattr(ow, name, {tuple(shape): variant[1]})
     try:
         return ow.WarpFusedOperator(op, shape)
     finally:
-        ow.PREFETCH_SIZE, ow.WARP_SHAPES = saved
+        for name, value in zip(names, saved, strict=True):
+            setattr(ow, name, value)
 
 
-def case(ceed, p, dofs=1e7, rounds=5):
+def case(ceed, form, geometry, p, dofs=1e7, rounds=5):
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
-    op, _ = box_operator(ceed, "mass", n, p, geometry="stored")
+    op, _ = box_operator(ceed, form, n, p, geometry=geometry)
     shape = of.fusable_shape(op, 16)
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
     runs, regs, outputs = {}, {}, {}
-    for name, variant in VARIANTS.items():
+    for name, variant in VARIANTS[form].items():
         fused = build(op, shape, variant)
         out = cupy.zeros_like(u)
 
@@ -73,11 +82,16 @@ def case(ceed, p, dofs=1e7, rounds=5):
     return " | ".join(cells)
 
 
-def main(argv):
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--form", choices=sorted(VARIANTS), default="mass")
+    parser.add_argument("--geometry", choices=("stored", "on_the_fly"), default="stored")
+    parser.add_argument("orders", type=int, nargs="+")
+    args = parser.parse_args()
     ceed = hf.Ceed("/gpu/cuda/gen")
-    for p in argv:
-        print(case(ceed, int(p)), flush=True)
+    for p in args.orders:
+        print(args.form, args.geometry, case(ceed, args.form, args.geometry, p), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

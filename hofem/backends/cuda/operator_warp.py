@@ -17,9 +17,11 @@ operators.  :data:`WARP_SHAPES` holds the shapes where it measured faster than t
 
 import numpy as np
 
-from ...constants import EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
+from ...basis import collocated_grad
+from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
 from ...qfunction_trace import trace_body
 from .operator_fuse import (
+    DIRECT_NODES,
     FusedOperator,
     _compile,
     _constant_tables,
@@ -28,59 +30,165 @@ from .operator_fuse import (
 )
 from .ref import cupy
 
-__all__ = ["WARP_SHAPES", "WarpFusedOperator", "use_warp_layout", "warp_kernel_source"]
+__all__ = [
+    "WARP_GRAD_SHAPES",
+    "WARP_GRAD_STORED_SHAPES",
+    "WARP_SHAPES",
+    "WarpFusedOperator",
+    "use_warp_layout",
+    "warp_kernel_source",
+]
 
-# the (dim, P_1d, Q_1d) of gen's kernels that run one warp per element, on devices of compute
-# capability 8.0 or later, and the blocks of WARPS warps per SM that __launch_bounds__ asks
-# registers for.  On the H200 (BP1, 1e7 DOFs, alternating; docs/performance.md) p = 3..6 ran
-# 1.21/1.34/1.51/1.28x the slab with these bounds (6: 80 registers, 5: 96, 4: 128; the
-# others 0.89-1.46x); p = 2 lost (0.65x: 3 of 8 nodes and 4 of 8 points per tile
-# direction), and p >= 7 needs Q_1d > 8
+# the (dim, P_1d, Q_1d) of gen's interpolation-only kernels that run one warp per element, on
+# devices of compute capability 8.0 or later, and the blocks of WARPS warps per SM that
+# __launch_bounds__ asks registers for.  On the H200 (BP1, 1e7 DOFs, alternating;
+# docs/performance.md) p = 3..6 ran 1.21/1.34/1.51/1.28x the slab with these bounds (6: 80
+# registers, 5: 96, 4: 128; the others 0.89-1.46x); p = 2 lost (0.65x: 3 of 8 nodes and 4 of
+# 8 points per tile direction), and p >= 7 needs Q_1d > 8
 WARP_SHAPES = {(3, 4, 5): 6, (3, 5, 6): 6, (3, 6, 7): 5, (3, 7, 8): 4}
-# warps (elements) per block
+# ... and of the kernels with gradients (the collocated derivative's x and y stages on the
+# tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
+# geometry on the fly on affine cells p = 4..6 ran 1.23/1.61/1.54x the slab (p = 4 at 96
+# registers, 5 and 6 at 128; p = 2 lost, 0.62x, p = 3 tied)
+WARP_GRAD_SHAPES = {(3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
+# ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
+# p = 5 and 6 ran 1.23/1.15x the slab, p = 2..4 lost (0.58-0.93x at their best budgets)
+WARP_GRAD_STORED_SHAPES = {(3, 6, 7): 4, (3, 7, 8): 3}
+# values per point of the main basis's fields that the layout keeps in registers at most
+# (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
+# same out; more spill (the vector Poisson, curved geometry on the fly)
+MAX_POINT_ROWS = 3
+# warps (elements) per block, fewer where the warps' buffers would pass BUFFERS_PER_BLOCK
 WARPS = 4
+# the warps' buffers (6 KiB each: 8 tiles of 8 rows of WARP_PITCH doubles) a block holds at
+# most: 48 KiB, the static shared-memory limit.  A warp holds one buffer per gradient
+# component of its inputs or outputs (the slots of warp_grad_level), at least one
+BUFFERS_PER_BLOCK = 8
 # stored (EVAL_NONE) inputs of at most this many values per point are read into registers
 # before the stages (2 Q_1d per value and lane), so that their loads overlap the
 # contractions (1.03-1.09x at p = 3..5); larger ones are read at each point
 PREFETCH_SIZE = 2
-# blocks per SM asked for shapes outside WARP_SHAPES (tests that force the layout)
+# blocks per SM asked for shapes outside the tables (tests that force the layout)
 MIN_BLOCKS = 5
+_BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 
 
 def use_warp_layout(op, shape):
     """Whether gen applies ``op`` (of fused ``shape``) with one warp per element.
 
-    ``shape`` in :data:`WARP_SHAPES`; every interp field one basis (the same 1D matrices) of
-    at most 8 nodes and points per direction; no gradients; inputs also ``EVAL_NONE`` or
-    ``EVAL_WEIGHT``; every output interpolated; a device of compute capability 8.0 or later.
+    :func:`warp_fusable`; ``shape`` in the table of :func:`warp_shapes` (by gradients and
+    stored values read at the points); at most :data:`MAX_POINT_ROWS` values per
+    point of the main basis's inputs and outputs each; a device of compute capability 8.0 or
+    later.
     """
-    if tuple(shape) not in WARP_SHAPES or not warp_fusable(op):
+    if not warp_fusable(op):
+        return False
+    table = warp_shapes(op)
+    main = [f for f in op.input_fields + op.output_fields if _on_main_basis(f)]
+    rows_in = sum(f.size for f in main if f in op.input_fields)
+    rows_out = sum(f.size for f in main if f in op.output_fields)
+    if tuple(shape) not in table or max(rows_in, rows_out) > MAX_POINT_ROWS:
         return False
     return int(cupy.cuda.Device().compute_capability) >= 80
 
 
+def warp_shapes(op):
+    """The table of measured shapes (and register budgets) for ``op``'s kind of kernel:
+    :data:`WARP_SHAPES` (interpolation only), :data:`WARP_GRAD_STORED_SHAPES` (gradients,
+    and more than :data:`PREFETCH_SIZE` stored values read at each point) or
+    :data:`WARP_GRAD_SHAPES` (other gradients)."""
+    if not _has_grad(op):
+        return WARP_SHAPES
+    stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
+    return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
+
+
+def _is_cell_field(field):
+    """An input of few nodes whose basis gives every point the same values (its element's
+    values, :func:`hofem.cell_center`): evaluated once per element."""
+    basis = field.basis
+    return (
+        field.eval_mode in _BASIS_MODES
+        and basis.is_cell_constant
+        and basis.P_1d**basis.dim <= DIRECT_NODES
+    )
+
+
+def _on_main_basis(field):
+    return field.eval_mode in _BASIS_MODES and not _is_cell_field(field)
+
+
+def _has_grad(op):
+    return any(f.eval_mode is EVAL_GRAD and _on_main_basis(f) for f in op.output_fields) or any(
+        f.eval_mode is EVAL_GRAD and _on_main_basis(f) for f in op.input_fields
+    )
+
+
+def _slots(op):
+    """Buffers each warp holds: one per gradient component in (the values' tiles, for y) or
+    out (the y parts' tiles), at least one (the stages' scratch)."""
+    grads = lambda fields: sum(  # noqa: E731
+        f.basis.num_comp for f in fields if f.eval_mode is EVAL_GRAD and _on_main_basis(f)
+    )
+    active = [f for f in op.output_fields if f.is_active]
+    return max(1, grads(op.input_fields), grads(active))
+
+
+def warps_per_block(slots):
+    """Warps (elements) per block of a kernel whose warps hold ``slots`` buffers each."""
+    return max(1, min(WARPS, BUFFERS_PER_BLOCK // slots))
+
+
+def _main_basis(op):
+    """The basis of ``op``'s interpolated and differentiated fields (a weight field's or a
+    cell-constant input's may have another ``P_1d``)."""
+    return next(f.basis for f in op.input_fields + op.output_fields if _on_main_basis(f))
+
+
 def warp_fusable(op):
-    """The field conditions of :func:`use_warp_layout` (no device, no shape table)."""
-    interp = [f for f in op.input_fields + op.output_fields if f.eval_mode is EVAL_INTERP]
-    if not interp or any(f.eval_mode is not EVAL_INTERP for f in op.output_fields):
+    """The field conditions of :func:`use_warp_layout` (no device, no shape table).
+
+    3D; every interp/grad field on one basis (the same 1D matrices) of at most 8 nodes and
+    points per direction, with the collocated derivative where there are gradients, except
+    inputs of at most :data:`~.operator_fuse.DIRECT_NODES` nodes on a cell-constant basis;
+    inputs also ``EVAL_NONE`` or ``EVAL_WEIGHT``; every output interpolated or
+    differentiated.
+    """
+    fields = op.input_fields + op.output_fields
+    main = [f for f in fields if _on_main_basis(f)]
+    if not main or any(f.eval_mode not in _BASIS_MODES for f in op.output_fields):
         return False
-    if any(f.eval_mode not in (EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT) for f in op.input_fields):
+    if any(_is_cell_field(f) for f in op.output_fields):
         return False
-    first = interp[0].basis
+    modes = (*_BASIS_MODES, EVAL_NONE, EVAL_WEIGHT)
+    if any(f.eval_mode not in modes for f in op.input_fields):
+        return False
+    first = main[0].basis
     same = all(
         f.basis is first
         or (
             (f.basis.P_1d, f.basis.Q_1d) == (first.P_1d, first.Q_1d)
             and np.array_equal(f.basis.interp_1d, first.interp_1d)
+            and np.array_equal(f.basis.grad_1d, first.grad_1d)
         )
-        for f in interp
+        for f in main
     )
-    return same and first.dim == 3 and max(first.P_1d, first.Q_1d) <= 8
+    if not same or first.dim != 3 or max(first.P_1d, first.Q_1d) > 8:
+        return False
+    if any(f.basis.dim != 3 for f in fields if f.eval_mode in _BASIS_MODES):
+        return False
+    if _slots(op) > BUFFERS_PER_BLOCK:
+        return False
+    return not _has_grad(op) or collocated_grad(first.interp_1d, first.grad_1d) is not None
 
 
-def _interp_basis(op):
-    """The basis of ``op``'s interpolated fields (a weight field's may have another P_1d)."""
-    return next(f.basis for f in op.input_fields + op.output_fields if f.eval_mode is EVAL_INTERP)
+def _cell_table(field):
+    """The rows (interp: 1, grad: 3) by the ``P_1d^3`` nodes of a cell-constant basis's values
+    at its points, row-major ``(rows, P_1d^3)``."""
+    point = field.basis.first_point()
+    if field.eval_mode is EVAL_GRAD:
+        return point.grad[:, 0, :]  # (3, P_1d^3)
+    return point.interp  # (1, P_1d^3)
 
 
 def warp_kernel_source(op, shape, dot=False):
@@ -100,8 +208,9 @@ def warp_kernel_source(op, shape, dot=False):
     -------
     str
         Source that includes ``basis_tensor.cuh`` and ``warp_element.cuh`` (compile with
-        ``-I`` this folder).  Parameters: ``num_elem``, ``B0`` (Q_1d, P_1d), the fields as
+        ``-I`` this folder).  Parameters: ``num_elem``, the fields as
         :class:`~.operator_fuse.FusedOperator` binds them, then ``dot_partial, status``.
+        The 1D matrices are ``__constant__`` tables.
 
     Raises
     ------
@@ -109,14 +218,22 @@ def warp_kernel_source(op, shape, dot=False):
         ``op`` is not :func:`warp_fusable`, or ``dot`` without :func:`dot_pairs`.
     """
     if not warp_fusable(op):
-        raise ValueError("the warp layout needs 3D interpolation fields of P_1d, Q_1d <= 8")
+        raise ValueError(
+            "the warp layout needs 3D interpolation and gradient fields of one basis of "
+            "P_1d, Q_1d <= 8"
+        )
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     _, P, Q = shape
-    basis = _interp_basis(op)
+    basis = _main_basis(op)
+    tables = {"B0": basis.interp_1d}  # (Q_1d, P_1d)
+    if _has_grad(op):
+        tables["D"] = collocated_grad(basis.interp_1d, basis.grad_1d)  # (Q_1d, Q_1d)
     src = _Source(3, False, None, {}, 0)  # declares the field parameters
-    prefetch, stage, loads = [], [], []
+    # per element: loads before the stages, the input stages, the gradient inputs' tiles (one
+    # slot of the warp's buffer per component); per level k, before and after its points
+    prefetch, stage, tiles, level, level_end, loads = [], [], [], [], [], []
     for k, field in enumerate(op.input_fields):
         name = f"in{k}"
         if field.eval_mode is EVAL_WEIGHT:
@@ -142,6 +259,36 @@ def warp_kernel_source(op, shape, dot=False):
             loads.append(load)
             continue
         C = field.basis.num_comp
+        if _is_cell_field(field):  # once per element, row d C + c
+            table = _cell_table(field)  # (rows, P_1d^3)
+            tables[f"W{k}"] = table
+            nodes = field.basis.num_nodes
+            prefetch.append(f"double r_{name}[{field.size}];")
+            for c in range(C):
+                pointer, idx, base = address(c, nodes)
+                prefetch.append(
+                    f"warp_cell_values<{nodes}, {len(table)}>({pointer}, {idx}, {base}, "
+                    f"c_W{k}, r_{name} + {c}, {C});"
+                )
+            loads.append(lambda row, name=name: f"r_{name}[{row}]")
+            continue
+        if field.eval_mode is EVAL_GRAD:  # the values, their tiles in slots; row d C + c
+            stage.append(f"double r_{name}[{C}][Q_1D][2];")
+            for c in range(C):
+                pointer, idx, base = address(c, "NUM_NODES")
+                stage.append(
+                    f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frags, c_B0, buf, lane, "
+                    f"r_{name}[{c}]);"
+                )
+                slot = f"buf + {len(tiles)} * WARP_BUF"
+                tiles.append(f"warp_store_tiles({slot}, r_{name}[{c}], lane);")
+                level.append(f"double g_{name}_{c}[3][2];")
+                level.append(
+                    f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, dfrags, c_D, lane, k, "
+                    f"g_{name}_{c});"
+                )
+            loads.append(lambda row, name=name, C=C: f"g_{name}_{row % C}[{row // C}][h]")
+            continue
         stage.append(f"double r_{name}[{C}][Q_1D][2];")
         for c in range(C):
             pointer, idx, base = address(c, "NUM_NODES")
@@ -150,22 +297,47 @@ def warp_kernel_source(op, shape, dot=False):
                 f"r_{name}[{c}]);"
             )
         loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
-    stores, epilogue, zero = [], [], []
+    stores, transposes, epilogue, zero = [], [], [], []
+    outputs_t = 0  # slots of the active gradient outputs' y parts
     for k, field in enumerate(op.output_fields):
         name = f"out{k}"
         C = field.basis.num_comp
-        stage.append(f"double r_{name}[{C}][Q_1D][2] = {{}};")
-        stores.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
-        zero += [f"r_{name}[{c}][k][h] = 0.0;" for c in range(C)]
+        grad = field.eval_mode is EVAL_GRAD
+        if grad:  # per level; the point values of every level in v_{name}; row d C + c
+            level += [f"double g_{name}_{c}[3][2] = {{}};" for c in range(C)]
+            rows = [f"g_{name}_{row % C}[{row // C}][h]" for row in range(3 * C)]
+        else:
+            stage.append(f"double r_{name}[{C}][Q_1D][2] = {{}};")
+            rows = [f"r_{name}[{row}][k][h]" for row in range(C)]
+        stores.append(lambda row, rows=rows: rows[row])
+        zero += [f"{r} = 0.0;" for r in rows]
         if not field.is_active:
             continue
         address = src.field_params(name, field, writable=True)
+        values = f"v_{name}" if grad else f"r_{name}"
+        if grad:
+            stage.append(f"double v_{name}[{C}][Q_1D][2] = {{}};")
         for c in range(C):
+            if grad:
+                slot = f"buf + {outputs_t} * WARP_BUF"
+                outputs_t += 1
+                level_end.append(
+                    f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, dfrags, c_D, lane, k, "
+                    f"v_{name}[{c}]);"
+                )
+                transposes.append(f"warp_y_mma(dfrags.yt, {slot}, lane, v_{name}[{c}]);")
             pointer, idx, base = address(c, "NUM_NODES")
             epilogue.append(
-                f"warp_interp_t<P_1D, Q_1D>(r_{name}[{c}], frags, c_B0, buf, lane, "
+                f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frags, c_B0, buf, lane, "
                 f"{pointer}, {idx}, {base});"
             )
+    if tiles:  # after every input stage (slot 0 is their scratch)
+        tiles = ["__syncwarp();", *tiles, "__syncwarp();"]
+    if tiles and level_end:  # every lane has read the slots' tile k before it is rewritten
+        level.append("__syncwarp();")
+    if transposes:  # after every level
+        transposes.insert(0, "__syncwarp();")
+    slots = _slots(op)
     body = trace_body(op.qf, lambda k, row: loads[k](row), lambda k, row: stores[k](row))
     if pairs:  # u . Au: the paired inputs' point values times the outputs
         rows = [(i, o, row) for i, o in pairs for row in range(op.output_fields[o].size)]
@@ -175,7 +347,6 @@ def warp_kernel_source(op, shape, dot=False):
     params = ",\n    ".join(
         [
             "const int num_elem",
-            "const double *__restrict__ B0",
             *src.params,
             *(
                 ["double *__restrict__ dot_partial", "const long long *__restrict__ status"]
@@ -184,9 +355,10 @@ def warp_kernel_source(op, shape, dot=False):
             ),
         ]
     )
-    point = "\n          ".join(body)
-    stages = "\n    ".join(prefetch + stage)
-    finish = "\n    ".join(epilogue)
+    point = "\n        ".join(body)
+    stages = "\n    ".join(prefetch + stage + tiles)
+    before, after = "\n      ".join(level), "\n      ".join(level_end)
+    finish = "\n    ".join(transposes + epilogue)
     dot_begin = "if (*status != 0) return;\n  double dot = 0.0;\n  " if dot else ""
     dot_end = (
         "\n  const double block_dot = block_sum(dot, s_buf, threadIdx.x, blockDim.x);"
@@ -194,34 +366,40 @@ def warp_kernel_source(op, shape, dot=False):
         if dot
         else ""
     )
-    defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": WARPS}
-    min_blocks = WARP_SHAPES.get(tuple(shape), MIN_BLOCKS)
+    dfrags = (
+        "const WarpDerivFragments dfrags = warp_deriv_fragments<Q_1D>(c_D, lane);\n  "
+        if "D" in tables
+        else ""
+    )
+    warps = warps_per_block(slots)
+    defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
+    defines["SLOTS"] = slots
+    min_blocks = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
-    tables = _constant_tables({"B0": basis.interp_1d})
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
 #include "warp_element.cuh"
-{tables}
-extern "C" __global__ void __launch_bounds__({32 * WARPS}, {min_blocks}) apply(
+{_constant_tables(tables)}
+extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
     {params}) {{
-  __shared__ double s_buf[ELEMS_PER_BLOCK * WARP_BUF];
+  __shared__ double s_buf[ELEMS_PER_BLOCK * SLOTS * WARP_BUF];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  double *buf = s_buf + warp * WARP_BUF;
-  {dot_begin}const WarpFragments frags = warp_fragments<P_1D, Q_1D>(B0, lane);
-  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + warp; elem < num_elem;
+  double *buf = s_buf + warp * SLOTS * WARP_BUF;  // SLOTS tiles of 8 levels
+  {dot_begin}const WarpFragments frags = warp_fragments<P_1D, Q_1D>(c_B0, lane);
+  {dfrags}for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + warp; elem < num_elem;
        elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {{
     {stages}
 #pragma unroll
     for (int k = 0; k < Q_1D; k++) {{
+      {before}
 #pragma unroll
       for (int h = 0; h < 2; h++) {{
         const int i = 2 * (lane & 3) + h, j = lane >> 2;
         const bool qok = i < Q_1D && j < Q_1D;
         const index_t q = i + Q_1D * (j + Q_1D * k);
-        {{
-          {point}
-        }}
+        {point}
       }}
+      {after}
     }}
     {finish}
   }}{dot_end}
@@ -241,16 +419,16 @@ class WarpFusedOperator(FusedOperator):
     """
 
     def __init__(self, op, shape):
-        basis = _interp_basis(op)
         self._op, self._shape, self._collocated = op, shape, False
-        self._matrices = [basis.backend_data["interp_1d"]]  # B0 (Q_1d, P_1d)
-        self._block = (32 * WARPS, 1, 1)
+        self._matrices = []  # constant tables in the source
+        warps = warps_per_block(_slots(op))
+        self._block = (32 * warps, 1, 1)
         self._tensor_cores = True  # every x and y stage
         self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None
         self._weights = self._weight_tables(op, shape)
-        resident = WARP_SHAPES.get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
-        self.num_blocks = self._grid(op.num_elem, WARPS, resident)
+        resident = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
+        self.num_blocks = self._grid(op.num_elem, warps, resident)
 
     layout = "warp"
 

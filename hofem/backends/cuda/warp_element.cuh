@@ -71,24 +71,33 @@ __device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[
   }
 }
 
+// dst (tiles of this lane's two columns) += A (rows x 8) times the tiles the buffer holds, with
+// A this lane's operand entries a[s]
+template <int N>
+__device__ __forceinline__ void warp_y_mma(const double (&a)[2], const double *buf, int lane,
+                                           double (&dst)[N][2]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int cc = 0; cc < N; cc++) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      mma_m8n8k4(dst[cc][0], dst[cc][1], a[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
+    }
+  }
+}
+
 // The y stage of either direction: the tiles c (this lane's two columns each) go through the
 // buffer, and come back as tile c = A (rows x 8) times the buffered tile c, with A this lane's
-// operand entries a[s] (B for y, B^T for y^T)
-template <int P>
+// operand entries a[s] (B for y, B^T for y^T, D and D^T for the derivatives)
+template <int N>
 __device__ __forceinline__ void warp_y_stage(const double (&a)[2], double *buf, int lane,
-                                             double (&c)[P][2]) {
-  const int g = lane >> 2, t = lane & 3;
+                                             double (&c)[N][2]) {
   __syncwarp();  // the buffer's previous readers are done
   warp_store_tiles(buf, c, lane);
   __syncwarp();
 #pragma unroll
-  for (int cc = 0; cc < P; cc++) {
-    c[cc][0] = c[cc][1] = 0.0;
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-      mma_m8n8k4(c[cc][0], c[cc][1], a[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
-    }
-  }
+  for (int cc = 0; cc < N; cc++) c[cc][0] = c[cc][1] = 0.0;
+  warp_y_mma(a, buf, lane, c);
 }
 
 // out[k][h]: the interpolated values at points (i, j, k) = (2 t + h, g, k) of the element whose
@@ -160,5 +169,94 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const Wa
   for (int row = lane >> 3; row < P * P; row += 4) {
     const int cc = row / P, b = row - cc * P;
     if (a < P) atomicAdd(l + entry(idx, base + a + P * row), buf[(cc * 8 + b) * WARP_PITCH + a]);
+  }
+}
+
+// The collocated derivative D (Q, Q) row-major at the points, as the operands of its stages
+struct WarpDerivFragments {
+  double x[2];   // D[g][2 t + s]: x, B operand (k order permuted, the C layout as A)
+  double y[2];   // D[g][4 s + t]: y, A operand
+  double xt[2];  // D[2 t + s][g]: x^T, B operand (k order permuted)
+  double yt[2];  // D[4 s + t][g]: y^T, A operand
+};
+
+template <int Q>
+__device__ __forceinline__ WarpDerivFragments warp_deriv_fragments(const double *__restrict__ D,
+                                                                   int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  WarpDerivFragments f;
+#pragma unroll
+  for (int s = 0; s < 2; s++) {
+    const bool x = g < Q && 2 * t + s < Q, y = g < Q && 4 * s + t < Q;
+    f.x[s] = x ? D[g * Q + 2 * t + s] : 0.0;
+    f.xt[s] = x ? D[(2 * t + s) * Q + g] : 0.0;
+    f.y[s] = y ? D[g * Q + 4 * s + t] : 0.0;
+    f.yt[s] = y ? D[(4 * s + t) * Q + g] : 0.0;
+  }
+  return f;
+}
+
+// out[d][h]: the reference gradient (d = x, y, z) at this lane's points (i, j, k) = (2 t + h, g,
+// k) of level k, from the values u at the lane's points of every level (warp_interp) and their
+// tile k in the warp's slot (warp_store_tiles): x on the tensor cores with the values as the A
+// operand, y on them with the slot's tile as the B operand, z in registers (Dz a constant
+// copy of D)
+template <int Q>
+__device__ __forceinline__ void warp_grad_level(const double (&u)[Q][2], const double *slot,
+                                                const WarpDerivFragments &fd, const double *Dz,
+                                                int lane, int k, double (&out)[3][2]) {
+  const int g = lane >> 2, t = lane & 3;
+  out[0][0] = out[0][1] = out[1][0] = out[1][1] = 0.0;
+#pragma unroll
+  for (int s = 0; s < 2; s++) {
+    mma_m8n8k4(out[0][0], out[0][1], u[k][s], fd.x[s]);  // (rows j, columns i') = U[k] D^T
+    mma_m8n8k4(out[1][0], out[1][1], fd.y[s], slot[(k * 8 + 4 * s + t) * WARP_PITCH + g]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    double sum = 0.0;
+#pragma unroll
+    for (int kk = 0; kk < Q; kk++) sum = fma(Dz[k * Q + kk], u[kk][h], sum);
+    out[2][h] = sum;
+  }
+}
+
+// The transpose of warp_grad_level: adds level k's test values in[d][h] of the reference
+// gradient to v (this lane's point values of every level) along x and z, and writes the y
+// part's tile k to the slot, for warp_y_mma with D^T once every level is in (the slot's tile k
+// must have been read already)
+template <int Q>
+__device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], double *slot,
+                                                  const WarpDerivFragments &fd, const double *Dz,
+                                                  int lane, int k, double (&v)[Q][2]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int s = 0; s < 2; s++) mma_m8n8k4(v[k][0], v[k][1], in[0][s], fd.xt[s]);  // V_x[k] D
+#pragma unroll
+  for (int kk = 0; kk < Q; kk++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) v[kk][h] = fma(Dz[k * Q + kk], in[2][h], v[kk][h]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) slot[(k * 8 + g) * WARP_PITCH + 2 * t + h] = in[1][h];
+}
+
+// out[r * stride] = sum_a W[r][a] x[entry(idx, base + a)] for the R rows of W (R x N,
+// row-major): a field of N nodes whose basis gives the same values at every point (a
+// cell-constant basis, hofem.cell_center), evaluated once per element; every lane loads the
+// same N entries
+template <int N, int R, typename I>
+__device__ __forceinline__ void warp_cell_values(const double *__restrict__ x,
+                                                 const I *__restrict__ idx, index_t base,
+                                                 const double *W, double *out, int stride) {
+  double nodes[N];
+#pragma unroll
+  for (int a = 0; a < N; a++) nodes[a] = x[entry(idx, base + a)];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    double sum = 0.0;
+#pragma unroll
+    for (int a = 0; a < N; a++) sum = fma(W[r * N + a], nodes[a], sum);
+    out[r * stride] = sum;
   }
 }
