@@ -505,17 +505,19 @@ def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
 
 
 @pytest.mark.parametrize("p", range(1, 7))
-@pytest.mark.parametrize(("geometry", "warp"), [("stored", 0.1), ("on_the_fly", 0.0),
-    ("on_the_fly", 0.1)])  # fmt: skip
-def test_gen_warp_layout_gradients(gen, ref, every_warp_shape, p, geometry, warp):
+@pytest.mark.parametrize(("form", "geometry", "warp"), [("diffusion", "stored", 0.1),
+    ("diffusion", "on_the_fly", 0.0), ("diffusion", "on_the_fly", 0.1),
+    ("mass", "on_the_fly", 0.0), ("mass", "on_the_fly", 0.1)])  # fmt: skip
+def test_gen_warp_layout_gradients(gen, ref, every_warp_shape, p, form, geometry, warp):
     """Diffusion one warp per element, the collocated derivative's x and y stages on the
     tensor cores, against ref: 6 stored values per point read at each point; the Jacobian
     once per element from the vertices of affine cells (cell_center, evaluated per element);
     the order-p coordinates of curved cells (a 3-component gradient on the solution's
-    basis: 4 buffers per warp).  The u . Au variant and a stopped CG's status."""
-    op_gen, _ = box_operator(gen, "diffusion", 3, p, warp=warp, geometry=geometry)
+    basis: 4 buffers per warp).  Mass with the geometry on the fly likewise.  The u . Au
+    variant and a stopped CG's status."""
+    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry)
     assert gen.backend._fused_operator(op_gen).layout == "warp"
-    op_ref, _ = box_operator(ref, "diffusion", 3, p, warp=warp, geometry=geometry)
+    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry)
     u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
     _check_dot(gen, op_gen)

@@ -2,10 +2,10 @@
 
 G, B, the QFunction, B^T and G^T run in one kernel per operator
 (:mod:`hofem.backends.cuda.operator_fuse`): E-vectors and Q-vectors stay in
-registers and shared memory; interpolation-only operators of ``P_1d, Q_1d <= 8`` run one
-warp per element with every x and y stage on the fp64 tensor cores
-(:mod:`hofem.backends.cuda.operator_warp`).  Operators that cannot fuse (non-tensor or mixed
-bases, oriented restrictions, QFunction bodies that cannot be traced) and
+registers and shared memory; 3D operators of ``P_1d, Q_1d <= 8`` run one warp per element
+with every x and y stage (and the collocated derivative's) on the fp64 tensor cores where
+that measured faster (:mod:`hofem.backends.cuda.operator_warp`).  Operators that cannot
+fuse (non-tensor or mixed bases, oriented restrictions, QFunction bodies that cannot be traced) and
 everything else (restrictions, bases, assembly) are inherited from
 ``/gpu/cuda/batched``.
 """

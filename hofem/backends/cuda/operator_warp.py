@@ -1,4 +1,4 @@
-"""gen's fused kernel with one warp per element: interpolation on the fp64 tensor cores.
+"""gen's fused kernel with one warp per element: the contractions on the fp64 tensor cores.
 
 The column-per-thread slab of :mod:`.operator_fuse` reads one shared-memory value per
 multiply-add in its x and y stages, and that pipe bounds it, as it bounds libCEED's
@@ -9,10 +9,23 @@ tiles, the z contractions run in each lane's registers, and the warp's buffer on
 transposes between stages (two round trips per element and direction).  The QFunction body
 is traced and inlined at each lane's ``2 Q_1d`` points, as in the slab kernel.
 
-It applies to 3D operators whose basis fields all interpolate (``EVAL_INTERP``, one
-``P_1d``, ``P_1d, Q_1d <= 8``) or read weights, with ``EVAL_NONE`` inputs (stored q-data)
-beside them and every active output interpolated: BP1 and BP2 and mass-like user
-operators.  :data:`WARP_SHAPES` holds the shapes where it measured faster than the slab.
+Gradients are the values at the points, then the collocated derivative ``D`` (Q_1d, Q_1d)
+along each direction, streamed level by level (``warp_grad_level``): before the points of
+level ``k`` the lanes form its x part on the tensor cores from the values in registers, its
+y part from the values' tile ``k`` in the warp's buffer, and its z part in registers; after
+them the transposes add the test values back (x and z at once, y through the buffer once
+every level is in).  Only the values and the transposed sums stay in registers across
+levels, ``4 Q_1d`` doubles per component, not the ``12 Q_1d`` of whole gradients.  Each
+gradient component in or out holds one buffer (a slot) per warp.
+
+It applies to 3D operators whose basis fields all interpolate or differentiate on one
+basis (``P_1d, Q_1d <= 8``, the collocated ``D`` where there are gradients) or read
+weights, with ``EVAL_NONE`` inputs (stored q-data) and inputs on a cell-constant basis of
+few nodes (:func:`hofem.cell_center`: the Jacobian of affine cells from their vertices,
+evaluated once per element) beside them: BP1 to BP4, with stored q-data or the geometry on
+the fly, and user operators of the same structure.  :data:`WARP_SHAPES`,
+:data:`WARP_GRAD_SHAPES` and :data:`WARP_GRAD_STORED_SHAPES` hold the shapes where it
+measured faster than the slab.
 """
 
 import numpy as np

@@ -1,4 +1,5 @@
-// One warp per element for 3D interpolation, P_1d and Q_1d at most 8 (operator_warp.py).
+// One warp per element for 3D interpolation and gradients, P_1d and Q_1d at most 8
+// (operator_warp.py).
 //
 // Lane l = 4 g + t owns the two z columns (i, j) = (2 t + h, g), h = 0, 1, of the element's
 // 8 x 8 x 8 (padded) points.  The x and y contractions and their transposes are 8x8x4 tiles
@@ -11,6 +12,10 @@
 // order permuted to match).  Outputs are added through the buffer, 8 lanes on one row of
 // nodes, so that each atomic instruction touches few sectors.
 //
+// Gradients: the collocated derivative D (Q x Q) at the points, one level k at a time
+// (warp_grad_level, warp_grad_t_level): x on the tensor cores with the values' C layout as the
+// A operand (as x^T above), y with the values' tile k from a buffer slot as the B operand, z in
+// registers.
 // Included by the generated kernels after basis_tensor.cuh (index_t, entry).
 #pragma once
 
