@@ -357,11 +357,18 @@ def test_gen_vector_and_setup_operators(gen, ref):
 @pytest.mark.parametrize("collocated", [True, False])
 @pytest.mark.parametrize(("dim", "p", "num_comp"), [(1, 9, 1), (2, 3, 3), (3, 1, 1), (3, 6, 1)])
 @pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
-def test_gen_fuses_geometry_on_the_fly(gen, ref, dim, p, num_comp, form, collocated, affine):
+def test_gen_fuses_geometry_on_the_fly(
+    gen, ref, monkeypatch, dim, p, num_comp, form, collocated, affine
+):
     """The vertex coordinates (P_1d = 2) beside the order-p solution fuse into one kernel
     (each thread evaluates them from all nodes; on affine cells once, at the centre, with
-    the solution's collocated derivative kept) and give the stored q-data operator."""
+    the solution's collocated derivative kept) and give the stored q-data operator.  (gen
+    runs some of these one warp per element, test_gen_warp_layout_gradients: the slab is
+    asked for here.)"""
     from hofem import meshes
+    from hofem.backends.cuda import operator_warp as ow
+
+    monkeypatch.setattr(ow, "use_warp_layout", lambda op, shape: False)
 
     mesh = meshes.box(3, dim, distort=0.0 if affine else 0.1)
     gen.backend.collocated = collocated

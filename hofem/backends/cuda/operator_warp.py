@@ -91,8 +91,9 @@ def use_warp_layout(op, shape):
 
     :func:`warp_fusable`; ``shape`` in the table of :func:`warp_shapes` (by gradients and
     stored values read at the points); at most :data:`MAX_POINT_ROWS` values per
-    point of the main basis's inputs and outputs each; a device of compute capability 8.0 or
-    later.
+    point of the main basis's inputs and outputs each; with gradients, the basis's device
+    collocated derivative (``CudaBatchedBackend.collocated``); a device of compute capability
+    8.0 or later.
     """
     if not warp_fusable(op):
         return False
@@ -102,6 +103,8 @@ def use_warp_layout(op, shape):
     rows_out = sum(f.size for f in main if f in op.output_fields)
     if tuple(shape) not in table or max(rows_in, rows_out) > MAX_POINT_ROWS:
         return False
+    if _has_grad(op) and _main_basis(op).backend_data.get("collocated") is None:
+        return False  # the backend's collocated derivative turned off
     return int(cupy.cuda.Device().compute_capability) >= 80
 
 
