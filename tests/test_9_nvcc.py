@@ -88,6 +88,8 @@ def _fused_operators():
         ops += [form(space, geometry="on_the_fly") for form in (hf.mass, hf.diffusion)]
     # ... and the Jacobian once per element from the vertices of affine cells
     ops.append(hf.diffusion(hf.H1Space(ceed, meshes.box(2), 4), geometry="on_the_fly"))
+    # ... and from the order-p coordinates of curved cells (one warp per element: 4 buffers)
+    ops.append(box_operator(ceed, "diffusion", 2, 3, warp=0.1, geometry="on_the_fly")[0])
     return ops
 
 
@@ -111,7 +113,7 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-mma.cu"
                 path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
                 jobs.append(path)
-    assert dots == 15  # the apply operators: 11 scalar and 4 vector ones
+    assert dots == 16  # the apply operators: 12 scalar and 4 vector ones
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
 
     warps = 0
@@ -123,7 +125,7 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path.write_text(warp_kernel_source(op, shape, dot))
                 jobs.append(path)
             warps += 1
-    assert warps == 5  # the scalar and vector mass and Poisson, Poisson on affine cells
+    assert warps == 6  # scalar and vector mass and Poisson, Poisson on the fly (affine, curved)
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

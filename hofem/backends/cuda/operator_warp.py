@@ -55,17 +55,19 @@ __all__ = [
 # the (dim, P_1d, Q_1d) of gen's interpolation-only kernels that run one warp per element, on
 # devices of compute capability 8.0 or later, and the blocks of WARPS warps per SM that
 # __launch_bounds__ asks registers for.  On the H200 (BP1, 1e7 DOFs, alternating;
-# docs/performance.md) p = 3..6 ran 1.21/1.34/1.51/1.28x the slab with these bounds (6: 80
-# registers, 5: 96, 4: 128; the others 0.89-1.46x); p = 2 lost (0.65x: 3 of 8 nodes and 4 of
-# 8 points per tile direction), and p >= 7 needs Q_1d > 8
-WARP_SHAPES = {(3, 4, 5): 6, (3, 5, 6): 6, (3, 6, 7): 5, (3, 7, 8): 4}
+# docs/performance.md, tenth session, the operands in the shared table) p = 3..6 ran
+# 1.22/1.30/1.55/1.27x the slab with these bounds (8: 64 registers, 6: 80, 4: 114; the others
+# 0.67-1.52x); p = 2 lost (0.65x: 3 of 8 nodes and 4 of 8 points per tile direction), and
+# p >= 7 needs Q_1d > 8
+WARP_SHAPES = {(3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
-# geometry on the fly on affine cells p = 4..6 ran 1.23/1.61/1.54x the slab (p = 4 at 96
-# registers, 5 and 6 at 128; p = 2 lost, 0.62x, p = 3 tied)
+# geometry on the fly on affine cells p = 4..6 ran 1.34/1.68/1.63x the slab (p = 4 at 96
+# registers, 5 and 6 at 128); p = 2 lost (0.62x), p = 3 tied (1.03x)
 WARP_GRAD_SHAPES = {(3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
-# p = 5 and 6 ran 1.23/1.15x the slab, p = 2..4 lost (0.58-0.93x at their best budgets)
+# p = 5 and 6 ran 1.35/1.04x the slab (1.23/1.15x in the run before the shared operand
+# table), p = 4 1.07x (0.89x before), p = 2, 3 lost (0.58-0.96x)
 WARP_GRAD_STORED_SHAPES = {(3, 6, 7): 4, (3, 7, 8): 3}
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
@@ -74,9 +76,10 @@ MAX_POINT_ROWS = 3
 # warps (elements) per block, fewer where the warps' buffers would pass BUFFERS_PER_BLOCK
 WARPS = 4
 # the warps' buffers (6 KiB each: 8 tiles of 8 rows of WARP_PITCH doubles) a block holds at
-# most: 48 KiB, the static shared-memory limit.  A warp holds one buffer per gradient
-# component of its inputs or outputs (the slots of warp_grad_level), at least one
-BUFFERS_PER_BLOCK = 8
+# most: 7 and the stages' operand table (3.5 KiB) fit in 48 KiB, the static shared-memory
+# limit.  A warp holds one buffer per gradient component of its inputs or outputs (the slots
+# of warp_grad_level), at least one
+BUFFERS_PER_BLOCK = 7
 # stored (EVAL_NONE) inputs of at most this many values per point are read into registers
 # before the stages (2 Q_1d per value and lane), so that their loads overlap the
 # contractions (1.03-1.09x at p = 3..5); larger ones are read at each point
@@ -293,14 +296,14 @@ def warp_kernel_source(op, shape, dot=False):
             for c in range(C):
                 pointer, idx, base = address(c, "NUM_NODES")
                 stage.append(
-                    f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frags, c_B0, buf, lane, "
+                    f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frag, c_B0, buf, lane, "
                     f"r_{name}[{c}]);"
                 )
                 slot = f"buf + {len(tiles)} * WARP_BUF"
                 tiles.append(f"warp_store_tiles({slot}, r_{name}[{c}], lane);")
                 level.append(f"double g_{name}_{c}[3][2];")
                 level.append(
-                    f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, dfrags, c_D, lane, k, "
+                    f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, frag, c_D, lane, k, "
                     f"g_{name}_{c});"
                 )
             loads.append(lambda row, name=name, C=C: f"g_{name}_{row % C}[{row // C}][h]")
@@ -309,7 +312,7 @@ def warp_kernel_source(op, shape, dot=False):
         for c in range(C):
             pointer, idx, base = address(c, "NUM_NODES")
             stage.append(
-                f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frags, c_B0, buf, lane, "
+                f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frag, c_B0, buf, lane, "
                 f"r_{name}[{c}]);"
             )
         loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
@@ -338,13 +341,13 @@ def warp_kernel_source(op, shape, dot=False):
                 slot = f"buf + {outputs_t} * WARP_BUF"
                 outputs_t += 1
                 level_end.append(
-                    f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, dfrags, c_D, lane, k, "
+                    f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, frag, c_D, lane, k, "
                     f"v_{name}[{c}]);"
                 )
-                transposes.append(f"warp_y_mma(dfrags.yt, {slot}, lane, v_{name}[{c}]);")
+                transposes.append(f"warp_y_mma(frag + WF_DYT * 32, {slot}, lane, v_{name}[{c}]);")
             pointer, idx, base = address(c, "NUM_NODES")
             epilogue.append(
-                f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frags, c_B0, buf, lane, "
+                f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
                 f"{pointer}, {idx}, {base});"
             )
     if tiles:  # after every input stage (slot 0 is their scratch)
@@ -382,11 +385,7 @@ def warp_kernel_source(op, shape, dot=False):
         if dot
         else ""
     )
-    dfrags = (
-        "const WarpDerivFragments dfrags = warp_deriv_fragments<Q_1D>(c_D, lane);\n  "
-        if "D" in tables
-        else ""
-    )
+    D = "c_D" if "D" in tables else "nullptr"
     warps = warps_per_block(slots)
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
     defines["SLOTS"] = slots
@@ -401,8 +400,11 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
   __shared__ double s_buf[ELEMS_PER_BLOCK * SLOTS * WARP_BUF];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double *buf = s_buf + warp * SLOTS * WARP_BUF;  // SLOTS tiles of 8 levels
-  {dot_begin}const WarpFragments frags = warp_fragments<P_1D, Q_1D>(c_B0, lane);
-  {dfrags}for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + warp; elem < num_elem;
+  __shared__ double s_frag[WARP_FRAGS * 32];  // the stages' operands, one column per lane
+  if (warp == 0) warp_fill_fragments<P_1D, Q_1D>(c_B0, {D}, lane, s_frag + lane);
+  __syncthreads();
+  const double *frag = s_frag + lane;
+  {dot_begin}for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + warp; elem < num_elem;
        elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {{
     {stages}
 #pragma unroll

@@ -26,24 +26,35 @@
 #define WARP_PITCH 12
 #define WARP_BUF (64 * WARP_PITCH)
 
-// This lane's entries of B (Q, P) row-major as the operands of the stages
-struct WarpFragments {
-  double b[2];   // B[g][4 s + t]: B as the A operand (y), B^T as the B operand (x)
-  double bt[2];  // B[4 s + t][g]: B^T as the A operand (y^T)
-  double bp[2];  // B[2 t + s][g]: B as the B operand of x^T, k order permuted
-};
+// This lane's operand entries of the stages, in the block's shared table (warp_fill_fragments):
+// entry e of lane l at frag[e * 32] with frag = table + l, read where each stage uses it so
+// that they hold no registers across the element (they are loop-invariant, 14 doubles)
+#define WF_B 0     // B[g][4 s + t]: B (Q, P) as the A operand (y), B^T as the B operand (x)
+#define WF_BT 2    // B[4 s + t][g]: B^T as the A operand (y^T)
+#define WF_BP 4    // B[2 t + s][g]: B as the B operand of x^T, k order permuted
+#define WF_DX 6    // D[g][2 t + s]: D (Q, Q) for x, B operand (k order permuted, C layout as A)
+#define WF_DY 8    // D[g][4 s + t]: y, A operand
+#define WF_DXT 10  // D[2 t + s][g]: x^T, B operand (k order permuted)
+#define WF_DYT 12  // D[4 s + t][g]: y^T, A operand
+#define WARP_FRAGS 14
 
+// Lane `lane`'s entries of B (Q, P) and, where D is not null, of the collocated derivative
+// D (Q, Q), both row-major, written to frag = table + lane
 template <int P, int Q>
-__device__ __forceinline__ WarpFragments warp_fragments(const double *__restrict__ B, int lane) {
+__device__ __forceinline__ void warp_fill_fragments(const double *B, const double *D, int lane,
+                                                    double *frag) {
   const int g = lane >> 2, t = lane & 3;
-  WarpFragments f;
 #pragma unroll
   for (int s = 0; s < 2; s++) {
-    f.b[s] = g < Q && 4 * s + t < P ? B[g * P + 4 * s + t] : 0.0;
-    f.bt[s] = g < P && 4 * s + t < Q ? B[(4 * s + t) * P + g] : 0.0;
-    f.bp[s] = g < P && 2 * t + s < Q ? B[(2 * t + s) * P + g] : 0.0;
+    frag[(WF_B + s) * 32] = g < Q && 4 * s + t < P ? B[g * P + 4 * s + t] : 0.0;
+    frag[(WF_BT + s) * 32] = g < P && 4 * s + t < Q ? B[(4 * s + t) * P + g] : 0.0;
+    frag[(WF_BP + s) * 32] = g < P && 2 * t + s < Q ? B[(2 * t + s) * P + g] : 0.0;
+    const bool x = g < Q && 2 * t + s < Q, y = g < Q && 4 * s + t < Q;
+    frag[(WF_DX + s) * 32] = D && x ? D[g * Q + 2 * t + s] : 0.0;
+    frag[(WF_DXT + s) * 32] = D && x ? D[(2 * t + s) * Q + g] : 0.0;
+    frag[(WF_DY + s) * 32] = D && y ? D[g * Q + 4 * s + t] : 0.0;
+    frag[(WF_DYT + s) * 32] = D && y ? D[(4 * s + t) * Q + g] : 0.0;
   }
-  return f;
 }
 
 // out[k][h]: a stored field's value at this lane's points (i, j, k) = (2 t + h, g, k), point
@@ -77,25 +88,25 @@ __device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[
 }
 
 // dst (tiles of this lane's two columns) += A (rows x 8) times the tiles the buffer holds, with
-// A this lane's operand entries a[s]
+// A this lane's operand entries a[0], a[32] (a fragment of the shared table)
 template <int N>
-__device__ __forceinline__ void warp_y_mma(const double (&a)[2], const double *buf, int lane,
+__device__ __forceinline__ void warp_y_mma(const double *a, const double *buf, int lane,
                                            double (&dst)[N][2]) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int cc = 0; cc < N; cc++) {
 #pragma unroll
     for (int s = 0; s < 2; s++) {
-      mma_m8n8k4(dst[cc][0], dst[cc][1], a[s], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
+      mma_m8n8k4(dst[cc][0], dst[cc][1], a[s * 32], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
     }
   }
 }
 
 // The y stage of either direction: the tiles c (this lane's two columns each) go through the
 // buffer, and come back as tile c = A (rows x 8) times the buffered tile c, with A this lane's
-// operand entries a[s] (B for y, B^T for y^T, D and D^T for the derivatives)
+// operand entries a[0], a[32] (B for y, B^T for y^T)
 template <int N>
-__device__ __forceinline__ void warp_y_stage(const double (&a)[2], double *buf, int lane,
+__device__ __forceinline__ void warp_y_stage(const double *a, double *buf, int lane,
                                              double (&c)[N][2]) {
   __syncwarp();  // the buffer's previous readers are done
   warp_store_tiles(buf, c, lane);
@@ -109,7 +120,7 @@ __device__ __forceinline__ void warp_y_stage(const double (&a)[2], double *buf, 
 // node (a, b, c) is l[entry(idx, base + a + P (b + P c))]; zero at padded points
 template <int P, int Q, typename I>
 __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const I *__restrict__ idx,
-                                            index_t base, const WarpFragments &f, const double *Bz,
+                                            index_t base, const double *frag, const double *Bz,
                                             double *buf, int lane, double (&out)[Q][2]) {
   const int g = lane >> 2, t = lane & 3;
   double c[P][2];
@@ -121,10 +132,10 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
     for (int s = 0; s < 2; s++) {
       const int a = 4 * s + t;
       const double x = a < P && g < P ? l[entry(idx, base + a + P * (g + P * cc))] : 0.0;
-      mma_m8n8k4(c[cc][0], c[cc][1], x, f.b[s]);
+      mma_m8n8k4(c[cc][0], c[cc][1], x, frag[(WF_B + s) * 32]);
     }
   }
-  warp_y_stage(f.b, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
+  warp_y_stage(frag + WF_B * 32, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
   // z, in this lane's two columns
 #pragma unroll
   for (int k = 0; k < Q; k++) {
@@ -141,7 +152,7 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
 // The transpose: l[entry(idx, base + node)] += the element's nodal values of the point values
 // in[k][h] (this lane's columns; zero at padded points)
 template <int P, int Q, typename I>
-__device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const WarpFragments &f,
+__device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const double *frag,
                                               const double *Bz, double *buf, int lane,
                                               double *l, const I *__restrict__ idx,
                                               index_t base) {
@@ -157,14 +168,14 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const Wa
       c[cc][h] = sum;
     }
   }
-  warp_y_stage(f.bt, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
+  warp_y_stage(frag + WF_BT * 32, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
   // x^T: tile c (rows b, columns a) = W[c] (b x i) B (i x a), the accumulators as the A operand
   double d[P][2];
 #pragma unroll
   for (int cc = 0; cc < P; cc++) {
     d[cc][0] = d[cc][1] = 0.0;
 #pragma unroll
-    for (int s = 0; s < 2; s++) mma_m8n8k4(d[cc][0], d[cc][1], c[cc][s], f.bp[s]);
+    for (int s = 0; s < 2; s++) mma_m8n8k4(d[cc][0], d[cc][1], c[cc][s], frag[(WF_BP + s) * 32]);
   }
   __syncwarp();
   warp_store_tiles(buf, d, lane);
@@ -177,30 +188,6 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const Wa
   }
 }
 
-// The collocated derivative D (Q, Q) row-major at the points, as the operands of its stages
-struct WarpDerivFragments {
-  double x[2];   // D[g][2 t + s]: x, B operand (k order permuted, the C layout as A)
-  double y[2];   // D[g][4 s + t]: y, A operand
-  double xt[2];  // D[2 t + s][g]: x^T, B operand (k order permuted)
-  double yt[2];  // D[4 s + t][g]: y^T, A operand
-};
-
-template <int Q>
-__device__ __forceinline__ WarpDerivFragments warp_deriv_fragments(const double *__restrict__ D,
-                                                                   int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  WarpDerivFragments f;
-#pragma unroll
-  for (int s = 0; s < 2; s++) {
-    const bool x = g < Q && 2 * t + s < Q, y = g < Q && 4 * s + t < Q;
-    f.x[s] = x ? D[g * Q + 2 * t + s] : 0.0;
-    f.xt[s] = x ? D[(2 * t + s) * Q + g] : 0.0;
-    f.y[s] = y ? D[g * Q + 4 * s + t] : 0.0;
-    f.yt[s] = y ? D[(4 * s + t) * Q + g] : 0.0;
-  }
-  return f;
-}
-
 // out[d][h]: the reference gradient (d = x, y, z) at this lane's points (i, j, k) = (2 t + h, g,
 // k) of level k, from the values u at the lane's points of every level (warp_interp) and their
 // tile k in the warp's slot (warp_store_tiles): x on the tensor cores with the values as the A
@@ -208,14 +195,16 @@ __device__ __forceinline__ WarpDerivFragments warp_deriv_fragments(const double 
 // copy of D)
 template <int Q>
 __device__ __forceinline__ void warp_grad_level(const double (&u)[Q][2], const double *slot,
-                                                const WarpDerivFragments &fd, const double *Dz,
+                                                const double *frag, const double *Dz,
                                                 int lane, int k, double (&out)[3][2]) {
   const int g = lane >> 2, t = lane & 3;
   out[0][0] = out[0][1] = out[1][0] = out[1][1] = 0.0;
 #pragma unroll
   for (int s = 0; s < 2; s++) {
-    mma_m8n8k4(out[0][0], out[0][1], u[k][s], fd.x[s]);  // (rows j, columns i') = U[k] D^T
-    mma_m8n8k4(out[1][0], out[1][1], fd.y[s], slot[(k * 8 + 4 * s + t) * WARP_PITCH + g]);
+    // x: (rows j, columns i') = U[k] D^T; y: (rows j', columns i) = D U[k]
+    mma_m8n8k4(out[0][0], out[0][1], u[k][s], frag[(WF_DX + s) * 32]);
+    mma_m8n8k4(out[1][0], out[1][1], frag[(WF_DY + s) * 32],
+               slot[(k * 8 + 4 * s + t) * WARP_PITCH + g]);
   }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -232,11 +221,11 @@ __device__ __forceinline__ void warp_grad_level(const double (&u)[Q][2], const d
 // must have been read already)
 template <int Q>
 __device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], double *slot,
-                                                  const WarpDerivFragments &fd, const double *Dz,
+                                                  const double *frag, const double *Dz,
                                                   int lane, int k, double (&v)[Q][2]) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int s = 0; s < 2; s++) mma_m8n8k4(v[k][0], v[k][1], in[0][s], fd.xt[s]);  // V_x[k] D
+  for (int s = 0; s < 2; s++) mma_m8n8k4(v[k][0], v[k][1], in[0][s], frag[(WF_DXT + s) * 32]);
 #pragma unroll
   for (int kk = 0; kk < Q; kk++) {
 #pragma unroll
