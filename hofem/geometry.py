@@ -28,7 +28,10 @@ the flops the backend executes in the time it reads one byte
 (:data:`MACHINE_BALANCE`, by resolved resource: the backends that recompute the
 geometry inside their operator kernels; ``/gpu/cuda/gen``'s is 0, it measured
 no faster on the fly in any case, its kernels are not bound by the q-data
-bytes).  Backends that are not in the table (``/cpu/self/ref``,
+bytes).  Where a backend's kernel layout rather than its bytes decides, :data:`ON_THE_FLY_SHAPES`
+comes first: ``/gpu/cuda/gen`` recomputes the Jacobian of affine cells at the solution
+shapes where it runs BP3 one warp per element on the tensor cores, whatever its balance.
+Backends that are not in the table (``/cpu/self/ref``,
 ``/gpu/cuda/ref``, ``/gpu/cuda/batched``) form the coordinate gradient as a
 Q-vector in memory (``dim^2`` values per point, more than the ``size``
 stored ones), so on the fly never saves bytes there: ``auto`` keeps stored
@@ -39,6 +42,7 @@ __all__ = [
     "AFFINE_POINT_FLOPS",
     "GEOMETRY_MODES",
     "MACHINE_BALANCE",
+    "ON_THE_FLY_SHAPES",
     "POINT_FLOPS",
     "check_geometry",
     "choose_geometry",
@@ -70,6 +74,15 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 #   q-data bytes, and the recomputed geometry costs registers (BP3 p = 6: 246 against 180
 #   per thread; 168, capped, on affine cells).  On the fly saves the q-data memory.
 MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
+# Solution shapes (dim, P_1d, Q_1d) where "auto" recomputes the Jacobian of affine cells
+# (cell-constant coordinates, hofem.cell_center) whatever the balance, by resolved resource and
+# form: where the kernel's layout, not its bytes, makes on the fly the faster choice.
+# /gpu/cuda/gen runs the Poisson operator one warp per element on the tensor cores at these
+# shapes with the geometry on the fly (operator_warp.WARP_GRAD_SHAPES), and there on the fly
+# ran 1.18/1.27/1.59x of stored at p = 4/5/6 (H200, compare-gpu, 1e7 DOFs, tenth session;
+# docs/performance.md); below them the slab runs and on the fly ran 0.80-0.91x of stored,
+# and BP1 on the fly stays slower (0.67-0.97x) in either layout
+ON_THE_FLY_SHAPES = {"/gpu/cuda/gen": {"diffusion": {(3, 5, 6), (3, 6, 7), (3, 7, 8)}}}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
 # ... on affine cells, where the Jacobian's functions are the element's (hoisted out of the
@@ -119,12 +132,16 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     Returns
     -------
     dict
-        ``saved_bytes``, ``added_bytes``, ``added_flops`` (floats, per element).
+        ``saved_bytes``, ``added_bytes``, ``added_flops`` (floats, per element); ``form``;
+        ``shape``, the solution basis's ``(dim, P_1d, Q_1d)`` (None if not a tensor
+        basis); ``cell_constant``, whether the coordinates are evaluated once per element.
     """
     geo = basis if coordinates is None else coordinates
     dim, P, Q = basis.dim, geo.num_nodes, basis.num_qpts
+    shape = (dim, basis.P_1d, basis.Q_1d) if basis.is_tensor else None
+    layout = {"form": form, "shape": shape, "cell_constant": geo.is_cell_constant}
     if geo.is_cell_constant:  # once per element
-        return {
+        return layout | {
             "saved_bytes": 8.0 * qdata_size * Q,
             "added_bytes": dim * (8.0 * (geo.P_1d - 1) ** dim + 4.0 * P),
             "added_flops": float(2 * dim * dim * P + AFFINE_POINT_FLOPS[form][dim] * Q),
@@ -135,7 +152,7 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     else:
         flops = 2 * dim * dim * P * Q
         unique_nodes = P / 6  # tets share each vertex among many elements
-    return {
+    return layout | {
         "saved_bytes": 8.0 * qdata_size * Q,
         "added_bytes": dim * (8.0 * unique_nodes + 4.0 * P),
         "added_flops": float(flops + POINT_FLOPS[form][dim] * Q),
@@ -152,10 +169,20 @@ def choose_geometry(geometry, resource, costs):
         The backend's resolved resource (``ceed.resource``).
     costs : dict
         From :func:`geometry_costs`.
+
+    Returns
+    -------
+    {"stored", "on_the_fly"}
+        ``geometry`` unless ``"auto"``; then ``"on_the_fly"`` for cell-constant coordinates
+        at a shape of :data:`ON_THE_FLY_SHAPES`, else by the balance of
+        :data:`MACHINE_BALANCE`.
     """
     check_geometry(geometry)
     if geometry != "auto":
         return geometry
+    shapes = ON_THE_FLY_SHAPES.get(resource, {}).get(costs["form"], ())
+    if costs["cell_constant"] and costs["shape"] in shapes:
+        return "on_the_fly"
     balance = MACHINE_BALANCE.get(resource, 0.0)
     saved = costs["saved_bytes"] - costs["added_bytes"]
     return "on_the_fly" if costs["added_flops"] < balance * saved else "stored"
