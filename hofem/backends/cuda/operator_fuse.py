@@ -269,21 +269,29 @@ class _Source:
     def field_params(self, name, field, writable):
         """Declare a field's vector, offsets and component stride.
 
-        Returns ``address(c, per_elem)``: the C++ ``(pointer, idx, base)`` of component
-        ``c`` of an element, whose entry ``j`` (of ``per_elem``) is
-        ``pointer[idx[base + j]]``, or ``pointer[base + j]`` for the identity layout
-        (``idx`` null). The offsets are component 0's, so other components add
-        ``c * stride`` to the pointer.
+        Returns ``address(c, per_elem, elem="elem")``: the C++ ``(pointer, idx, base)`` of
+        component ``c`` of element ``elem`` (a C++ expression), whose entry ``j`` (of
+        ``per_elem``) is ``pointer[idx[base + j]]``, or ``pointer[base + j]`` for the
+        identity layout (``idx`` null). The offsets are component 0's, so other components
+        add ``c * stride`` to the pointer.
         """
         # outputs may alias each other (several active outputs add to one v): no restrict
         self.param(f"double *{name}" if writable else f"const double *__restrict__ {name}")
         index_t = _index_type(field)
         if index_t is None:
             C = field.restriction.num_comp
-            return lambda c, n: (name, "((const int *)nullptr)", f"(elem * {C} + {c}) * {n}")
+
+            def identity(c, n, elem="elem"):
+                return name, "((const int *)nullptr)", f"({elem} * {C} + {c}) * {n}"
+
+            return identity
         self.param(f"const {index_t} *__restrict__ {name}_idx")
         self.param(f"const index_t {name}_stride")
-        return lambda c, n: (f"{name} + {c} * {name}_stride", f"{name}_idx", f"elem * {n}")
+
+        def offsets(c, n, elem="elem"):
+            return f"{name} + {c} * {name}_stride", f"{name}_idx", f"{elem} * {n}"
+
+        return offsets
 
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at point ``q``."""

@@ -55,20 +55,19 @@ __all__ = [
 # the (dim, P_1d, Q_1d) of gen's interpolation-only kernels that run one warp per element, on
 # devices of compute capability 8.0 or later, and the blocks of WARPS warps per SM that
 # __launch_bounds__ asks registers for.  On the H200 (BP1, 1e7 DOFs, alternating;
-# docs/performance.md, tenth session, the operands in the shared table) p = 3..6 ran
-# 1.22/1.30/1.55/1.27x the slab with these bounds (8: 64 registers, 6: 80, 4: 114; the others
-# 0.67-1.52x); p = 2 lost (0.65x: 3 of 8 nodes and 4 of 8 points per tile direction), and
-# p >= 7 needs Q_1d > 8
-WARP_SHAPES = {(3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
+# docs/performance.md, tenth session, the operands in the shared table) p = 2..6 ran
+# 1.27/1.22/1.30/1.55/1.27x the slab with these bounds (8: 64 registers, 6: 80, 4: 114; the
+# others 0.67-1.52x; p = 2 four elements per warp, warp_side); p >= 7 needs Q_1d > 8
+WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
-# geometry on the fly on affine cells p = 4..6 ran 1.34/1.68/1.63x the slab (p = 4 at 96
-# registers, 5 and 6 at 128); p = 2 lost (0.62x), p = 3 tied (1.03x)
-WARP_GRAD_SHAPES = {(3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
+# geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
+# at 80 registers, 4 at 96, 5 and 6 at 128); p = 3 tied (1.02x)
+WARP_GRAD_SHAPES = {(3, 3, 4): 6, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
-# p = 5 and 6 ran 1.35/1.04x the slab (1.23/1.15x in the run before the shared operand
-# table), p = 4 1.07x (0.89x before), p = 2, 3 lost (0.58-0.96x)
-WARP_GRAD_STORED_SHAPES = {(3, 6, 7): 4, (3, 7, 8): 3}
+# p = 2, 5 and 6 ran 1.28/1.35/1.04x the slab (5, 6: 1.23/1.15x in the run before the shared
+# operand table), p = 4 1.07x (0.89x before), p = 3 lost (0.82-0.96x)
+WARP_GRAD_STORED_SHAPES = {(3, 3, 4): 5, (3, 6, 7): 4, (3, 7, 8): 3}
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
 # same out; more spill (the vector Poisson, curved geometry on the fly)
@@ -201,6 +200,20 @@ def warp_fusable(op):
     return not _has_grad(op) or collocated_grad(first.interp_1d, first.grad_1d) is not None
 
 
+def warp_side(shape):
+    """The side of one element's block in the 8x8 tiles for ``shape`` ``(3, P_1d, Q_1d)``: 4
+    (four elements per warp, block-diagonal operands) where ``P_1d, Q_1d <= 4``, else 8."""
+    return 4 if max(shape[1:]) <= 4 else 8
+
+
+def _group(address, c):
+    """C++ arguments ``pointer, idx, base, estride, nvalid`` of component ``c`` of the warp's
+    elements: element ``elem``'s base and the step from one element's to the next's."""
+    pointer, idx, base = address(c, "NUM_NODES")
+    after = address(c, "NUM_NODES", "(elem + 1)")[2]
+    return f"{pointer}, {idx}, {base}, ({after}) - ({base}), nvalid"
+
+
 def _cell_table(field):
     """The rows (interp: 1, grad: 3) by the ``P_1d^3`` nodes of a cell-constant basis's values
     at its points, row-major ``(rows, P_1d^3)``."""
@@ -263,16 +276,17 @@ def warp_kernel_source(op, shape, dot=False):
         if field.eval_mode is EVAL_NONE and field.size <= PREFETCH_SIZE:
             prefetch.append(f"double r_{name}[{field.size}][Q_1D][2];")
             for row in range(field.size):
-                pointer, idx, base = address(row, "NUM_QPTS")
+                pointer, idx, base = address(row, "NUM_QPTS", "pelem")
                 prefetch.append(
-                    f"warp_load_points<Q_1D>({pointer}, {idx}, {base}, lane, r_{name}[{row}]);"
+                    f"warp_load_points<Q_1D>({pointer}, {idx}, {base}, lane_ok, lane, "
+                    f"r_{name}[{row}]);"
                 )
             loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
             continue
         if field.eval_mode is EVAL_NONE:
 
             def load(row, address=address):
-                pointer, idx, base = address(row, "NUM_QPTS")
+                pointer, idx, base = address(row, "NUM_QPTS", "pelem")
                 return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
 
             loads.append(load)
@@ -284,7 +298,7 @@ def warp_kernel_source(op, shape, dot=False):
             nodes = field.basis.num_nodes
             prefetch.append(f"double r_{name}[{field.size}];")
             for c in range(C):
-                pointer, idx, base = address(c, nodes)
+                pointer, idx, base = address(c, nodes, "pelem")
                 prefetch.append(
                     f"warp_cell_values<{nodes}, {len(table)}>({pointer}, {idx}, {base}, "
                     f"c_W{k}, r_{name} + {c}, {C});"
@@ -294,9 +308,8 @@ def warp_kernel_source(op, shape, dot=False):
         if field.eval_mode is EVAL_GRAD:  # the values, their tiles in slots; row d C + c
             stage.append(f"double r_{name}[{C}][Q_1D][2];")
             for c in range(C):
-                pointer, idx, base = address(c, "NUM_NODES")
                 stage.append(
-                    f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frag, c_B0, buf, lane, "
+                    f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, "
                     f"r_{name}[{c}]);"
                 )
                 slot = f"buf + {len(tiles)} * WARP_BUF"
@@ -310,9 +323,8 @@ def warp_kernel_source(op, shape, dot=False):
             continue
         stage.append(f"double r_{name}[{C}][Q_1D][2];")
         for c in range(C):
-            pointer, idx, base = address(c, "NUM_NODES")
             stage.append(
-                f"warp_interp<P_1D, Q_1D>({pointer}, {idx}, {base}, frag, c_B0, buf, lane, "
+                f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, "
                 f"r_{name}[{c}]);"
             )
         loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
@@ -345,10 +357,9 @@ def warp_kernel_source(op, shape, dot=False):
                     f"v_{name}[{c}]);"
                 )
                 transposes.append(f"warp_y_mma(frag + WF_DYT * 32, {slot}, lane, v_{name}[{c}]);")
-            pointer, idx, base = address(c, "NUM_NODES")
             epilogue.append(
                 f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
-                f"{pointer}, {idx}, {base});"
+                f"{_group(address, c)});"
             )
     if tiles:  # after every input stage (slot 0 is their scratch)
         tiles = ["__syncwarp();", *tiles, "__syncwarp();"]
@@ -389,6 +400,7 @@ def warp_kernel_source(op, shape, dot=False):
     warps = warps_per_block(slots)
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
     defines["SLOTS"] = slots
+    defines["WARP_SIDE"] = warp_side(shape)
     min_blocks = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     return f"""{head}#include "basis_tensor.cuh"
@@ -404,16 +416,21 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
   if (warp == 0) warp_fill_fragments<P_1D, Q_1D>(c_B0, {D}, lane, s_frag + lane);
   __syncthreads();
   const double *frag = s_frag + lane;
-  {dot_begin}for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + warp; elem < num_elem;
-       elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {{
+  // this lane's points belong to element pe of the warp's WARP_ELEMS
+  const int pe = warp_elem(lane >> 2, 2 * (lane & 3));
+  {dot_begin}for (index_t elem = ((index_t)blockIdx.x * ELEMS_PER_BLOCK + warp) * WARP_ELEMS;
+       elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {{
+    const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
+    const bool lane_ok = pe < nvalid;
+    const index_t pelem = lane_ok ? elem + pe : elem;  // this lane's element (or a valid one)
     {stages}
 #pragma unroll
     for (int k = 0; k < Q_1D; k++) {{
       {before}
 #pragma unroll
       for (int h = 0; h < 2; h++) {{
-        const int i = 2 * (lane & 3) + h, j = lane >> 2;
-        const bool qok = i < Q_1D && j < Q_1D;
+        const int i = (2 * (lane & 3) + h) % WARP_SIDE, j = (lane >> 2) % WARP_SIDE;
+        const bool qok = lane_ok && i < Q_1D && j < Q_1D;
         const index_t q = i + Q_1D * (j + Q_1D * k);
         {point}
       }}
@@ -446,7 +463,8 @@ class WarpFusedOperator(FusedOperator):
         self._dot_kernel = None
         self._weights = self._weight_tables(op, shape)
         resident = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
-        self.num_blocks = self._grid(op.num_elem, warps, resident)
+        elems = warps * (8 // warp_side(shape)) ** 2  # a block's elements
+        self.num_blocks = self._grid(op.num_elem, elems, resident)
 
     layout = "warp"
 

@@ -16,6 +16,12 @@
 // (warp_grad_level, warp_grad_t_level): x on the tensor cores with the values' C layout as the
 // A operand (as x^T above), y with the values' tile k from a buffer slot as the B operand, z in
 // registers.
+//
+// Small elements (P_1d, Q_1d <= 4): WARP_SIDE 4, and a warp applies WARP_ELEMS = 4 elements at
+// once.  Tile row r and column c are element (r / 4) 2 + c / 4's row r % 4 and column c % 4,
+// and the operands of the 1D matrices are block-diagonal (warp_block), so that each 8x8 tile
+// holds four elements' 4x4 slices and no product mixes two elements.
+//
 // Included by the generated kernels after basis_tensor.cuh (index_t, entry).
 #pragma once
 
@@ -25,6 +31,26 @@
 // 4 s + t, column g) fall in distinct banks
 #define WARP_PITCH 12
 #define WARP_BUF (64 * WARP_PITCH)
+// the side of one element's block in a tile (8, or 4 for elements of P_1d, Q_1d <= 4), the
+// elements per tile side and per warp
+#ifndef WARP_SIDE
+#define WARP_SIDE 8
+#endif
+#define WARP_E1 (8 / WARP_SIDE)
+#define WARP_ELEMS (WARP_E1 * WARP_E1)
+
+// The element (of the warp's WARP_ELEMS) that tile row r and column c belong to
+__device__ __forceinline__ int warp_elem(int r, int c) {
+  return (r / WARP_SIDE) * WARP_E1 + c / WARP_SIDE;
+}
+
+// The block-diagonal operand entry at tile position (r, c) of a matrix M (R x C, row-major):
+// M[r % WARP_SIDE][c % WARP_SIDE] where r and c are in one element's block, else zero
+template <int R, int C>
+__device__ __forceinline__ double warp_block(const double *M, int r, int c) {
+  const int rr = r % WARP_SIDE, cc = c % WARP_SIDE;
+  return r / WARP_SIDE == c / WARP_SIDE && rr < R && cc < C ? M[rr * C + cc] : 0.0;
+}
 
 // This lane's operand entries of the stages, in the block's shared table (warp_fill_fragments):
 // entry e of lane l at frag[e * 32] with frag = table + l, read where each stage uses it so
@@ -46,31 +72,32 @@ __device__ __forceinline__ void warp_fill_fragments(const double *B, const doubl
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int s = 0; s < 2; s++) {
-    frag[(WF_B + s) * 32] = g < Q && 4 * s + t < P ? B[g * P + 4 * s + t] : 0.0;
-    frag[(WF_BT + s) * 32] = g < P && 4 * s + t < Q ? B[(4 * s + t) * P + g] : 0.0;
-    frag[(WF_BP + s) * 32] = g < P && 2 * t + s < Q ? B[(2 * t + s) * P + g] : 0.0;
-    const bool x = g < Q && 2 * t + s < Q, y = g < Q && 4 * s + t < Q;
-    frag[(WF_DX + s) * 32] = D && x ? D[g * Q + 2 * t + s] : 0.0;
-    frag[(WF_DXT + s) * 32] = D && x ? D[(2 * t + s) * Q + g] : 0.0;
-    frag[(WF_DY + s) * 32] = D && y ? D[g * Q + 4 * s + t] : 0.0;
-    frag[(WF_DYT + s) * 32] = D && y ? D[(4 * s + t) * Q + g] : 0.0;
+    const int y = 4 * s + t, x = 2 * t + s;  // the k index of the y and x^T operands
+    frag[(WF_B + s) * 32] = warp_block<Q, P>(B, g, y);
+    frag[(WF_BT + s) * 32] = warp_block<Q, P>(B, y, g);
+    frag[(WF_BP + s) * 32] = warp_block<Q, P>(B, x, g);
+    frag[(WF_DX + s) * 32] = D ? warp_block<Q, Q>(D, g, x) : 0.0;
+    frag[(WF_DXT + s) * 32] = D ? warp_block<Q, Q>(D, x, g) : 0.0;
+    frag[(WF_DY + s) * 32] = D ? warp_block<Q, Q>(D, g, y) : 0.0;
+    frag[(WF_DYT + s) * 32] = D ? warp_block<Q, Q>(D, y, g) : 0.0;
   }
 }
 
-// out[k][h]: a stored field's value at this lane's points (i, j, k) = (2 t + h, g, k), point
-// i + Q (j + Q k) of the element at x[entry(idx, base + point)]; zero at padded points.  Read
+// out[k][h]: a stored field's value at this lane's points (i, j, k) = ((2 t + h) % WARP_SIDE,
+// g % WARP_SIDE, k), point i + Q (j + Q k) of the lane's element at x[entry(idx, base +
+// point)]; zero at padded points and where the lane's element is past the last (!ok).  Read
 // before the stages, so that the loads overlap them.
 template <int Q, typename I>
 __device__ __forceinline__ void warp_load_points(const double *__restrict__ x,
                                                  const I *__restrict__ idx, index_t base,
-                                                 int lane, double (&out)[Q][2]) {
-  const int g = lane >> 2, t = lane & 3;
+                                                 bool ok, int lane, double (&out)[Q][2]) {
+  const int j = (lane >> 2) % WARP_SIDE, t = lane & 3;
 #pragma unroll
   for (int k = 0; k < Q; k++) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int i = 2 * t + h;
-      out[k][h] = i < Q && g < Q ? x[entry(idx, base + i + Q * (g + Q * k))] : 0.0;
+      const int i = (2 * t + h) % WARP_SIDE;
+      out[k][h] = ok && i < Q && j < Q ? x[entry(idx, base + i + Q * (j + Q * k))] : 0.0;
     }
   }
 }
@@ -116,13 +143,15 @@ __device__ __forceinline__ void warp_y_stage(const double *a, double *buf, int l
   warp_y_mma(a, buf, lane, c);
 }
 
-// out[k][h]: the interpolated values at points (i, j, k) = (2 t + h, g, k) of the element whose
-// node (a, b, c) is l[entry(idx, base + a + P (b + P c))]; zero at padded points
+// out[k][h]: the interpolated values at this lane's points (the C layout's (row g, column
+// 2 t + h) of level k) of the warp's elements, element e's node (a, b, c) at
+// l[entry(idx, base + e estride + a + P (b + P c))] for e < nvalid; zero at padded points
 template <int P, int Q, typename I>
 __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const I *__restrict__ idx,
-                                            index_t base, const double *frag, const double *Bz,
-                                            double *buf, int lane, double (&out)[Q][2]) {
-  const int g = lane >> 2, t = lane & 3;
+                                            index_t base, index_t estride, int nvalid,
+                                            const double *frag, const double *Bz, double *buf,
+                                            int lane, double (&out)[Q][2]) {
+  const int g = lane >> 2, t = lane & 3, b = g % WARP_SIDE;
   double c[P][2];
   // x: tile c (rows b, columns i) = U[c] (b x a) B^T (a x i), U gathered as the A operand
 #pragma unroll
@@ -130,8 +159,9 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
     c[cc][0] = c[cc][1] = 0.0;
 #pragma unroll
     for (int s = 0; s < 2; s++) {
-      const int a = 4 * s + t;
-      const double x = a < P && g < P ? l[entry(idx, base + a + P * (g + P * cc))] : 0.0;
+      const int a = (4 * s + t) % WARP_SIDE, e = warp_elem(g, 4 * s + t);
+      const index_t node = base + e * estride + a + P * (b + P * cc);
+      const double x = a < P && b < P && e < nvalid ? l[entry(idx, node)] : 0.0;
       mma_m8n8k4(c[cc][0], c[cc][1], x, frag[(WF_B + s) * 32]);
     }
   }
@@ -149,13 +179,13 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
   }
 }
 
-// The transpose: l[entry(idx, base + node)] += the element's nodal values of the point values
-// in[k][h] (this lane's columns; zero at padded points)
+// The transpose: l[entry(idx, base + e estride + node)] += element e's nodal values of the
+// point values in[k][h] (this lane's columns; zero at padded points), for e < nvalid
 template <int P, int Q, typename I>
 __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const double *frag,
                                               const double *Bz, double *buf, int lane,
                                               double *l, const I *__restrict__ idx,
-                                              index_t base) {
+                                              index_t base, index_t estride, int nvalid) {
   double c[P][2];
   // z^T, in this lane's two columns
 #pragma unroll
@@ -180,11 +210,16 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const do
   __syncwarp();
   warp_store_tiles(buf, d, lane);
   __syncwarp();
-  // 8 lanes per row (c, b) of nodes, 4 rows at a time
-  const int a = lane & 7;
-  for (int row = lane >> 3; row < P * P; row += 4) {
-    const int cc = row / P, b = row - cc * P;
-    if (a < P) atomicAdd(l + entry(idx, base + a + P * row), buf[(cc * 8 + b) * WARP_PITCH + a]);
+  // 8 lanes per tile row (c, r) of nodes, 4 rows at a time (WARP_SIDE 8: the P rows that hold
+  // nodes; 4: all 8, two elements' rows b)
+  constexpr int R = WARP_SIDE == 8 ? P : 8;
+  const int col = lane & 7, a = col % WARP_SIDE;
+  for (int row = lane >> 3; row < P * R; row += 4) {
+    const int cc = row / R, r = row - cc * R, b = r % WARP_SIDE, e = warp_elem(r, col);
+    if (a < P && b < P && e < nvalid) {
+      const index_t node = base + e * estride + a + P * (b + P * cc);
+      atomicAdd(l + entry(idx, node), buf[(cc * 8 + r) * WARP_PITCH + col]);
+    }
   }
 }
 
