@@ -273,7 +273,7 @@ def test_gen_constant_matrices_keep_results(gen, p, geometry):
     from hofem.backends.cuda import operator_fuse as of
 
     op, _ = box_operator(gen, "diffusion", 3, p, 3, warp=0.1, geometry=geometry)
-    fused = gen.backend._fused_operator(op)
+    fused = of.FusedOperator(op, gen.backend._fused_operator(op)._shape)  # the slab kernel
     t_1d = max(fused._shape[1:])
     u = cupy.random.default_rng(p).standard_normal(op.shape[1])
     outputs = []

@@ -421,7 +421,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
   {dot_begin}for (index_t elem = ((index_t)blockIdx.x * ELEMS_PER_BLOCK + warp) * WARP_ELEMS;
        elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {{
     const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
-    const bool lane_ok = pe < nvalid;
+    const bool lane_ok = warp_valid(pe, nvalid);
     const index_t pelem = lane_ok ? elem + pe : elem;  // this lane's element (or a valid one)
     {stages}
 #pragma unroll
@@ -429,7 +429,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
       {before}
 #pragma unroll
       for (int h = 0; h < 2; h++) {{
-        const int i = (2 * (lane & 3) + h) % WARP_SIDE, j = (lane >> 2) % WARP_SIDE;
+        const int i = warp_local(2 * (lane & 3) + h), j = warp_local(lane >> 2);
         const bool qok = lane_ok && i < Q_1D && j < Q_1D;
         const index_t q = i + Q_1D * (j + Q_1D * k);
         {point}

@@ -39,17 +39,26 @@
 #define WARP_E1 (8 / WARP_SIDE)
 #define WARP_ELEMS (WARP_E1 * WARP_E1)
 
-// The element (of the warp's WARP_ELEMS) that tile row r and column c belong to
+// The element (of the warp's WARP_ELEMS) that tile row r and column c (0..7) belong to, and
+// whether element e is one of the nvalid the warp applies (written so that one element per
+// warp compiles to no instruction)
 __device__ __forceinline__ int warp_elem(int r, int c) {
-  return (r / WARP_SIDE) * WARP_E1 + c / WARP_SIDE;
+  return WARP_E1 == 1 ? 0 : (r / WARP_SIDE) * WARP_E1 + c / WARP_SIDE;
 }
+__device__ __forceinline__ bool warp_valid(int e, int nvalid) {
+  return WARP_ELEMS == 1 || e < nvalid;
+}
+
+// The index of tile row or column r (0..7) in its element's block
+__device__ __forceinline__ int warp_local(int r) { return r & (WARP_SIDE - 1); }
 
 // The block-diagonal operand entry at tile position (r, c) of a matrix M (R x C, row-major):
 // M[r % WARP_SIDE][c % WARP_SIDE] where r and c are in one element's block, else zero
 template <int R, int C>
 __device__ __forceinline__ double warp_block(const double *M, int r, int c) {
-  const int rr = r % WARP_SIDE, cc = c % WARP_SIDE;
-  return r / WARP_SIDE == c / WARP_SIDE && rr < R && cc < C ? M[rr * C + cc] : 0.0;
+  const int rr = warp_local(r), cc = warp_local(c);
+  const bool same = WARP_E1 == 1 || r / WARP_SIDE == c / WARP_SIDE;
+  return same && rr < R && cc < C ? M[rr * C + cc] : 0.0;
 }
 
 // This lane's operand entries of the stages, in the block's shared table (warp_fill_fragments):
@@ -91,12 +100,12 @@ template <int Q, typename I>
 __device__ __forceinline__ void warp_load_points(const double *__restrict__ x,
                                                  const I *__restrict__ idx, index_t base,
                                                  bool ok, int lane, double (&out)[Q][2]) {
-  const int j = (lane >> 2) % WARP_SIDE, t = lane & 3;
+  const int j = warp_local(lane >> 2), t = lane & 3;
 #pragma unroll
   for (int k = 0; k < Q; k++) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int i = (2 * t + h) % WARP_SIDE;
+      const int i = warp_local(2 * t + h);
       out[k][h] = ok && i < Q && j < Q ? x[entry(idx, base + i + Q * (j + Q * k))] : 0.0;
     }
   }
@@ -151,7 +160,7 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
                                             index_t base, index_t estride, int nvalid,
                                             const double *frag, const double *Bz, double *buf,
                                             int lane, double (&out)[Q][2]) {
-  const int g = lane >> 2, t = lane & 3, b = g % WARP_SIDE;
+  const int g = lane >> 2, t = lane & 3, b = warp_local(g);
   double c[P][2];
   // x: tile c (rows b, columns i) = U[c] (b x a) B^T (a x i), U gathered as the A operand
 #pragma unroll
@@ -159,9 +168,9 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
     c[cc][0] = c[cc][1] = 0.0;
 #pragma unroll
     for (int s = 0; s < 2; s++) {
-      const int a = (4 * s + t) % WARP_SIDE, e = warp_elem(g, 4 * s + t);
+      const int a = warp_local(4 * s + t), e = warp_elem(g, 4 * s + t);
       const index_t node = base + e * estride + a + P * (b + P * cc);
-      const double x = a < P && b < P && e < nvalid ? l[entry(idx, node)] : 0.0;
+      const double x = a < P && b < P && warp_valid(e, nvalid) ? l[entry(idx, node)] : 0.0;
       mma_m8n8k4(c[cc][0], c[cc][1], x, frag[(WF_B + s) * 32]);
     }
   }
@@ -213,10 +222,11 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const do
   // 8 lanes per tile row (c, r) of nodes, 4 rows at a time (WARP_SIDE 8: the P rows that hold
   // nodes; 4: all 8, two elements' rows b)
   constexpr int R = WARP_SIDE == 8 ? P : 8;
-  const int col = lane & 7, a = col % WARP_SIDE;
+  const int col = lane & 7, a = warp_local(col);
   for (int row = lane >> 3; row < P * R; row += 4) {
-    const int cc = row / R, r = row - cc * R, b = r % WARP_SIDE, e = warp_elem(r, col);
-    if (a < P && b < P && e < nvalid) {
+    const int cc = row / R, r = row - cc * R, b = WARP_SIDE == 8 ? r : warp_local(r);
+    const int e = warp_elem(r, col);
+    if (a < P && b < P && warp_valid(e, nvalid)) {
       const index_t node = base + e * estride + a + P * (b + P * cc);
       atomicAdd(l + entry(idx, node), buf[(cc * 8 + r) * WARP_PITCH + col]);
     }
