@@ -56,9 +56,11 @@ __all__ = [
 # devices of compute capability 8.0 or later, and the blocks of WARPS warps per SM that
 # __launch_bounds__ asks registers for.  On the H200 (BP1, 1e7 DOFs, alternating;
 # docs/performance.md, tenth session, the operands in the shared table) p = 2..6 ran
-# 1.27/1.22/1.30/1.55/1.27x the slab with these bounds (8: 64 registers, 6: 80, 4: 114; the
-# others 0.67-1.52x; p = 2 four elements per warp, warp_side); p >= 7 needs Q_1d > 8
-WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
+# 1.20/1.22/1.29/1.52/1.26x the slab with these bounds (8: 64 registers, 6: 80, 4: 80-118;
+# the others 0.59-1.48x); p = 2 runs four elements per warp (warp_side), and its budgets of
+# 5-8 blocks swung between runs (0.88-1.27x) where 4 held (1.19, 1.20x); p >= 7 needs
+# Q_1d > 8
+WARP_SHAPES = {(3, 3, 4): 4, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
 # geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
