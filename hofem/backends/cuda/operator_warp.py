@@ -18,6 +18,9 @@ every level is in).  Only the values and the transposed sums stay in registers a
 levels, ``4 Q_1d`` doubles per component, not the ``12 Q_1d`` of whole gradients.  Each
 gradient component in or out holds one buffer (a slot) per warp.
 
+Where ``P_1d, Q_1d <= 4`` (:func:`warp_side`) a warp applies four elements at once, each
+tile holding four elements' 4x4 slices with block-diagonal operands of the 1D matrices.
+
 It applies to 3D operators whose basis fields all interpolate or differentiate on one
 basis (``P_1d, Q_1d <= 8``, the collocated ``D`` where there are gradients) or read
 weights, with ``EVAL_NONE`` inputs (stored q-data) and inputs on a cell-constant basis of
