@@ -104,11 +104,9 @@ def use_warp_layout(op, shape):
     """
     if not warp_fusable(op):
         return False
-    table = warp_shapes(op)
-    main = [f for f in op.input_fields + op.output_fields if _on_main_basis(f)]
-    rows_in = sum(f.size for f in main if f in op.input_fields)
-    rows_out = sum(f.size for f in main if f in op.output_fields)
-    if tuple(shape) not in table or max(rows_in, rows_out) > MAX_POINT_ROWS:
+    sides = op.input_fields, op.output_fields  # values per point each side keeps
+    rows = [sum(f.size for f in fields if _on_main_basis(f)) for fields in sides]
+    if tuple(shape) not in warp_shapes(op) or max(rows) > MAX_POINT_ROWS:
         return False
     if _has_grad(op) and _main_basis(op).backend_data.get("collocated") is None:
         return False  # the backend's collocated derivative turned off
@@ -141,20 +139,23 @@ def _on_main_basis(field):
     return field.eval_mode in _BASIS_MODES and not _is_cell_field(field)
 
 
+def _is_grad(field):
+    return field.eval_mode is EVAL_GRAD and _on_main_basis(field)
+
+
 def _has_grad(op):
-    return any(f.eval_mode is EVAL_GRAD and _on_main_basis(f) for f in op.output_fields) or any(
-        f.eval_mode is EVAL_GRAD and _on_main_basis(f) for f in op.input_fields
-    )
+    return any(_is_grad(f) for f in op.input_fields + op.output_fields)
 
 
 def _slots(op):
     """Buffers each warp holds: one per gradient component in (the values' tiles, for y) or
     out (the y parts' tiles), at least one (the stages' scratch)."""
-    grads = lambda fields: sum(  # noqa: E731
-        f.basis.num_comp for f in fields if f.eval_mode is EVAL_GRAD and _on_main_basis(f)
-    )
-    active = [f for f in op.output_fields if f.is_active]
-    return max(1, grads(op.input_fields), grads(active))
+
+    def components(fields):
+        return sum(f.basis.num_comp for f in fields if _is_grad(f))
+
+    active = [f for f in op.output_fields if f.is_active]  # those the kernel writes
+    return max(1, components(op.input_fields), components(active))
 
 
 def warps_per_block(slots):

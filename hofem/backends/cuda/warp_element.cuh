@@ -152,6 +152,24 @@ __device__ __forceinline__ void warp_y_stage(const double *a, double *buf, int l
   warp_y_mma(a, buf, lane, c);
 }
 
+// A contraction along z in this lane's two columns: out[o][h] = sum_i M[o][i] in[i][h] with M
+// (OUT x IN) row-major, or with TRANSPOSE sum_i M[i][o] in[i][h] with M (IN x OUT); M a
+// __constant__ copy (every lane reads the same entry, an FMA operand)
+template <int OUT, int IN, bool TRANSPOSE>
+__device__ __forceinline__ void warp_z(const double *M, const double (&in)[IN][2],
+                                       double (&out)[OUT][2]) {
+#pragma unroll
+  for (int o = 0; o < OUT; o++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int i = 0; i < IN; i++) sum = fma(M[TRANSPOSE ? i * OUT + o : o * IN + i], in[i][h], sum);
+      out[o][h] = sum;
+    }
+  }
+}
+
 // out[k][h]: the interpolated values at this lane's points (the C layout's (row g, column
 // 2 t + h) of level k) of the warp's elements, element e's node (a, b, c) at
 // l[entry(idx, base + e estride + a + P (b + P c))] for e < nvalid; zero at padded points
@@ -175,17 +193,7 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
     }
   }
   warp_y_stage(frag + WF_B * 32, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
-  // z, in this lane's two columns
-#pragma unroll
-  for (int k = 0; k < Q; k++) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      double sum = 0.0;
-#pragma unroll
-      for (int cc = 0; cc < P; cc++) sum = fma(Bz[k * P + cc], c[cc][h], sum);
-      out[k][h] = sum;
-    }
-  }
+  warp_z<Q, P, false>(Bz, c, out);  // z: B (k x c)
 }
 
 // The transpose: l[entry(idx, base + e estride + node)] += element e's nodal values of the
@@ -196,17 +204,7 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const do
                                               double *l, const I *__restrict__ idx,
                                               index_t base, index_t estride, int nvalid) {
   double c[P][2];
-  // z^T, in this lane's two columns
-#pragma unroll
-  for (int cc = 0; cc < P; cc++) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      double sum = 0.0;
-#pragma unroll
-      for (int k = 0; k < Q; k++) sum = fma(Bz[k * P + cc], in[k][h], sum);
-      c[cc][h] = sum;
-    }
-  }
+  warp_z<P, Q, true>(Bz, in, c);  // z^T: B^T (c x k)
   warp_y_stage(frag + WF_BT * 32, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
   // x^T: tile c (rows b, columns a) = W[c] (b x i) B (i x a), the accumulators as the A operand
   double d[P][2];
@@ -233,8 +231,8 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const do
   }
 }
 
-// out[d][h]: the reference gradient (d = x, y, z) at this lane's points (i, j, k) = (2 t + h, g,
-// k) of level k, from the values u at the lane's points of every level (warp_interp) and their
+// out[d][h]: the reference gradient (d = x, y, z) at this lane's points of level k (the C
+// layout's row g, columns 2 t + h), from the values u at the lane's points of every level (warp_interp) and their
 // tile k in the warp's slot (warp_store_tiles): x on the tensor cores with the values as the A
 // operand, y on them with the slot's tile as the B operand, z in registers (Dz a constant
 // copy of D)
