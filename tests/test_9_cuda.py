@@ -492,7 +492,12 @@ def every_warp_shape(monkeypatch):
     from hofem.backends.cuda import operator_warp as ow
 
     shapes = {(3, P, Q): ow.MIN_BLOCKS for P in range(1, 9) for Q in range(1, 9)}
-    for table in ("WARP_SHAPES", "WARP_GRAD_SHAPES", "WARP_GRAD_STORED_SHAPES"):
+    for table in (
+        "WARP_SHAPES",
+        "WARP_VECTOR_SHAPES",
+        "WARP_GRAD_SHAPES",
+        "WARP_GRAD_STORED_SHAPES",
+    ):
         monkeypatch.setattr(ow, table, shapes)
     monkeypatch.setattr(ow, "MAX_POINT_ROWS", 12)
 
@@ -595,6 +600,21 @@ def test_gen_warp_layout_fields(gen, ref, every_warp_shape):
             assert [gen.backend._fused_operator(o).layout for o in (mass, op)] == ["warp"] * 2
     for got, want in zip(outputs["/gpu/cuda/gen"], outputs["/cpu/self/ref"], strict=True):
         assert rel_error(got, want) < 1e-13
+
+
+def test_gen_warp_layout_register_tables(gen):
+    """Each kind of warp kernel takes its own measured budgets: the scalar mass (BP1), the
+    vector mass (BP2, three values per point: more registers), Poisson with stored q-data
+    and on the fly (BP3)."""
+    from hofem.backends.cuda import operator_warp as ow
+
+    vector = hf.mass(hf.H1Space(gen, meshes.box(2), 3, num_comp=3), geometry="stored")
+    kinds = [(vector, ow.WARP_VECTOR_SHAPES), (box_operator(gen, "mass", 2, 3)[0], ow.WARP_SHAPES)]
+    for geometry in ("stored", "on_the_fly"):
+        table = ow.WARP_GRAD_STORED_SHAPES if geometry == "stored" else ow.WARP_GRAD_SHAPES
+        kinds.append((box_operator(gen, "diffusion", 2, 3, geometry=geometry)[0], table))
+    for op, table in kinds:
+        assert ow.warp_shapes(op) is table
 
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),

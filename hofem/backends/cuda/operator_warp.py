@@ -50,6 +50,7 @@ __all__ = [
     "WARP_GRAD_SHAPES",
     "WARP_GRAD_STORED_SHAPES",
     "WARP_SHAPES",
+    "WARP_VECTOR_SHAPES",
     "WarpFusedOperator",
     "use_warp_layout",
     "warp_kernel_source",
@@ -64,6 +65,11 @@ __all__ = [
 # 5-8 blocks swung between runs (0.88-1.27x) where 4 held (1.19, 1.20x); p >= 7 needs
 # Q_1d > 8
 WARP_SHAPES = {(3, 3, 4): 4, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
+# ... and those interpolating more than one value per point (BP2, the vector mass: three
+# components), which need more registers: on the H200 p = 2, 3, 5 ran 1.59/1.39/1.69x the
+# slab with these bounds (80, 96, 128 registers) where BP1's bounds gave 1.48/0.99/1.07x
+# (tenth session), p = 4 and 6 1.15/1.49x (ninth session)
+WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 6, (3, 6, 7): 4, (3, 7, 8): 4}
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
 # geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
@@ -115,11 +121,13 @@ def use_warp_layout(op, shape):
 
 def warp_shapes(op):
     """The table of measured shapes (and register budgets) for ``op``'s kind of kernel:
-    :data:`WARP_SHAPES` (interpolation only), :data:`WARP_GRAD_STORED_SHAPES` (gradients,
-    and more than :data:`PREFETCH_SIZE` stored values read at each point) or
-    :data:`WARP_GRAD_SHAPES` (other gradients)."""
+    :data:`WARP_SHAPES` (interpolation of one value per point), :data:`WARP_VECTOR_SHAPES`
+    (of more), :data:`WARP_GRAD_STORED_SHAPES` (gradients, and more than
+    :data:`PREFETCH_SIZE` stored values read at each point) or :data:`WARP_GRAD_SHAPES`
+    (other gradients)."""
     if not _has_grad(op):
-        return WARP_SHAPES
+        rows = sum(f.size for f in op.input_fields if _on_main_basis(f))
+        return WARP_VECTOR_SHAPES if rows > 1 else WARP_SHAPES
     stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 
