@@ -82,7 +82,9 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 # ran 1.18/1.27/1.59x of stored at p = 4/5/6 and 1.32x at p = 2 (H200, 1e7 DOFs, tenth
 # session; docs/performance.md); at p = 3 the slab runs and on the fly ran 0.91x of stored,
 # and BP1 on the fly stays slower (0.67-0.97x) in either layout
-ON_THE_FLY_SHAPES = {"/gpu/cuda/gen": {"diffusion": {(3, 3, 4), (3, 5, 6), (3, 6, 7), (3, 7, 8)}}}
+ON_THE_FLY_SHAPES = {
+    "/gpu/cuda/gen": {"diffusion": {(3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)}}
+}
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
 # ... on affine cells, where the Jacobian's functions are the element's (hoisted out of the

@@ -303,12 +303,15 @@ def test_constant_matrix_copies_follow_the_budget():
     assert list(tables(op, 8 * 20 + 8 * 25 - 1)) == ["B0", "Bt0"]  # D does not fit
     assert list(tables(op, 10**6, collocated=False)) == ["B0", "G0", "Bt0", "Gt0"]
     assert tables(box_operator(ceed, "diffusion", 2, 3, 1)[0], 10**6) == {}  # 1D
-    # on the fly: the vertex coordinates' B1, G1 (P_1d = 2), read by direct_at at the points
+    # on the fly: the vertex coordinates' B1, G1 (P_1d = 2), read by direct_at at the points,
+    # and the 1D quadrature weights of input 2, outside the budget
     otf = box_operator(ceed, "diffusion", 2, 3, 3, geometry="on_the_fly")[0]
     copies = tables(otf, 10**6)
-    assert list(copies) == ["B0", "D", "Bt0", "B1", "G1"]
+    assert list(copies) == ["B0", "D", "Bt0", "B1", "G1", "w2"]
     (vertex,) = {f.basis for f in otf.input_fields if f.basis and f.basis.P_1d == 2}
     assert np.array_equal(copies["G1"], vertex.grad_1d.ravel())
+    assert np.array_equal(copies["w2"], basis.q_weight_1d)
+    assert list(tables(otf, 0)) == ["w2"]
 
 
 def test_fusable_shape_mixed_orders():

@@ -3,6 +3,8 @@
 Oracle: ``/cpu/self/ref``.  Skips cleanly without CuPy or a CUDA device.
 """
 
+import re
+
 import numpy as np
 import pytest
 from util import box_operator, half_written_operator, mass_operator, poisson_operator
@@ -279,7 +281,8 @@ def test_gen_constant_matrices_keep_results(gen, p, geometry):
     outputs = []
     for budget in (0, 10**6):
         code = of.kernel_source(op, fused._shape, fused._collocated, constant_bytes=budget)
-        assert ("__constant__" in code) == (budget > 0)
+        matrices = re.findall(r"__constant__ double c_([BGD]\w*)\[", code)  # not the weights
+        assert bool(matrices) == (budget > 0)
         fused._kernel = of._compile(code, t_1d)
         v = cupy.zeros_like(u)
         fused(u, v)
@@ -615,16 +618,40 @@ def test_gen_warp_layout_register_tables(gen):
         kinds.append((box_operator(gen, "diffusion", 2, 3, geometry=geometry)[0], table))
     for op, table in kinds:
         assert ow.warp_shapes(op) is table
+    # BP1 p = 2 holds the stages' operands in registers; p = 3 and the others read the table
+    for p in (2, 3):
+        op = box_operator(gen, "mass", 2, p)[0]
+        assert ow.operand_registers(op, (3, p + 1, p + 2)) == (p == 2)
+    assert not ow.operand_registers(vector, (3, 3, 4))
+
+
+@pytest.mark.parametrize("p", range(1, 7))
+@pytest.mark.parametrize(("form", "geometry"), [("mass", "stored"), ("diffusion", "on_the_fly")])
+def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypatch, p, form,
+                                           geometry):  # fmt: skip
+    """The stages' operands in registers (WarpRegs) rather than the shared table give the
+    reference's result too, the u . Au variant included."""
+    from hofem.backends.cuda import operator_warp as ow
+
+    monkeypatch.setattr(ow, "operand_registers", lambda op, shape: True)
+    op_gen, _ = box_operator(gen, form, 3, p, warp=0.1 if form == "mass" else 0.0,
+                             geometry=geometry)  # fmt: skip
+    assert gen.backend._fused_operator(op_gen).layout == "warp"
+    op_ref, _ = box_operator(ref, form, 3, p, warp=0.1 if form == "mass" else 0.0,
+                             geometry=geometry)  # fmt: skip
+    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
+    _check_dot(gen, op_gen)
 
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),
     ("mass", 2, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "slab"),
     ("diffusion", 4, "stored", "slab"), ("diffusion", 5, "stored", "warp"),
-    ("diffusion", 3, "on_the_fly", "slab"), ("diffusion", 2, "on_the_fly", "warp"),
+    ("diffusion", 3, "on_the_fly", "warp"), ("diffusion", 2, "on_the_fly", "warp"),
     ("diffusion", 4, "on_the_fly", "warp"), ("diffusion", 7, "on_the_fly", "slab")])  # fmt: skip
 def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
     """gen's rule: one warp per element (four at p = 2) for the shapes of the tables where it
-    measured faster (BP1 p = 2..6; BP3 p = 2, 5, 6 with stored q-data, p = 2, 4..6 on the
+    measured faster (BP1 p = 2..6; BP3 p = 2, 5, 6 with stored q-data, p = 2..6 on the
     fly), the slab elsewhere (p = 1 not measured, Q_1d > 8); CG runs."""
     from hofem.backends.cuda import operator_warp as ow
 

@@ -120,9 +120,10 @@ def test_generated_operator_kernels_compile(tmp_path):
     for k, op in enumerate(_fused_operators()):  # one warp per element (operator_warp)
         shape = fusable_shape(op, 16)
         if shape[0] == 3 and max(shape[1:]) <= 8 and warp_fusable(op):
-            for dot in (False, True):
-                path = tmp_path / f"op{k}-warp-{int(dot)}.cu"
-                path.write_text(warp_kernel_source(op, shape, dot))
+            # the gen's choice of where the operands live, then both choices (the CG variant)
+            for dot, registers in ((False, None), (True, False), (True, True)):
+                path = tmp_path / f"op{k}-warp-{int(dot)}-{registers}.cu"
+                path.write_text(warp_kernel_source(op, shape, dot, registers))
                 jobs.append(path)
             warps += 1
     assert warps == 6  # scalar and vector mass and Poisson, Poisson on the fly (affine, curved)

@@ -18,7 +18,9 @@ box's affine cells the Jacobian once per element).  ``--variants``:
   for diffusion);
 - ``table``: the slab and the warp kernel at the budget of gen's tables;
 - ``warps``: the warp kernel at the tables' budget with 4 warps per block, then with 2 and
-  8 at equal registers per SM (twice and half the blocks).
+  8 at equal registers per SM (twice and half the blocks);
+- ``operands``: the warp kernel at the tables' budget reading the stages' operands from the
+  block's shared table, then holding them in registers at the budgets of ``budgets``.
 
 Prints one line per order: registers, GDOF/s and the median of 5 alternating rounds'
 ratios over the first variant (5 applies each, about 1e7 DOFs); every output is checked
@@ -39,8 +41,10 @@ from hofem.bakeoff.common import time_events
 from hofem.bakeoff.structured import box_operator
 
 FORMS = ("mass", "vector-mass", "diffusion")
-# the module constants a variant sets: (PREFETCH_SIZE, blocks per SM in every table, WARPS)
-TABLES = ("PREFETCH_SIZE", "WARP_SHAPES", "WARP_GRAD_SHAPES", "WARP_GRAD_STORED_SHAPES", "WARPS")
+# the module attributes a variant sets: PREFETCH_SIZE, the blocks per SM in every table,
+# WARPS, and operand_registers (a function of op and shape)
+TABLES = ("PREFETCH_SIZE", "WARP_SHAPES", "WARP_VECTOR_SHAPES", "WARP_GRAD_SHAPES")
+TABLES += ("WARP_GRAD_STORED_SHAPES", "WARPS", "operand_registers")
 
 
 def operator(ceed, form, geometry, p, dofs=1e7):
@@ -53,15 +57,19 @@ def operator(ceed, form, geometry, p, dofs=1e7):
 
 
 def variants(form, kind, table_blocks):
-    """Name -> None (the slab) or ``(prefetch, blocks, warps)`` of the warp kernel."""
-    pf = ow.PREFETCH_SIZE
+    """Name -> None (the slab) or ``(prefetch, blocks, warps, registers)`` of the warp
+    kernel."""
+    pf, mb, regs = ow.PREFETCH_SIZE, table_blocks, None  # None: the module's choice
     if kind == "warps":
-        mb = table_blocks
-        return {f"w{w}-mb{b}": (pf, b, w) for w, b in ((4, mb), (2, 2 * mb), (8, max(1, mb // 2)))}
+        pairs = ((4, mb), (2, 2 * mb), (8, max(1, mb // 2)))
+        return {f"w{w}-mb{b}": (pf, b, w, regs) for w, b in pairs}
     if kind == "table":
-        return {"slab": None, f"mb{table_blocks}": (pf, table_blocks, ow.WARPS)}
+        return {"slab": None, f"mb{mb}": (pf, mb, ow.WARPS, regs)}
     budgets = (3, 4, 5, 6) if form == "diffusion" else (4, 5, 6, 7, 8)
-    return {"slab": None} | {f"mb{mb}": (pf, mb, ow.WARPS) for mb in budgets}
+    if kind == "operands":
+        table = {f"table-mb{mb}": (pf, mb, ow.WARPS, False)}
+        return table | {f"regs-mb{b}": (pf, b, ow.WARPS, True) for b in budgets}
+    return {"slab": None} | {f"mb{b}": (pf, b, ow.WARPS, regs) for b in budgets}
 
 
 def build(op, shape, variant):
@@ -69,8 +77,10 @@ def build(op, shape, variant):
     if variant is None:
         return of.FusedOperator(op, shape)
     saved = [getattr(ow, name) for name in TABLES]
-    prefetch, blocks, warps = variant
-    values = (prefetch, *[{tuple(shape): blocks}] * 3, warps)
+    prefetch, blocks, warps, registers = variant
+    choice = saved[-1] if registers is None else lambda op, shape: registers
+    tables = [{tuple(shape): blocks} for _ in range(4)]  # distinct: warp_shapes tells them apart
+    values = (prefetch, *tables, warps, choice)
     for name, value in zip(TABLES, values, strict=True):
         setattr(ow, name, value)
     try:
@@ -117,7 +127,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--form", choices=FORMS, default="mass")
     parser.add_argument("--geometry", choices=("stored", "on_the_fly"), default="stored")
-    parser.add_argument("--variants", choices=("budgets", "table", "warps"), default="budgets")
+    parser.add_argument(
+        "--variants", choices=("budgets", "table", "warps", "operands"), default="budgets"
+    )
     parser.add_argument("orders", type=int, nargs="+")
     args = parser.parse_args()
     ceed = hf.Ceed("/gpu/cuda/gen")

@@ -145,6 +145,26 @@ __device__ __forceinline__ int column_index(int k, int tx, int ty) {
 #endif
 }
 
+// The tensor-product quadrature weights of the points (tx, ty, k) of a column (column_index's
+// points) from the 1D weights w (Q_1D, a __constant__ table): the column's factors are read
+// once (padded columns, tx or ty >= Q_1D, read a valid entry), and at(k) multiplies them in
+// the order of the host's table (slowest axis first), so that it equals the table's entry
+struct TensorWeight {
+  const double *w;
+  double wx, wy;
+  __device__ __forceinline__ TensorWeight(const double *w_1d, int tx, int ty)
+      : w(w_1d), wx(w_1d[min(tx, Q_1D - 1)]), wy(DIM == 3 ? w_1d[min(ty, Q_1D - 1)] : 1.0) {}
+  __device__ __forceinline__ double at(int k) const {
+#if DIM == 1
+    return wx;
+#elif DIM == 2
+    return w[k] * wx;
+#else
+    return (w[k] * wy) * wx;
+#endif
+  }
+};
+
 // Whether this thread holds a column of an element array with SIDE_1D points per direction.
 template <int SIDE_1D>
 __device__ __forceinline__ bool owns_column(int tx, int ty) {

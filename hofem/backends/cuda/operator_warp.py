@@ -47,6 +47,7 @@ from .operator_fuse import (
 from .ref import cupy
 
 __all__ = [
+    "REGISTER_OPERAND_SHAPES",
     "WARP_GRAD_SHAPES",
     "WARP_GRAD_STORED_SHAPES",
     "WARP_SHAPES",
@@ -63,8 +64,13 @@ __all__ = [
 # 1.20/1.22/1.29/1.52/1.26x the slab with these bounds (8: 64 registers, 6: 80, 4: 80-118;
 # the others 0.59-1.48x); p = 2 runs four elements per warp (warp_side), and its budgets of
 # 5-8 blocks swung between runs (0.88-1.27x) where 4 held (1.19, 1.20x); p >= 7 needs
-# Q_1d > 8
-WARP_SHAPES = {(3, 3, 4): 4, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
+# Q_1d > 8.  Eleventh session: p = 2 with its operands in registers (REGISTER_OPERAND_SHAPES)
+# ran 1.10-1.13x (stored q-data) and 1.10-1.24x (geometry on the fly) the shared table at
+# 5-8 blocks, the table's budget 4
+WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
+# the shapes of WARP_SHAPES whose kernels hold the stages' operands in registers (WarpRegs):
+# elsewhere (BP1 p = 3..6, BP3 p = 2..6) that lost 0-12% to the shared table at every budget
+REGISTER_OPERAND_SHAPES = {(3, 3, 4)}
 # ... and those interpolating more than one value per point (BP2, the vector mass: three
 # components), which need more registers: on the H200 p = 2, 3, 5 ran 1.59/1.39/1.69x the
 # slab with these bounds (80, 96, 128 registers) where BP1's bounds gave 1.48/0.99/1.07x
@@ -73,8 +79,9 @@ WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 6, (3, 6, 7): 4, (3
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
 # geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
-# at 80 registers, 4 at 96, 5 and 6 at 128); p = 3 tied (1.02x)
-WARP_GRAD_SHAPES = {(3, 3, 4): 6, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
+# at 80 registers, 4 at 96, 5 and 6 at 128); p = 3 tied (1.02x), and ran 1.18x at 96
+# registers after the eleventh session's bank-conflict-free buffer and constant weights
+WARP_GRAD_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
 # p = 2, 5 and 6 ran 1.28/1.35/1.04x the slab (5, 6: 1.23/1.15x in the run before the shared
 # operand table), p = 4 1.07x (0.89x before), p = 3 lost (0.82-0.96x)
@@ -85,10 +92,10 @@ WARP_GRAD_STORED_SHAPES = {(3, 3, 4): 5, (3, 6, 7): 4, (3, 7, 8): 3}
 MAX_POINT_ROWS = 3
 # warps (elements) per block, fewer where the warps' buffers would pass BUFFERS_PER_BLOCK
 WARPS = 4
-# the warps' buffers (6 KiB each: 8 tiles of 8 rows of WARP_PITCH doubles) a block holds at
-# most: 7 and the stages' operand table (3.5 KiB) fit in 48 KiB, the static shared-memory
-# limit.  A warp holds one buffer per gradient component of its inputs or outputs (the slots
-# of warp_grad_level), at least one
+# the warps' buffers (4 KiB each: 8 tiles of 8 rows of 8 doubles) a block holds at most: 7
+# and the stages' operand table (3.5 KiB) fit in 48 KiB, the static shared-memory limit (11
+# would; the tables' register budgets were measured at 7).  A warp holds one buffer per
+# gradient component of its inputs or outputs (the slots of warp_grad_level), at least one
 BUFFERS_PER_BLOCK = 7
 # stored (EVAL_NONE) inputs of at most this many values per point are read into registers
 # before the stages (2 Q_1d per value and lane), so that their loads overlap the
@@ -130,6 +137,13 @@ def warp_shapes(op):
         return WARP_VECTOR_SHAPES if rows > 1 else WARP_SHAPES
     stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
+
+
+def operand_registers(op, shape):
+    """Whether ``op``'s kernel holds the stages' operand entries in registers (``WarpRegs``,
+    :data:`REGISTER_OPERAND_SHAPES`) rather than reading them from the block's shared table
+    where each stage uses them (``WarpTable``)."""
+    return warp_shapes(op) is WARP_SHAPES and tuple(shape) in REGISTER_OPERAND_SHAPES
 
 
 def _is_cell_field(field):
@@ -237,7 +251,7 @@ def _cell_table(field):
     return point.interp  # (1, P_1d^3)
 
 
-def warp_kernel_source(op, shape, dot=False):
+def warp_kernel_source(op, shape, dot=False, registers=None):
     """CUDA source of ``op``'s one-warp-per-element kernel ``apply`` (needs no device).
 
     Parameters
@@ -268,6 +282,8 @@ def warp_kernel_source(op, shape, dot=False):
             "the warp layout needs 3D interpolation and gradient fields of one basis of "
             "P_1d, Q_1d <= 8"
         )
+    if registers is None:
+        registers = operand_registers(op, shape)
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
@@ -282,9 +298,9 @@ def warp_kernel_source(op, shape, dot=False):
     prefetch, stage, tiles, level, level_end, loads = [], [], [], [], [], []
     for k, field in enumerate(op.input_fields):
         name = f"in{k}"
-        if field.eval_mode is EVAL_WEIGHT:
-            src.param(f"const double *__restrict__ {name}")
-            loads.append(lambda row, name=name: f"(qok ? {name}[q] : 0.0)")
+        if field.eval_mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
+            tables[f"w{k}"] = field.basis.q_weight_1d  # (Q_1d,)
+            loads.append(lambda row, k=k: f"(qok ? TensorWeight(c_w{k}, i, j).at(k) : 0.0)")
             continue
         address = src.field_params(name, field, writable=False)
         if field.eval_mode is EVAL_NONE and field.size <= PREFETCH_SIZE:
@@ -301,7 +317,8 @@ def warp_kernel_source(op, shape, dot=False):
 
             def load(row, address=address):
                 pointer, idx, base = address(row, "NUM_QPTS", "pelem")
-                return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
+                q = "i + Q_1D * (j + Q_1D * k)"  # the point's index in the element
+                return f"(qok ? ({pointer})[entry({idx}, {base} + {q})] : 0.0)"
 
             loads.append(load)
             continue
@@ -310,13 +327,16 @@ def warp_kernel_source(op, shape, dot=False):
             table = _cell_table(field)  # (rows, P_1d^3)
             tables[f"W{k}"] = table
             nodes = field.basis.num_nodes
+            pointer, idx, base = address(0, nodes, "pelem")
+            step = "0"  # from component 0's entry to component 1's
+            if C > 1:
+                pointer1, _, base1 = address(1, nodes, "pelem")
+                step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
             prefetch.append(f"double r_{name}[{field.size}];")
-            for c in range(C):
-                pointer, idx, base = address(c, nodes, "pelem")
-                prefetch.append(
-                    f"warp_cell_values<{nodes}, {len(table)}>({pointer}, {idx}, {base}, "
-                    f"c_W{k}, r_{name} + {c}, {C});"
-                )
+            prefetch.append(
+                f"warp_cell_values<{nodes}, {len(table)}, {C}>({pointer}, {step}, {idx}, "
+                f"{base}, c_W{k}, r_{name});"
+            )
             loads.append(lambda row, name=name: f"r_{name}[{row}]")
             continue
         if field.eval_mode is EVAL_GRAD:  # the values, their tiles in slots; row d C + c
@@ -370,7 +390,7 @@ def warp_kernel_source(op, shape, dot=False):
                     f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, frag, c_D, lane, k, "
                     f"v_{name}[{c}]);"
                 )
-                transposes.append(f"warp_y_mma(frag + WF_DYT * 32, {slot}, lane, v_{name}[{c}]);")
+                transposes.append(f"warp_y_mma(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);")
             epilogue.append(
                 f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
                 f"{_group(address, c)});"
@@ -429,7 +449,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
   __shared__ double s_frag[WARP_FRAGS * 32];  // the stages' operands, one column per lane
   if (warp == 0) warp_fill_fragments<P_1D, Q_1D>(c_B0, {D}, lane, s_frag + lane);
   __syncthreads();
-  const double *frag = s_frag + lane;
+  const {"WarpRegs" if registers else "WarpTable"} frag{{s_frag + lane}};
   // this lane's points belong to element pe of the warp's WARP_ELEMS
   const int pe = warp_elem(lane >> 2, 2 * (lane & 3));
   {dot_begin}for (index_t elem = ((index_t)blockIdx.x * ELEMS_PER_BLOCK + warp) * WARP_ELEMS;
@@ -445,7 +465,6 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
       for (int h = 0; h < 2; h++) {{
         const int i = warp_local(2 * (lane & 3) + h), j = warp_local(lane >> 2);
         const bool qok = lane_ok && i < Q_1D && j < Q_1D;
-        const index_t q = i + Q_1D * (j + Q_1D * k);
         {point}
       }}
       {after}
@@ -475,7 +494,6 @@ class WarpFusedOperator(FusedOperator):
         self._tensor_cores = True  # every x and y stage
         self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None
-        self._weights = self._weight_tables(op, shape)
         resident = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
         elems = warps * (8 // warp_side(shape)) ** 2  # a block's elements
         self.num_blocks = self._grid(op.num_elem, elems, resident)

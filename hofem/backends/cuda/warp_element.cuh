@@ -5,7 +5,7 @@
 // 8 x 8 x 8 (padded) points.  The x and y contractions and their transposes are 8x8x4 tiles
 // on the fp64 tensor cores (mma.cuh); the z contractions run in each lane's registers, on a
 // __constant__ copy of B (every lane reads the same entry, an FMA operand).  The warp's
-// buffer (64 rows of WARP_PITCH doubles) turns the x stage's output tiles into the y stage's
+// buffer (64 rows of 8 doubles, warp_index) turns the x stage's output tiles into the y stage's
 // operand, and the transposes' likewise.  The x^T stage takes its operand from the y^T
 // stage's accumulators directly: in the C layout lane (g, t) holds columns 2 t and 2 t + 1,
 // which is the A operand of the k steps {0, 2, 4, 6} and {1, 3, 5, 7} (the matrix side's k
@@ -27,10 +27,8 @@
 
 #include "mma.cuh"
 
-// doubles per buffer row: 4 modulo 8, so that the B-operand reads (lanes (g, t) read row
-// 4 s + t, column g) fall in distinct banks
-#define WARP_PITCH 12
-#define WARP_BUF (64 * WARP_PITCH)
+// doubles in a warp's buffer (a slot): 8 tiles of 8 rows of 8 (warp_index)
+#define WARP_BUF 512
 // the side of one element's block in a tile (8, or 4 for elements of P_1d, Q_1d <= 4), the
 // elements per tile side and per warp
 #ifndef WARP_SIDE
@@ -61,9 +59,10 @@ __device__ __forceinline__ double warp_block(const double *M, int r, int c) {
   return same && rr < R && cc < C ? M[rr * C + cc] : 0.0;
 }
 
-// This lane's operand entries of the stages, in the block's shared table (warp_fill_fragments):
-// entry e of lane l at frag[e * 32] with frag = table + l, read where each stage uses it so
-// that they hold no registers across the element (they are loop-invariant, 14 doubles)
+// This lane's operand entries of the stages (loop-invariant, 14 doubles), in the block's shared
+// table (warp_fill_fragments): entry e of lane l at table[l + 32 e].  WarpTable reads them
+// where each stage uses them, so that they hold no registers across the element; WarpRegs
+// holds them in registers (one shared load each per launch, not one per tensor-core op)
 #define WF_B 0     // B[g][4 s + t]: B (Q, P) as the A operand (y), B^T as the B operand (x)
 #define WF_BT 2    // B[4 s + t][g]: B^T as the A operand (y^T)
 #define WF_BP 4    // B[2 t + s][g]: B as the B operand of x^T, k order permuted
@@ -72,6 +71,19 @@ __device__ __forceinline__ double warp_block(const double *M, int r, int c) {
 #define WF_DXT 10  // D[2 t + s][g]: x^T, B operand (k order permuted)
 #define WF_DYT 12  // D[4 s + t][g]: y^T, A operand
 #define WARP_FRAGS 14
+
+struct WarpTable {
+  const double *lane_table;  // table + lane
+  __device__ __forceinline__ double operator()(int e) const { return lane_table[e * 32]; }
+};
+struct WarpRegs {
+  double v[WARP_FRAGS];
+  __device__ __forceinline__ explicit WarpRegs(const double *lane_table) {
+#pragma unroll
+    for (int e = 0; e < WARP_FRAGS; e++) v[e] = lane_table[e * 32];
+  }
+  __device__ __forceinline__ double operator()(int e) const { return v[e]; }
+};
 
 // Lane `lane`'s entries of B (Q, P) and, where D is not null, of the collocated derivative
 // D (Q, Q), both row-major, written to frag = table + lane
@@ -111,6 +123,15 @@ __device__ __forceinline__ void warp_load_points(const double *__restrict__ x,
   }
 }
 
+// The buffer's entry of row `row` (tile row % 8 of tile row / 8) and column col (0..7): rows
+// of 8 doubles, the columns of rows 2 and 3 (mod 4) permuted (col ^ 5).  Each half-warp's
+// accesses then fill its 16 8-byte bank pairs once: the B-operand reads (lanes (g, t): row
+// 4 s + t, column g), the C layout's writes (row g, column 2 t + h) and the scatter's reads
+// (8 lanes on each of two consecutive rows)
+__device__ __forceinline__ int warp_index(int row, int col) {
+  return row * 8 + (col ^ (row & 2 ? 5 : 0));
+}
+
 // Tile rows (c, 8 rows) of the buffer as the C layout writes them: this lane's 2 columns
 template <int ROWS>
 __device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[ROWS][2],
@@ -118,38 +139,38 @@ __device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int r = 0; r < ROWS; r++) {
-    buf[(r * 8 + g) * WARP_PITCH + 2 * t] = c[r][0];
-    buf[(r * 8 + g) * WARP_PITCH + 2 * t + 1] = c[r][1];
+    buf[warp_index(r * 8 + g, 2 * t)] = c[r][0];
+    buf[warp_index(r * 8 + g, 2 * t + 1)] = c[r][1];
   }
 }
 
 // dst (tiles of this lane's two columns) += A (rows x 8) times the tiles the buffer holds, with
-// A this lane's operand entries a[0], a[32] (a fragment of the shared table)
-template <int N>
-__device__ __forceinline__ void warp_y_mma(const double *a, const double *buf, int lane,
+// A this lane's operand entries frag(a), frag(a + 1)
+template <int N, typename F>
+__device__ __forceinline__ void warp_y_mma(const F &frag, int a, const double *buf, int lane,
                                            double (&dst)[N][2]) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int cc = 0; cc < N; cc++) {
 #pragma unroll
     for (int s = 0; s < 2; s++) {
-      mma_m8n8k4(dst[cc][0], dst[cc][1], a[s * 32], buf[(cc * 8 + 4 * s + t) * WARP_PITCH + g]);
+      mma_m8n8k4(dst[cc][0], dst[cc][1], frag(a + s), buf[warp_index(cc * 8 + 4 * s + t, g)]);
     }
   }
 }
 
 // The y stage of either direction: the tiles c (this lane's two columns each) go through the
 // buffer, and come back as tile c = A (rows x 8) times the buffered tile c, with A this lane's
-// operand entries a[0], a[32] (B for y, B^T for y^T)
-template <int N>
-__device__ __forceinline__ void warp_y_stage(const double *a, double *buf, int lane,
+// operand entries frag(a), frag(a + 1) (a = WF_B for y, WF_BT for y^T)
+template <int N, typename F>
+__device__ __forceinline__ void warp_y_stage(const F &frag, int a, double *buf, int lane,
                                              double (&c)[N][2]) {
   __syncwarp();  // the buffer's previous readers are done
   warp_store_tiles(buf, c, lane);
   __syncwarp();
 #pragma unroll
   for (int cc = 0; cc < N; cc++) c[cc][0] = c[cc][1] = 0.0;
-  warp_y_mma(a, buf, lane, c);
+  warp_y_mma(frag, a, buf, lane, c);
 }
 
 // A contraction along z in this lane's two columns: out[o][h] = sum_i M[o][i] in[i][h] with M
@@ -173,10 +194,10 @@ __device__ __forceinline__ void warp_z(const double *M, const double (&in)[IN][2
 // out[k][h]: the interpolated values at this lane's points (the C layout's (row g, column
 // 2 t + h) of level k) of the warp's elements, element e's node (a, b, c) at
 // l[entry(idx, base + e estride + a + P (b + P c))] for e < nvalid; zero at padded points
-template <int P, int Q, typename I>
+template <int P, int Q, typename I, typename F>
 __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const I *__restrict__ idx,
                                             index_t base, index_t estride, int nvalid,
-                                            const double *frag, const double *Bz, double *buf,
+                                            const F &frag, const double *Bz, double *buf,
                                             int lane, double (&out)[Q][2]) {
   const int g = lane >> 2, t = lane & 3, b = warp_local(g);
   double c[P][2];
@@ -189,30 +210,30 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
       const int a = warp_local(4 * s + t), e = warp_elem(g, 4 * s + t);
       const index_t node = base + e * estride + a + P * (b + P * cc);
       const double x = a < P && b < P && warp_valid(e, nvalid) ? l[entry(idx, node)] : 0.0;
-      mma_m8n8k4(c[cc][0], c[cc][1], x, frag[(WF_B + s) * 32]);
+      mma_m8n8k4(c[cc][0], c[cc][1], x, frag(WF_B + s));
     }
   }
-  warp_y_stage(frag + WF_B * 32, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
+  warp_y_stage(frag, WF_B, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
   warp_z<Q, P, false>(Bz, c, out);  // z: B (k x c)
 }
 
 // The transpose: l[entry(idx, base + e estride + node)] += element e's nodal values of the
 // point values in[k][h] (this lane's columns; zero at padded points), for e < nvalid
-template <int P, int Q, typename I>
-__device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const double *frag,
+template <int P, int Q, typename I, typename F>
+__device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const F &frag,
                                               const double *Bz, double *buf, int lane,
                                               double *l, const I *__restrict__ idx,
                                               index_t base, index_t estride, int nvalid) {
   double c[P][2];
   warp_z<P, Q, true>(Bz, in, c);  // z^T: B^T (c x k)
-  warp_y_stage(frag + WF_BT * 32, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
+  warp_y_stage(frag, WF_BT, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
   // x^T: tile c (rows b, columns a) = W[c] (b x i) B (i x a), the accumulators as the A operand
   double d[P][2];
 #pragma unroll
   for (int cc = 0; cc < P; cc++) {
     d[cc][0] = d[cc][1] = 0.0;
 #pragma unroll
-    for (int s = 0; s < 2; s++) mma_m8n8k4(d[cc][0], d[cc][1], c[cc][s], frag[(WF_BP + s) * 32]);
+    for (int s = 0; s < 2; s++) mma_m8n8k4(d[cc][0], d[cc][1], c[cc][s], frag(WF_BP + s));
   }
   __syncwarp();
   warp_store_tiles(buf, d, lane);
@@ -226,7 +247,7 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const do
     const int e = warp_elem(r, col);
     if (a < P && b < P && warp_valid(e, nvalid)) {
       const index_t node = base + e * estride + a + P * (b + P * cc);
-      atomicAdd(l + entry(idx, node), buf[(cc * 8 + r) * WARP_PITCH + col]);
+      atomicAdd(l + entry(idx, node), buf[warp_index(cc * 8 + r, col)]);
     }
   }
 }
@@ -236,18 +257,18 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const do
 // tile k in the warp's slot (warp_store_tiles): x on the tensor cores with the values as the A
 // operand, y on them with the slot's tile as the B operand, z in registers (Dz a constant
 // copy of D)
-template <int Q>
+template <int Q, typename F>
 __device__ __forceinline__ void warp_grad_level(const double (&u)[Q][2], const double *slot,
-                                                const double *frag, const double *Dz,
+                                                const F &frag, const double *Dz,
                                                 int lane, int k, double (&out)[3][2]) {
   const int g = lane >> 2, t = lane & 3;
   out[0][0] = out[0][1] = out[1][0] = out[1][1] = 0.0;
 #pragma unroll
   for (int s = 0; s < 2; s++) {
     // x: (rows j, columns i') = U[k] D^T; y: (rows j', columns i) = D U[k]
-    mma_m8n8k4(out[0][0], out[0][1], u[k][s], frag[(WF_DX + s) * 32]);
-    mma_m8n8k4(out[1][0], out[1][1], frag[(WF_DY + s) * 32],
-               slot[(k * 8 + 4 * s + t) * WARP_PITCH + g]);
+    mma_m8n8k4(out[0][0], out[0][1], u[k][s], frag(WF_DX + s));
+    mma_m8n8k4(out[1][0], out[1][1], frag(WF_DY + s),
+               slot[warp_index(k * 8 + 4 * s + t, g)]);
   }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -262,38 +283,45 @@ __device__ __forceinline__ void warp_grad_level(const double (&u)[Q][2], const d
 // gradient to v (this lane's point values of every level) along x and z, and writes the y
 // part's tile k to the slot, for warp_y_mma with D^T once every level is in (the slot's tile k
 // must have been read already)
-template <int Q>
+template <int Q, typename F>
 __device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], double *slot,
-                                                  const double *frag, const double *Dz,
+                                                  const F &frag, const double *Dz,
                                                   int lane, int k, double (&v)[Q][2]) {
-  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int s = 0; s < 2; s++) mma_m8n8k4(v[k][0], v[k][1], in[0][s], frag[(WF_DXT + s) * 32]);
+  for (int s = 0; s < 2; s++) mma_m8n8k4(v[k][0], v[k][1], in[0][s], frag(WF_DXT + s));
 #pragma unroll
   for (int kk = 0; kk < Q; kk++) {
 #pragma unroll
     for (int h = 0; h < 2; h++) v[kk][h] = fma(Dz[k * Q + kk], in[2][h], v[kk][h]);
   }
+  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int h = 0; h < 2; h++) slot[(k * 8 + g) * WARP_PITCH + 2 * t + h] = in[1][h];
+  for (int h = 0; h < 2; h++) slot[warp_index(k * 8 + g, 2 * t + h)] = in[1][h];
 }
 
-// out[r * stride] = sum_a W[r][a] x[entry(idx, base + a)] for the R rows of W (R x N,
-// row-major): a field of N nodes whose basis gives the same values at every point (a
-// cell-constant basis, hofem.cell_center), evaluated once per element; every lane loads the
-// same N entries
-template <int N, int R, typename I>
-__device__ __forceinline__ void warp_cell_values(const double *__restrict__ x,
+// out[r C + c] = sum_a W[r][a] x[entry(idx, base + a) + c cstride] for the R rows of W (R x N,
+// row-major) and the C components: a field of N nodes whose basis gives the same values at
+// every point (a cell-constant basis, hofem.cell_center), evaluated once per element; every
+// lane loads the same N offsets and C N entries
+template <int N, int R, int C, typename I>
+__device__ __forceinline__ void warp_cell_values(const double *__restrict__ x, index_t cstride,
                                                  const I *__restrict__ idx, index_t base,
-                                                 const double *W, double *out, int stride) {
-  double nodes[N];
+                                                 const double *W, double (&out)[R * C]) {
+  double nodes[C][N];
 #pragma unroll
-  for (int a = 0; a < N; a++) nodes[a] = x[entry(idx, base + a)];
+  for (int a = 0; a < N; a++) {
+    const index_t node = entry(idx, base + a);
+#pragma unroll
+    for (int c = 0; c < C; c++) nodes[c][a] = x[node + c * cstride];
+  }
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    double sum = 0.0;
 #pragma unroll
-    for (int a = 0; a < N; a++) sum = fma(W[r * N + a], nodes[a], sum);
-    out[r * stride] = sum;
+    for (int c = 0; c < C; c++) {
+      double sum = 0.0;
+#pragma unroll
+      for (int a = 0; a < N; a++) sum = fma(W[r * N + a], nodes[c][a], sum);
+      out[r * C + c] = sum;
+    }
   }
 }
