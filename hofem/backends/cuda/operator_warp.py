@@ -300,6 +300,8 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
         name = f"in{k}"
         if field.eval_mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
             tables[f"w{k}"] = field.basis.q_weight_1d  # (Q_1d,)
+            # the factors loaded where the compiler places them (before the element loop they
+            # held registers that BP1 p = 3 spilled: 0.81x)
             loads.append(lambda row, k=k: f"(qok ? TensorWeight(c_w{k}, i, j).at(k) : 0.0)")
             continue
         address = src.field_params(name, field, writable=False)
@@ -390,7 +392,7 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
                     f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, frag, c_D, lane, k, "
                     f"v_{name}[{c}]);"
                 )
-                transposes.append(f"warp_y_mma(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);")
+                transposes.append(f"warp_y_mma<Q_1D>(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);")
             epilogue.append(
                 f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
                 f"{_group(address, c)});"

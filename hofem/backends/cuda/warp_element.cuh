@@ -47,6 +47,13 @@ __device__ __forceinline__ bool warp_valid(int e, int nvalid) {
   return WARP_ELEMS == 1 || e < nvalid;
 }
 
+// The k steps (of 4) of a contraction over K of an element's entries: past K the operands
+// are zero (with four elements per warp their blocks fill both)
+template <int K>
+__device__ constexpr int warp_steps() {
+  return WARP_SIDE == 8 ? (K + 3) / 4 : 2;
+}
+
 // The index of tile row or column r (0..7) in its element's block
 __device__ __forceinline__ int warp_local(int r) { return r & (WARP_SIDE - 1); }
 
@@ -145,15 +152,15 @@ __device__ __forceinline__ void warp_store_tiles(double *buf, const double (&c)[
 }
 
 // dst (tiles of this lane's two columns) += A (rows x 8) times the tiles the buffer holds, with
-// A this lane's operand entries frag(a), frag(a + 1)
-template <int N, typename F>
+// A this lane's operand entries frag(a), frag(a + 1): a contraction over the tiles' first K rows
+template <int K, int N, typename F>
 __device__ __forceinline__ void warp_y_mma(const F &frag, int a, const double *buf, int lane,
                                            double (&dst)[N][2]) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int cc = 0; cc < N; cc++) {
 #pragma unroll
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < warp_steps<K>(); s++) {
       mma_m8n8k4(dst[cc][0], dst[cc][1], frag(a + s), buf[warp_index(cc * 8 + 4 * s + t, g)]);
     }
   }
@@ -161,8 +168,8 @@ __device__ __forceinline__ void warp_y_mma(const F &frag, int a, const double *b
 
 // The y stage of either direction: the tiles c (this lane's two columns each) go through the
 // buffer, and come back as tile c = A (rows x 8) times the buffered tile c, with A this lane's
-// operand entries frag(a), frag(a + 1) (a = WF_B for y, WF_BT for y^T)
-template <int N, typename F>
+// operand entries frag(a), frag(a + 1) (a = WF_B for y, WF_BT for y^T), over K rows
+template <int K, int N, typename F>
 __device__ __forceinline__ void warp_y_stage(const F &frag, int a, double *buf, int lane,
                                              double (&c)[N][2]) {
   __syncwarp();  // the buffer's previous readers are done
@@ -170,7 +177,7 @@ __device__ __forceinline__ void warp_y_stage(const F &frag, int a, double *buf, 
   __syncwarp();
 #pragma unroll
   for (int cc = 0; cc < N; cc++) c[cc][0] = c[cc][1] = 0.0;
-  warp_y_mma(frag, a, buf, lane, c);
+  warp_y_mma<K>(frag, a, buf, lane, c);
 }
 
 // A contraction along z in this lane's two columns: out[o][h] = sum_i M[o][i] in[i][h] with M
@@ -206,14 +213,14 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
   for (int cc = 0; cc < P; cc++) {
     c[cc][0] = c[cc][1] = 0.0;
 #pragma unroll
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < warp_steps<P>(); s++) {
       const int a = warp_local(4 * s + t), e = warp_elem(g, 4 * s + t);
       const index_t node = base + e * estride + a + P * (b + P * cc);
       const double x = a < P && b < P && warp_valid(e, nvalid) ? l[entry(idx, node)] : 0.0;
       mma_m8n8k4(c[cc][0], c[cc][1], x, frag(WF_B + s));
     }
   }
-  warp_y_stage(frag, WF_B, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
+  warp_y_stage<P>(frag, WF_B, buf, lane, c);  // tile c (rows j, columns i) = B (j x b) V[c] (b x i)
   warp_z<Q, P, false>(Bz, c, out);  // z: B (k x c)
 }
 
@@ -226,7 +233,7 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const F 
                                               index_t base, index_t estride, int nvalid) {
   double c[P][2];
   warp_z<P, Q, true>(Bz, in, c);  // z^T: B^T (c x k)
-  warp_y_stage(frag, WF_BT, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
+  warp_y_stage<Q>(frag, WF_BT, buf, lane, c);  // tile c (rows b, columns i) = B^T (b x j) W[c] (j x i)
   // x^T: tile c (rows b, columns a) = W[c] (b x i) B (i x a), the accumulators as the A operand
   double d[P][2];
 #pragma unroll
@@ -263,12 +270,13 @@ __device__ __forceinline__ void warp_grad_level(const double (&u)[Q][2], const d
                                                 int lane, int k, double (&out)[3][2]) {
   const int g = lane >> 2, t = lane & 3;
   out[0][0] = out[0][1] = out[1][0] = out[1][1] = 0.0;
+  // x: (rows j, columns i') = U[k] D^T (k order permuted: both steps); y: (rows j', columns
+  // i) = D U[k]
 #pragma unroll
-  for (int s = 0; s < 2; s++) {
-    // x: (rows j, columns i') = U[k] D^T; y: (rows j', columns i) = D U[k]
-    mma_m8n8k4(out[0][0], out[0][1], u[k][s], frag(WF_DX + s));
-    mma_m8n8k4(out[1][0], out[1][1], frag(WF_DY + s),
-               slot[warp_index(k * 8 + 4 * s + t, g)]);
+  for (int s = 0; s < 2; s++) mma_m8n8k4(out[0][0], out[0][1], u[k][s], frag(WF_DX + s));
+#pragma unroll
+  for (int s = 0; s < warp_steps<Q>(); s++) {
+    mma_m8n8k4(out[1][0], out[1][1], frag(WF_DY + s), slot[warp_index(k * 8 + 4 * s + t, g)]);
   }
 #pragma unroll
   for (int h = 0; h < 2; h++) {
