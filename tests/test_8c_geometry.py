@@ -303,15 +303,31 @@ def test_constant_matrix_copies_follow_the_budget():
     assert list(tables(op, 8 * 20 + 8 * 25 - 1)) == ["B0", "Bt0"]  # D does not fit
     assert list(tables(op, 10**6, collocated=False)) == ["B0", "G0", "Bt0", "Gt0"]
     assert tables(box_operator(ceed, "diffusion", 2, 3, 1)[0], 10**6) == {}  # 1D
-    # on the fly: the vertex coordinates' B1, G1 (P_1d = 2), read by direct_at at the points,
-    # and the 1D quadrature weights of input 2, outside the budget
+    # on the fly: the vertex coordinates' B1, G1 (P_1d = 2), read by direct_at at the points
     otf = box_operator(ceed, "diffusion", 2, 3, 3, geometry="on_the_fly")[0]
     copies = tables(otf, 10**6)
-    assert list(copies) == ["B0", "D", "Bt0", "B1", "G1", "w2"]
+    assert list(copies) == ["B0", "D", "Bt0", "B1", "G1"]
     (vertex,) = {f.basis for f in otf.input_fields if f.basis and f.basis.P_1d == 2}
     assert np.array_equal(copies["G1"], vertex.grad_1d.ravel())
-    assert np.array_equal(copies["w2"], basis.q_weight_1d)
-    assert list(tables(otf, 0)) == ["w2"]
+
+
+def test_warp_kernels_weigh_from_the_1d_weights():
+    """gen's one-warp-per-element kernels form the quadrature weights at each point from an
+    exact constant copy of the 1D weights (no weight parameter); the slab kernel reads the
+    tensor-product table.  Needs no device."""
+    from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
+    from hofem.backends.cuda.operator_warp import warp_kernel_source
+    from hofem.bakeoff.structured import box_operator
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    op = box_operator(ceed, "mass", 2, 3, geometry="on_the_fly")[0]  # weights: input 2
+    shape = fusable_shape(op, 16)
+    code = warp_kernel_source(op, shape)
+    (values,) = re.findall(r"__constant__ double c_w2\[\d+\] = \{([^}]*)\}", code)
+    weights = np.array([float.fromhex(v) for v in values.split(",")])
+    assert np.array_equal(weights, op.input_fields[0].basis.q_weight_1d)  # bit for bit
+    assert "warp_weight<Q_1D>(c_w2, k, i, j)" in code and " in2" not in code
+    assert "const double *__restrict__ in2" in kernel_source(op, shape)
 
 
 def test_fusable_shape_mixed_orders():

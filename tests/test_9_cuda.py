@@ -3,8 +3,6 @@
 Oracle: ``/cpu/self/ref``.  Skips cleanly without CuPy or a CUDA device.
 """
 
-import re
-
 import numpy as np
 import pytest
 from util import box_operator, half_written_operator, mass_operator, poisson_operator
@@ -281,8 +279,7 @@ def test_gen_constant_matrices_keep_results(gen, p, geometry):
     outputs = []
     for budget in (0, 10**6):
         code = of.kernel_source(op, fused._shape, fused._collocated, constant_bytes=budget)
-        matrices = re.findall(r"__constant__ double c_([BGD]\w*)\[", code)  # not the weights
-        assert bool(matrices) == (budget > 0)
+        assert ("__constant__" in code) == (budget > 0)
         fused._kernel = of._compile(code, t_1d)
         v = cupy.zeros_like(u)
         fused(u, v)

@@ -145,32 +145,6 @@ __device__ __forceinline__ int column_index(int k, int tx, int ty) {
 #endif
 }
 
-// The tensor-product quadrature weights of the points (tx, ty, k) of a column (column_index's
-// points) from the 1D weights w (Q_1D, a __constant__ table): the column's two factors
-// (padded columns, tx or ty >= Q_1D, read a valid entry), and at(k) multiplies them in the
-// order of the host's table (slowest axis first), so that it equals the table's entry.  The
-// factors are opaque at each point, so that the compiler multiplies there (two multiplies)
-// instead of holding every point's product in registers across the element loop.  The slab
-// kernel constructs it before that loop, the warp kernels at each point (the compiler
-// places the loads)
-struct TensorWeight {
-  const double *w;
-  double wx, wy;
-  __device__ __forceinline__ TensorWeight(const double *w_1d, int tx, int ty)
-      : w(w_1d), wx(w_1d[min(tx, Q_1D - 1)]), wy(DIM == 3 ? w_1d[min(ty, Q_1D - 1)] : 1.0) {}
-  __device__ __forceinline__ double at(int k) const {
-    double x = wx, y = wy;
-    asm volatile("" : "+d"(x), "+d"(y));
-#if DIM == 1
-    return x;
-#elif DIM == 2
-    return w[k] * x;
-#else
-    return (w[k] * y) * x;
-#endif
-  }
-};
-
 // Whether this thread holds a column of an element array with SIDE_1D points per direction.
 template <int SIDE_1D>
 __device__ __forceinline__ bool owns_column(int tx, int ty) {

@@ -250,9 +250,7 @@ class _Source:
         self.matrices = matrices  # name ("B0", "Gt1", "D") -> host 1D matrix (_host_matrices)
         self.constant_bytes = constant_bytes  # budget of the constant-memory copies
         self.constants = {}  # the matrices copied to constant memory, by name
-        self.weights = {}  # the 1D quadrature weights in constant memory (not in the budget)
         self.params = []  # C++ parameter declarations
-        self.setup = []  # statements before the element loop
         self.lines = []  # body statements inside the element loop
 
     def slow(self, name):
@@ -299,10 +297,9 @@ class _Source:
         """Declare input ``k``; returns ``load(row)``, its value at point ``q``."""
         name = f"in{k}"
         mode = field.eval_mode
-        if mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
-            self.weights[f"w{k}"] = field.basis.q_weight_1d  # (Q_1d,)
-            self.setup.append(f"const TensorWeight w_{name}(c_w{k}, tx, ty);")
-            return lambda row: f"(qok ? w_{name}.at(k) : 0.0)"
+        if mode is EVAL_WEIGHT:
+            self.param(f"const double *__restrict__ {name}")
+            return lambda row: f"(qok ? {name}[q] : 0.0)"
         address = self.field_params(name, field, writable=False)
         if mode is EVAL_NONE:
 
@@ -494,7 +491,6 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
         body = [*body, f"if (qok) dot += {terms};"]
     point = "\n      ".join(body)
     stage = "\n    ".join(src.lines)
-    setup = "".join(f"\n  {line}" for line in src.setup)
     finish = "\n    ".join(epilogue)
     params = ",\n    ".join(
         [
@@ -534,7 +530,7 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
         if dot
         else ""
     )
-    tables = _constant_tables(src.constants | src.weights)
+    tables = _constant_tables(src.constants)
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
 {tables}
@@ -542,7 +538,7 @@ extern "C" __global__ void apply(
     {params}) {{
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
-  {dot_begin}{load_d}{matrices}{setup}
+  {dot_begin}{load_d}{matrices}
   double *buf = s_buf + slot * BUF_SIZE;
   for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
     const bool qok = active && owns_column<Q_1D>(tx, ty);
@@ -657,6 +653,7 @@ class FusedOperator:
             self._tensor_cores = True
             self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
+        self._weights = self._weight_tables(op, shape)
         resident = max(1, 2048 // int(np.prod(self._block)))  # blocks per SM, by threads
         self.num_blocks = self._grid(op.num_elem, elems, resident)
 
@@ -668,6 +665,17 @@ class FusedOperator:
         ``resident`` blocks per SM (see :attr:`num_blocks`)."""
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         return max(1, min(-(-num_elem // elems_per_block), 4 * sms * resident))
+
+    @staticmethod
+    def _weight_tables(op, shape):
+        """Device quadrature weights ``(Q_1d^dim,)`` of ``op``'s weight fields, by basis id."""
+        weights = {}
+        for field in op.input_fields:
+            if field.eval_mode is EVAL_WEIGHT and id(field.basis) not in weights:
+                w = field.basis.q_weight_1d  # (Q_1d,)
+                tensor = functools.reduce(np.multiply.outer, [w] * shape[0]).ravel()
+                weights[id(field.basis)] = cupy.asarray(tensor)  # (Q_1d^dim,)
+        return weights
 
     def _source(self, dot=False):
         return kernel_source(
@@ -685,8 +693,10 @@ class FusedOperator:
         op = self._op
         args = [np.int32(op.num_elem), *self._matrices]
         for field in op.input_fields:
-            if field.eval_mode is not EVAL_WEIGHT:  # weights: __constant__ tables
+            if field.eval_mode is not EVAL_WEIGHT:
                 args += [u if field.is_active else field.vector, *self._indices(field)]
+            elif self._weights is not None:  # (the warp kernels' are __constant__ tables)
+                args.append(self._weights[id(field.basis)])
         for field in op.output_fields:
             if field.is_active:
                 args += [v, *self._indices(field)]

@@ -300,9 +300,7 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
         name = f"in{k}"
         if field.eval_mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
             tables[f"w{k}"] = field.basis.q_weight_1d  # (Q_1d,)
-            # the factors loaded where the compiler places them (before the element loop they
-            # held registers that BP1 p = 3 spilled: 0.81x)
-            loads.append(lambda row, k=k: f"(qok ? TensorWeight(c_w{k}, i, j).at(k) : 0.0)")
+            loads.append(lambda row, k=k: f"(qok ? warp_weight<Q_1D>(c_w{k}, k, i, j) : 0.0)")
             continue
         address = src.field_params(name, field, writable=False)
         if field.eval_mode is EVAL_NONE and field.size <= PREFETCH_SIZE:
@@ -496,6 +494,7 @@ class WarpFusedOperator(FusedOperator):
         self._tensor_cores = True  # every x and y stage
         self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None
+        self._weights = None  # __constant__ tables in the source
         resident = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
         elems = warps * (8 // warp_side(shape)) ** 2  # a block's elements
         self.num_blocks = self._grid(op.num_elem, elems, resident)

@@ -111,6 +111,20 @@ __device__ __forceinline__ void warp_fill_fragments(const double *B, const doubl
   }
 }
 
+// The quadrature weight (w[k] w[j]) w[i] of point (i, j, k) from the 1D weights w (Q, a
+// __constant__ table), multiplied in the order of the host's tensor-product table, so that it
+// equals the table's entry; i, j >= Q (padded points) read a valid entry.  The factors are
+// opaque, so that the compiler multiplies at each point (two multiplies) instead of holding
+// every point's product in registers across the element loop.  Instead of a load per point
+// (the slab kernel's table: an L1 hit): BP1 and BP3 on the fly 1.12-1.49x at p = 2..6 with
+// the bank-conflict-free buffer (eleventh session); the slab lost 4-10% with it at p = 7, 8
+template <int Q>
+__device__ __forceinline__ double warp_weight(const double *w, int k, int i, int j) {
+  double x = w[min(i, Q - 1)], y = w[min(j, Q - 1)];
+  asm volatile("" : "+d"(x), "+d"(y));
+  return (w[k] * y) * x;
+}
+
 // out[k][h]: a stored field's value at this lane's points (i, j, k) = ((2 t + h) % WARP_SIDE,
 // g % WARP_SIDE, k), point i + Q (j + Q k) of the lane's element at x[entry(idx, base +
 // point)]; zero at padded points and where the lane's element is past the last (!ok).  Read
