@@ -643,13 +643,13 @@ def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypat
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),
     ("mass", 2, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "slab"),
-    ("diffusion", 4, "stored", "slab"), ("diffusion", 5, "stored", "warp"),
+    ("diffusion", 7, "stored", "slab"), ("diffusion", 4, "stored", "warp"),
     ("diffusion", 3, "on_the_fly", "warp"), ("diffusion", 2, "on_the_fly", "warp"),
     ("diffusion", 4, "on_the_fly", "warp"), ("diffusion", 7, "on_the_fly", "slab")])  # fmt: skip
 def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
     """gen's rule: one warp per element (four at p = 2) for the shapes of the tables where it
-    measured faster (BP1 p = 2..6; BP3 p = 2, 5, 6 with stored q-data, p = 2..6 on the
-    fly), the slab elsewhere (p = 1 not measured, Q_1d > 8); CG runs."""
+    measured faster (BP1 p = 2..6; BP3 p = 2..6 with stored q-data or on the fly), the slab
+    elsewhere (p = 1 not measured, Q_1d > 8); CG runs."""
     from hofem.backends.cuda import operator_warp as ow
 
     op, _ = box_operator(gen, form, 4, p, 3, geometry=geometry)
