@@ -313,21 +313,36 @@ def test_constant_matrix_copies_follow_the_budget():
 
 def test_warp_kernels_weigh_from_the_1d_weights():
     """gen's one-warp-per-element kernels form the quadrature weights at each point from an
-    exact constant copy of the 1D weights (no weight parameter); the slab kernel reads the
-    tensor-product table.  Needs no device."""
+    exact constant copy of the 1D weights (no weight parameter: the level's factor, times the
+    lane's product of the other two in its operand table); the slab kernel reads the
+    tensor-product table.  Weight fields of different 1D weights are not warp-fusable.  Needs
+    no device."""
     from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
-    from hofem.backends.cuda.operator_warp import warp_kernel_source
+    from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
     from hofem.bakeoff.structured import box_operator
 
     ceed = hf.Ceed("/cpu/self/ref")
     op = box_operator(ceed, "mass", 2, 3, geometry="on_the_fly")[0]  # weights: input 2
     shape = fusable_shape(op, 16)
     code = warp_kernel_source(op, shape)
-    (values,) = re.findall(r"__constant__ double c_w2\[\d+\] = \{([^}]*)\}", code)
+    (values,) = re.findall(r"__constant__ double c_w\[\d+\] = \{([^}]*)\}", code)
     weights = np.array([float.fromhex(v) for v in values.split(",")])
     assert np.array_equal(weights, op.input_fields[0].basis.q_weight_1d)  # bit for bit
-    assert "warp_weight<Q_1D>(c_w2, k, i, j)" in code and " in2" not in code
+    assert "c_w[k] * frag(WF_W + h)" in code and " in2" not in code
     assert "const double *__restrict__ in2" in kernel_source(op, shape)
+    lobatto = ceed.BasisTensorH1Lagrange(3, 1, 2, shape[2], hf.GAUSS_LOBATTO)
+    inputs = [("a", 1, hf.EVAL_WEIGHT), ("b", 1, hf.EVAL_WEIGHT), ("u", 1, hf.EVAL_INTERP)]
+    two = ceed.Operator(ceed.QFunction(_two_weights, inputs, [("v", 1, hf.EVAL_INTERP)]))
+    u = op.input_fields[0]
+    for name, basis in (("a", u.basis), ("b", lobatto)):
+        two.set_field(name, hf.ELEMRESTRICTION_NONE, basis, hf.VECTOR_NONE)
+    two.set_field("u", u.restriction, u.basis, hf.VECTOR_ACTIVE)
+    two.set_field("v", u.restriction, u.basis, hf.VECTOR_ACTIVE)
+    assert not warp_fusable(two)
+
+
+def _two_weights(ctx, a, b, u, v):
+    v[0] = (a[0] + b[0]) * u[0]
 
 
 def test_fusable_shape_mixed_orders():

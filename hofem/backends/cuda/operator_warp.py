@@ -198,8 +198,8 @@ def warp_fusable(op):
     3D; every interp/grad field on one basis (the same 1D matrices) of at most 8 nodes and
     points per direction, with the collocated derivative where there are gradients, except
     inputs of at most :data:`~.operator_fuse.DIRECT_NODES` nodes on a cell-constant basis;
-    inputs also ``EVAL_NONE`` or ``EVAL_WEIGHT``; every output interpolated or
-    differentiated.
+    inputs also ``EVAL_NONE`` or ``EVAL_WEIGHT`` (every weight field of the same 1D
+    weights); every output interpolated or differentiated.
     """
     fields = op.input_fields + op.output_fields
     main = [f for f in fields if _on_main_basis(f)]
@@ -226,6 +226,9 @@ def warp_fusable(op):
         return False
     if _slots(op) > BUFFERS_PER_BLOCK:
         return False
+    weights = [f.basis.q_weight_1d for f in op.input_fields if f.eval_mode is EVAL_WEIGHT]
+    if any(not np.array_equal(w, weights[0]) for w in weights):
+        return False  # the operand table holds one set of weight factors
     return not _has_grad(op) or collocated_grad(first.interp_1d, first.grad_1d) is not None
 
 
@@ -300,8 +303,10 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
     for k, field in enumerate(op.input_fields):
         name = f"in{k}"
         if field.eval_mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
-            tables[f"w{k}"] = field.basis.q_weight_1d  # (Q_1d,)
-            loads.append(lambda row, k=k: f"(qok ? warp_weight<Q_1D>(c_w{k}, k, i, j) : 0.0)")
+            # w[k] (w[j] w[i]): the level's factor a constant operand, the lane's in the
+            # operand table (WF_W); every weight field has the same 1D weights (warp_fusable)
+            tables["w"] = field.basis.q_weight_1d  # (Q_1d,)
+            loads.append(lambda row: "(qok ? c_w[k] * frag(WF_W + h) : 0.0)")
             continue
         address = src.field_params(name, field, writable=False)
         if field.eval_mode is EVAL_NONE and field.size <= PREFETCH_SIZE:
@@ -432,6 +437,7 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
         else ""
     )
     D = "c_D" if "D" in tables else "nullptr"
+    W = "c_w" if "w" in tables else "nullptr"
     warps = warps_per_block(slots)
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
     defines["SLOTS"] = slots
@@ -448,7 +454,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double *buf = s_buf + warp * SLOTS * WARP_BUF;  // SLOTS tiles of 8 levels
   __shared__ double s_frag[WARP_FRAGS * 32];  // the stages' operands, one column per lane
-  if (warp == 0) warp_fill_fragments<P_1D, Q_1D>(c_B0, {D}, lane, s_frag + lane);
+  if (warp == 0) warp_fill_fragments<P_1D, Q_1D>(c_B0, {D}, {W}, lane, s_frag + lane);
   __syncthreads();
   const {"WarpRegs" if registers else "WarpTable"} frag{{s_frag + lane}};
   // this lane's points belong to element pe of the warp's WARP_ELEMS

@@ -77,7 +77,8 @@ __device__ __forceinline__ double warp_block(const double *M, int r, int c) {
 #define WF_DY 8    // D[g][4 s + t]: y, A operand
 #define WF_DXT 10  // D[2 t + s][g]: x^T, B operand (k order permuted)
 #define WF_DYT 12  // D[4 s + t][g]: y^T, A operand
-#define WARP_FRAGS 14
+#define WF_W 14    // w[j] w[i] at the lane's points (i, j) = (2 t + s, g): the quadrature weights
+#define WARP_FRAGS 16
 
 struct WarpTable {
   const double *lane_table;  // table + lane
@@ -93,14 +94,17 @@ struct WarpRegs {
 };
 
 // Lane `lane`'s entries of B (Q, P) and, where D is not null, of the collocated derivative
-// D (Q, Q), both row-major, written to frag = table + lane
+// D (Q, Q), both row-major, and where w is not null the x and y factors of the quadrature
+// weights of its points from the 1D weights w (Q), written to frag = table + lane
 template <int P, int Q>
-__device__ __forceinline__ void warp_fill_fragments(const double *B, const double *D, int lane,
-                                                    double *frag) {
+__device__ __forceinline__ void warp_fill_fragments(const double *B, const double *D,
+                                                    const double *w, int lane, double *frag) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int s = 0; s < 2; s++) {
     const int y = 4 * s + t, x = 2 * t + s;  // the k index of the y and x^T operands
+    const int i = min(warp_local(x), Q - 1), j = min(warp_local(g), Q - 1);  // padded: valid
+    frag[(WF_W + s) * 32] = w ? w[j] * w[i] : 0.0;
     frag[(WF_B + s) * 32] = warp_block<Q, P>(B, g, y);
     frag[(WF_BT + s) * 32] = warp_block<Q, P>(B, y, g);
     frag[(WF_BP + s) * 32] = warp_block<Q, P>(B, x, g);
@@ -109,20 +113,6 @@ __device__ __forceinline__ void warp_fill_fragments(const double *B, const doubl
     frag[(WF_DY + s) * 32] = D ? warp_block<Q, Q>(D, g, y) : 0.0;
     frag[(WF_DYT + s) * 32] = D ? warp_block<Q, Q>(D, y, g) : 0.0;
   }
-}
-
-// The quadrature weight (w[k] w[j]) w[i] of point (i, j, k) from the 1D weights w (Q, a
-// __constant__ table), multiplied in the order of the host's tensor-product table, so that it
-// equals the table's entry; i, j >= Q (padded points) read a valid entry.  The factors are
-// opaque, so that the compiler multiplies at each point (two multiplies) instead of holding
-// every point's product in registers across the element loop.  Instead of a load per point
-// (the slab kernel's table: an L1 hit): BP1 and BP3 on the fly 1.12-1.49x at p = 2..6 with
-// the bank-conflict-free buffer (eleventh session); the slab lost 4-10% with it at p = 7, 8
-template <int Q>
-__device__ __forceinline__ double warp_weight(const double *w, int k, int i, int j) {
-  double x = w[min(i, Q - 1)], y = w[min(j, Q - 1)];
-  asm volatile("" : "+d"(x), "+d"(y));
-  return (w[k] * y) * x;
 }
 
 // out[k][h]: a stored field's value at this lane's points (i, j, k) = ((2 t + h) % WARP_SIDE,
