@@ -341,7 +341,7 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
             prefetch.append(f"double r_{name}[{field.size}];")
             prefetch.append(
                 f"warp_cell_values<{nodes}, {len(table)}, {C}>({pointer}, {step}, {idx}, "
-                f"{base}, c_W{k}, r_{name});"
+                f"{base}, c_W{k}, lane, r_{name});"
             )
             loads.append(lambda row, name=name: f"r_{name}[{row}]")
             continue

@@ -313,27 +313,43 @@ __device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], doub
 
 // out[r C + c] = sum_a W[r][a] x[entry(idx, base + a) + c cstride] for the R rows of W (R x N,
 // row-major) and the C components: a field of N nodes whose basis gives the same values at
-// every point (a cell-constant basis, hofem.cell_center), evaluated once per element; every
-// lane loads the same N offsets and C N entries
+// every point (a cell-constant basis, hofem.cell_center), evaluated once per element.  At
+// one element per warp, lane (c, a) = (lane / N, lane % N) loads entry a of component c and
+// the sums over a are shuffles (N a power of two, C N <= 32); else every lane loads the same
+// N offsets and C N entries
 template <int N, int R, int C, typename I>
 __device__ __forceinline__ void warp_cell_values(const double *__restrict__ x, index_t cstride,
                                                  const I *__restrict__ idx, index_t base,
-                                                 const double *W, double (&out)[R * C]) {
-  double nodes[C][N];
+                                                 const double *W, int lane,
+                                                 double (&out)[R * C]) {
+  if constexpr (WARP_ELEMS == 1 && (N & (N - 1)) == 0 && C * N <= 32) {
+    const int a = lane % N, c = lane / N;
+    const double v = c < C ? x[entry(idx, base + a) + c * cstride] : 0.0;
 #pragma unroll
-  for (int a = 0; a < N; a++) {
-    const index_t node = entry(idx, base + a);
+    for (int r = 0; r < R; r++) {
+      double sum = W[r * N + a] * v;
 #pragma unroll
-    for (int c = 0; c < C; c++) nodes[c][a] = x[node + c * cstride];
-  }
+      for (int step = N / 2; step > 0; step /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, step);
 #pragma unroll
-  for (int r = 0; r < R; r++) {
+      for (int cc = 0; cc < C; cc++) out[r * C + cc] = __shfl_sync(0xffffffffu, sum, cc * N);
+    }
+  } else {
+    double nodes[C][N];
 #pragma unroll
-    for (int c = 0; c < C; c++) {
-      double sum = 0.0;
+    for (int a = 0; a < N; a++) {
+      const index_t node = entry(idx, base + a);
 #pragma unroll
-      for (int a = 0; a < N; a++) sum = fma(W[r * N + a], nodes[c][a], sum);
-      out[r * C + c] = sum;
+      for (int c = 0; c < C; c++) nodes[c][a] = x[node + c * cstride];
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int c = 0; c < C; c++) {
+        double sum = 0.0;
+#pragma unroll
+        for (int a = 0; a < N; a++) sum = fma(W[r * N + a], nodes[c][a], sum);
+        out[r * C + c] = sum;
+      }
     }
   }
 }
