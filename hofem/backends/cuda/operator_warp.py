@@ -21,6 +21,12 @@ gradient component in or out holds one buffer (a slot) per warp.
 Where ``P_1d, Q_1d <= 4`` (:func:`warp_side`) a warp applies four elements at once, each
 tile holding four elements' 4x4 slices with block-diagonal operands of the 1D matrices.
 
+The stages' operands sit in a shared table per block, one column per lane, read where each
+stage uses them (registers for the shapes of :data:`REGISTER_OPERAND_SHAPES`); the table
+also holds each lane's ``w[j] w[i]``, so that a quadrature weight is that entry times the
+level's ``w[k]``, a constant operand.  The buffer's layout (``warp_index``) keeps every
+half-warp access free of bank conflicts.
+
 It applies to 3D operators whose basis fields all interpolate or differentiate on one
 basis (``P_1d, Q_1d <= 8``, the collocated ``D`` where there are gradients) or read
 weights, with ``EVAL_NONE`` inputs (stored q-data) and inputs on a cell-constant basis of
