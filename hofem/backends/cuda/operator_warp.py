@@ -339,15 +339,16 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
             table = _cell_table(field)  # (rows, P_1d^3)
             tables[f"W{k}"] = table
             nodes = field.basis.num_nodes
-            pointer, idx, base = address(0, nodes, "pelem")
+            pointer, idx, base = address(0, nodes)
             step = "0"  # from component 0's entry to component 1's
             if C > 1:
-                pointer1, _, base1 = address(1, nodes, "pelem")
+                pointer1, _, base1 = address(1, nodes)
                 step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
+            estride = f"({address(0, nodes, '(elem + 1)')[2]}) - ({base})"
             prefetch.append(f"double r_{name}[{field.size}];")
             prefetch.append(
                 f"warp_cell_values<{nodes}, {len(table)}, {C}>({pointer}, {step}, {idx}, "
-                f"{base}, c_W{k}, lane, r_{name});"
+                f"{base}, {estride}, nvalid, c_W{k}, lane, r_{name});"
             )
             loads.append(lambda row, name=name: f"r_{name}[{row}]")
             continue
@@ -432,6 +433,9 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
         ]
     )
     point = "\n        ".join(body)
+    if any(f.eval_mode is EVAL_NONE for f in op.input_fields):  # read at pelem's points
+        pelem = "lane_ok ? elem + pe : elem"  # the lane's element, or a valid one
+        prefetch.insert(0, f"const index_t pelem = {pelem};")
     stages = "\n    ".join(prefetch + stage + tiles)
     before, after = "\n      ".join(level), "\n      ".join(level_end)
     finish = "\n    ".join(transposes + epilogue)
@@ -469,7 +473,6 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
        elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {{
     const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
     const bool lane_ok = warp_valid(pe, nvalid);
-    const index_t pelem = lane_ok ? elem + pe : elem;  // this lane's element (or a valid one)
     {stages}
 #pragma unroll
     for (int k = 0; k < Q_1D; k++) {{

@@ -311,18 +311,21 @@ __device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], doub
   for (int h = 0; h < 2; h++) slot[warp_index(k * 8 + g, 2 * t + h)] = in[1][h];
 }
 
-// out[r C + c] = sum_a W[r][a] x[entry(idx, base + a) + c cstride] for the R rows of W (R x N,
-// row-major) and the C components: a field of N nodes whose basis gives the same values at
-// every point (a cell-constant basis, hofem.cell_center), evaluated once per element.  At
-// one element per warp, lane (c, a) = (lane / N, lane % N) loads entry a of component c and
-// the sums over a are shuffles (N a power of two, C N <= 32); else every lane loads the same
-// N offsets and C N entries
+// out[r C + c] = sum_a W[r][a] x[entry(idx, base + e estride + a) + c cstride] for the R rows
+// of W (R x N, row-major), the C components and this lane's element e (of the warp's nvalid,
+// warp_elem): a field of N nodes whose basis gives the same values at every point (a
+// cell-constant basis, hofem.cell_center), evaluated once per element.  With N a power of two
+// the loads are spread over the lanes and the sums over a are shuffles: at one element per
+// warp lane (c, a) = (lane / N, lane % N) loads entry a of component c (C N <= 32); at
+// several, lane (e, a) loads node a of element e, every component (N WARP_ELEMS <= 32).  Else
+// every lane loads its element's N offsets and C N entries
 template <int N, int R, int C, typename I>
 __device__ __forceinline__ void warp_cell_values(const double *__restrict__ x, index_t cstride,
                                                  const I *__restrict__ idx, index_t base,
-                                                 const double *W, int lane,
-                                                 double (&out)[R * C]) {
-  if constexpr (WARP_ELEMS == 1 && (N & (N - 1)) == 0 && C * N <= 32) {
+                                                 index_t estride, int nvalid, const double *W,
+                                                 int lane, double (&out)[R * C]) {
+  constexpr bool spread = (N & (N - 1)) == 0;
+  if constexpr (spread && WARP_ELEMS == 1 && C * N <= 32) {
     const int a = lane % N, c = lane / N;
     const double v = c < C ? x[entry(idx, base + a) + c * cstride] : 0.0;
 #pragma unroll
@@ -333,11 +336,32 @@ __device__ __forceinline__ void warp_cell_values(const double *__restrict__ x, i
 #pragma unroll
       for (int cc = 0; cc < C; cc++) out[r * C + cc] = __shfl_sync(0xffffffffu, sum, cc * N);
     }
+  } else if constexpr (spread && N * WARP_ELEMS <= 32) {
+    const int a = lane % N, e = min(lane / N, nvalid - 1);  // past the last: a valid element
+    const int pe = warp_elem(lane >> 2, 2 * (lane & 3));    // the element of this lane's points
+    const index_t node = entry(idx, base + e * estride + a);
+    double v[C];
+#pragma unroll
+    for (int c = 0; c < C; c++) v[c] = x[node + c * cstride];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+      for (int c = 0; c < C; c++) {
+        double sum = W[r * N + a] * v[c];
+#pragma unroll
+        for (int step = N / 2; step > 0; step /= 2) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, step);
+        }
+        out[r * C + c] = __shfl_sync(0xffffffffu, sum, pe * N);
+      }
+    }
   } else {
+    const int pe = warp_elem(lane >> 2, 2 * (lane & 3));
+    const index_t first = base + (warp_valid(pe, nvalid) ? pe : 0) * estride;
     double nodes[C][N];
 #pragma unroll
     for (int a = 0; a < N; a++) {
-      const index_t node = entry(idx, base + a);
+      const index_t node = entry(idx, first + a);
 #pragma unroll
       for (int c = 0; c < C; c++) nodes[c][a] = x[node + c * cstride];
     }
