@@ -79,9 +79,9 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 # form: where the kernel's layout, not its bytes, makes on the fly the faster choice.
 # /gpu/cuda/gen runs the Poisson operator one warp per element on the tensor cores at these
 # shapes with the geometry on the fly (operator_warp.WARP_GRAD_SHAPES), and there on the fly
-# ran 1.18/1.27/1.59x of stored at p = 4/5/6 and 1.32x at p = 2 (H200, 1e7 DOFs, tenth
-# session; docs/performance.md); at p = 3 the slab runs and on the fly ran 0.91x of stored,
-# and BP1 on the fly stays slower (0.67-0.97x) in either layout
+# ran 1.49/1.09/1.36/1.56/2.00x of stored at p = 2..6 (H200, 1e7 DOFs, eleventh session;
+# docs/performance.md); BP1 on the fly ties stored at p = 5, 6 (0.95-1.06x over two runs) and
+# is slower below (0.83-0.91x), so BP1 keeps its one stored value per point
 ON_THE_FLY_SHAPES = {
     "/gpu/cuda/gen": {"diffusion": {(3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)}}
 }

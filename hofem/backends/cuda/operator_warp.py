@@ -273,6 +273,9 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
     dot : bool
         Also write ``dot_partial[block]``, the block's part of ``u . Au``, and return at
         once while ``*status`` is nonzero, as :func:`.operator_fuse.kernel_source`.
+    registers : bool, optional
+        Hold the stages' operand entries in registers rather than read them from the
+        block's shared table; default :func:`operand_registers`.
 
     Returns
     -------

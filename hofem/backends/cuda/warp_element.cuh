@@ -66,7 +66,7 @@ __device__ __forceinline__ double warp_block(const double *M, int r, int c) {
   return same && rr < R && cc < C ? M[rr * C + cc] : 0.0;
 }
 
-// This lane's operand entries of the stages (loop-invariant, 14 doubles), in the block's shared
+// This lane's operand entries of the stages (loop-invariant, 16 doubles), in the block's shared
 // table (warp_fill_fragments): entry e of lane l at table[l + 32 e].  WarpTable reads them
 // where each stage uses them, so that they hold no registers across the element; WarpRegs
 // holds them in registers (one shared load each per launch, not one per tensor-core op)
