@@ -91,8 +91,9 @@ WARP_GRAD_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
 # p = 2, 5 and 6 ran 1.28/1.35/1.04x the slab (5, 6: 1.23/1.15x in the run before the shared
 # operand table), p = 4 1.07x (0.89x before), p = 3 lost (0.82-0.96x); p = 3 and 4 ran 1.14/1.10x
-# at 128 registers after the eleventh session's bank-conflict-free buffer
-WARP_GRAD_STORED_SHAPES = {(3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 3}
+# at 128 registers after the eleventh session's bank-conflict-free buffer, and p = 6 1.17x at
+# 128 where 168 (3 blocks, spilling) gave 1.10x
+WARP_GRAD_STORED_SHAPES = {(3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4}
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
 # same out; more spill (the vector Poisson, curved geometry on the fly)
