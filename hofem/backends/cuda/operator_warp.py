@@ -245,11 +245,12 @@ def warp_side(shape):
     return 4 if max(shape[1:]) <= 4 else 8
 
 
-def _group(address, c):
+def _group(address, c, nodes="NUM_NODES"):
     """C++ arguments ``pointer, idx, base, estride, nvalid`` of component ``c`` of the warp's
-    elements: element ``elem``'s base and the step from one element's to the next's."""
-    pointer, idx, base = address(c, "NUM_NODES")
-    after = address(c, "NUM_NODES", "(elem + 1)")[2]
+    elements of ``nodes`` nodes each: element ``elem``'s base and the step from one
+    element's to the next's."""
+    pointer, idx, base = address(c, nodes)
+    after = address(c, nodes, "(elem + 1)")[2]
     return f"{pointer}, {idx}, {base}, ({after}) - ({base}), nvalid"
 
 
@@ -343,26 +344,25 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
             table = _cell_table(field)  # (rows, P_1d^3)
             tables[f"W{k}"] = table
             nodes = field.basis.num_nodes
-            pointer, idx, base = address(0, nodes)
             step = "0"  # from component 0's entry to component 1's
             if C > 1:
-                pointer1, _, base1 = address(1, nodes)
+                (pointer, _, base), (pointer1, _, base1) = address(0, nodes), address(1, nodes)
                 step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
-            estride = f"({address(0, nodes, '(elem + 1)')[2]}) - ({base})"
             prefetch.append(f"double r_{name}[{field.size}];")
             prefetch.append(
-                f"warp_cell_values<{nodes}, {len(table)}, {C}>({pointer}, {step}, {idx}, "
-                f"{base}, {estride}, nvalid, c_W{k}, lane, r_{name});"
+                f"warp_cell_values<{nodes}, {len(table)}, {C}>({_group(address, 0, nodes)}, "
+                f"{step}, c_W{k}, lane, r_{name});"
             )
             loads.append(lambda row, name=name: f"r_{name}[{row}]")
             continue
-        if field.eval_mode is EVAL_GRAD:  # the values, their tiles in slots; row d C + c
-            stage.append(f"double r_{name}[{C}][Q_1D][2];")
+        stage.append(f"double r_{name}[{C}][Q_1D][2];")  # the values at the points
+        for c in range(C):
+            stage.append(
+                f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, "
+                f"r_{name}[{c}]);"
+            )
+        if field.eval_mode is EVAL_GRAD:  # their tiles in slots, then D per level; row d C + c
             for c in range(C):
-                stage.append(
-                    f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, "
-                    f"r_{name}[{c}]);"
-                )
                 slot = f"buf + {len(tiles)} * WARP_BUF"
                 tiles.append(f"warp_store_tiles({slot}, r_{name}[{c}], lane);")
                 level.append(f"double g_{name}_{c}[3][2];")
@@ -371,14 +371,8 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
                     f"g_{name}_{c});"
                 )
             loads.append(lambda row, name=name, C=C: f"g_{name}_{row % C}[{row // C}][h]")
-            continue
-        stage.append(f"double r_{name}[{C}][Q_1D][2];")
-        for c in range(C):
-            stage.append(
-                f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, "
-                f"r_{name}[{c}]);"
-            )
-        loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
+        else:
+            loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
     stores, transposes, epilogue, zero = [], [], [], []
     outputs_t = 0  # slots of the active gradient outputs' y parts
     for k, field in enumerate(op.output_fields):

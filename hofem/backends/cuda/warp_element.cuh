@@ -311,6 +311,15 @@ __device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], doub
   for (int h = 0; h < 2; h++) slot[warp_index(k * 8 + g, 2 * t + h)] = in[1][h];
 }
 
+// The sum of v over the N lanes of this lane's aligned group of N (a power of two), in every
+// lane of the group
+template <int N>
+__device__ __forceinline__ double warp_group_sum(double v) {
+#pragma unroll
+  for (int step = N / 2; step > 0; step /= 2) v += __shfl_xor_sync(0xffffffffu, v, step);
+  return v;
+}
+
 // out[r C + c] = sum_a W[r][a] x[entry(idx, base + e estride + a) + c cstride] for the R rows
 // of W (R x N, row-major), the C components and this lane's element e (of the warp's nvalid,
 // warp_elem): a field of N nodes whose basis gives the same values at every point (a
@@ -320,19 +329,18 @@ __device__ __forceinline__ void warp_grad_t_level(const double (&in)[3][2], doub
 // several, lane (e, a) loads node a of element e, every component (N WARP_ELEMS <= 32).  Else
 // every lane loads its element's N offsets and C N entries
 template <int N, int R, int C, typename I>
-__device__ __forceinline__ void warp_cell_values(const double *__restrict__ x, index_t cstride,
+__device__ __forceinline__ void warp_cell_values(const double *__restrict__ x,
                                                  const I *__restrict__ idx, index_t base,
-                                                 index_t estride, int nvalid, const double *W,
-                                                 int lane, double (&out)[R * C]) {
+                                                 index_t estride, int nvalid, index_t cstride,
+                                                 const double *W, int lane,
+                                                 double (&out)[R * C]) {
   constexpr bool spread = (N & (N - 1)) == 0;
   if constexpr (spread && WARP_ELEMS == 1 && C * N <= 32) {
     const int a = lane % N, c = lane / N;
     const double v = c < C ? x[entry(idx, base + a) + c * cstride] : 0.0;
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      double sum = W[r * N + a] * v;
-#pragma unroll
-      for (int step = N / 2; step > 0; step /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, step);
+      const double sum = warp_group_sum<N>(W[r * N + a] * v);
 #pragma unroll
       for (int cc = 0; cc < C; cc++) out[r * C + cc] = __shfl_sync(0xffffffffu, sum, cc * N);
     }
@@ -347,11 +355,7 @@ __device__ __forceinline__ void warp_cell_values(const double *__restrict__ x, i
     for (int r = 0; r < R; r++) {
 #pragma unroll
       for (int c = 0; c < C; c++) {
-        double sum = W[r * N + a] * v[c];
-#pragma unroll
-        for (int step = N / 2; step > 0; step /= 2) {
-          sum += __shfl_xor_sync(0xffffffffu, sum, step);
-        }
+        const double sum = warp_group_sum<N>(W[r * N + a] * v[c]);
         out[r * C + c] = __shfl_sync(0xffffffffu, sum, pe * N);
       }
     }
