@@ -631,11 +631,10 @@ def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypat
     from hofem.backends.cuda import operator_warp as ow
 
     monkeypatch.setattr(ow, "operand_registers", lambda op, shape: True)
-    op_gen, _ = box_operator(gen, form, 3, p, warp=0.1 if form == "mass" else 0.0,
-                             geometry=geometry)  # fmt: skip
+    warp = 0.1 if form == "mass" else 0.0  # curved cells, or affine ones on the fly
+    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry)
     assert gen.backend._fused_operator(op_gen).layout == "warp"
-    op_ref, _ = box_operator(ref, form, 3, p, warp=0.1 if form == "mass" else 0.0,
-                             geometry=geometry)  # fmt: skip
+    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry)
     u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
     _check_dot(gen, op_gen)
