@@ -266,6 +266,74 @@ def test_apply_dot_inside_the_kernel(nb):
         numba_operator.operator_kernel(other, dot=True)
 
 
+@pytest.mark.parametrize("layout", ["offsets", "blocked"])
+@pytest.mark.parametrize("n", [7, 40])
+def test_cg_runs_are_first_gathers(nb, n, layout):
+    """The runs of CG's step cover every L-vector entry once (an entry no element gathers
+    included), and each chunk's runs hold exactly the entries no earlier chunk gathers
+    (chunks of 2 components, and the blocked layout with a partial last block)."""
+    from hofem.backends import numba_operator
+    from hofem.meshes import box
+
+    if layout == "offsets":
+        r = hf.H1Space(nb, box(n, dim=2), 2, num_comp=2).restriction
+        r = nb.ElemRestriction(  # one entry past the mesh's: gathered by no element
+            r.num_elem,
+            r.elem_size,
+            2,
+            r.component_stride + 1,
+            2 * r.component_stride + 2,
+            r.compact_indices()[0].reshape(r.num_elem, -1),
+        )
+    else:
+        r = nb.StridedElemRestriction(n * n + 3, 9, 2, 2 * 9 * (n * n + 3), hf.STRIDES_BACKEND)
+    _, start, stop = numba_operator.colour_chunks(r.num_elem, 8, [r])
+    run_ptr, run_start, run_stop = numba_operator.cg_runs(r, start, stop)
+    assert run_ptr[0] == 0 and run_ptr[-1] == run_start.size and np.all(np.diff(run_ptr) >= 0)
+    indices = r.indices.reshape(r.num_elem, -1)  # (num_elem, num_comp * elem_size)
+    seen = set(range(r.l_size)) - set(indices.ravel().tolist())  # chunk 0 takes these
+    for k, (a, b) in enumerate(zip(start, stop, strict=True)):
+        runs = range(run_ptr[k], run_ptr[k + 1])
+        mine = [i for j in runs for i in range(run_start[j], run_stop[j])]
+        gathered = set(indices[a:b].ravel().tolist())
+        want = gathered - seen if k else gathered | seen
+        assert sorted(mine) == sorted(want), k
+        seen |= gathered
+    lengths = run_stop - run_start  # (num_runs,)
+    assert lengths.min() >= 1 and lengths.sum() == r.l_size
+
+
+def test_cg_step_inside_the_kernel(nb):
+    """CG's step fused into the kernel (x += alpha p; p = z + beta p on each chunk's first
+    entries, then A p and p . Ap) equals the vector pass and apply_dot, bitwise for 1 and 2
+    threads; hf.cg takes it, and follows the reference backend's iterates."""
+    op, _ = poisson_operator(nb, n=5, p=2, dim=3, warp=0.1)
+    rng = np.random.default_rng(8)
+    z, x, p = (rng.standard_normal(op.shape[0]) for _ in range(3))  # (n,) each
+    alpha, beta = np.asarray(0.3), np.asarray(0.7)
+    want_x, want_p, want_Ap = x + 0.3 * p, z + 0.7 * p, np.empty(op.shape[0])
+    want_dot = op.apply_dot(want_p, want_Ap)
+    results = []
+    saved = numba.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            xk, pk, Ap = x.copy(), p.copy(), np.full(op.shape[0], np.nan)
+            dot = op._cg_step(z, beta, xk, alpha, pk, Ap)
+            results.append((float(dot), xk, pk, Ap))
+    finally:
+        numba.set_num_threads(saved)
+    assert "cg-runs" in op.backend_data["numba-dot"]
+    for a, b in zip(results[0], results[1], strict=True):
+        np.testing.assert_array_equal(a, b)
+    dot, xk, pk, Ap = results[0]
+    scale = 1e-14 * np.abs(want_Ap).max()
+    np.testing.assert_allclose(xk, want_x, rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(pk, want_p, rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(Ap, want_Ap, rtol=0, atol=scale)
+    assert dot == pytest.approx(float(want_dot), rel=1e-13)
+
+
 @pytest.mark.parametrize("n", [7, 40])
 def test_colour_chunks_race_free(nb, n):
     """Chunks of one colour share no output entry; the chunks cover every element once."""
