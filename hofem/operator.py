@@ -105,15 +105,6 @@ class _OperatorBase:
         self._add(u, v)
         return self.vector_ops().dot(u, v)
 
-    def _cg_step(self, z, beta, x, alpha, p, Ap):
-        """CG's step, for :func:`hofem.cg`: ``x += alpha p``, then ``p = z + beta p``,
-        ``Ap = A p``; returns ``p . Ap`` (0-d).  A backend may fuse the vector update
-        into its operator kernel (``/cpu/self/numba``); here it is a pass of
-        :meth:`vector_ops`, then :meth:`apply_dot`.  All vectors (n,), float64;
-        ``alpha`` and ``beta`` 0-d arrays of the vectors' library."""
-        self.vector_ops().update_px(z, beta, x, alpha, p)
-        return self.apply_dot(p, Ap)
-
     def __call__(self, u):
         """Return ``A u`` as a new array."""
         v = self.ceed.xp.zeros(self.shape[0])
@@ -331,14 +322,6 @@ class Operator(_OperatorBase):
     def _apply_dot(self, u, v):
         dot = self.ceed.backend.operator_apply_dot(self, u, v)
         return super()._apply_dot(u, v) if dot is None else dot
-
-    def _cg_step(self, z, beta, x, alpha, p, Ap):
-        if self.shape[0] == self.shape[1]:
-            self._check_vectors(p, Ap)
-            dot = self.ceed.backend.operator_cg_step(self, z, beta, x, alpha, p, Ap)
-            if dot is not None:
-                return dot
-        return super()._cg_step(z, beta, x, alpha, p, Ap)
 
     def linear_assemble_diagonal(self):
         """Diagonal of the assembled operator, for Jacobi preconditioning.

@@ -170,15 +170,14 @@ def cg(
         return out
 
     if isinstance(A, _OperatorBase) and A.shape == (n, n):
-        # x += alpha p; p = z + beta p; Ap = A p; p . Ap: a backend may fuse the update
-        # into its operator kernel, and form p . Ap there (no pass over the vectors)
-        step = A._cg_step
+        # out = A v in place (no allocation per iteration) and v . out, which a backend
+        # may form inside its operator kernel (no pass over the vectors)
+        apply_dot = A.apply_dot
     else:
 
-        def step(z, beta, x, alpha, p, Ap):
-            ops.update_px(z, beta, x, alpha, p)
-            Ap[...] = matvec(p)
-            return ops.dot(p, Ap)
+        def apply_dot(v, out):
+            out[...] = matvec(v)
+            return ops.dot(v, out)
 
     precond = _matvec(M, "M") if M is not None else None
     x = xp.zeros_like(b) if x0 is None else xp.array(x0, dtype=b.dtype, copy=True)
@@ -192,32 +191,23 @@ def cg(
     if r_norm <= tol:
         return x, CGInfo.converged(0, r_norm)
     z = precond(r) if precond else r
+    p = z.copy()
     rz = ops.dot(r, z)
     breakdown = xp.zeros((), dtype=bool)  # device flag: p.Ap <= 0 or NaN/Inf seen
     Ap = xp.empty_like(b)  # (n,) reused: operators apply into it
-    # x trails by one step: x += alpha p happens in the next step, before p changes
-    # (x updated where the solve returns or calls back); the first step makes p = z
-    p = xp.zeros_like(b)
-    alpha = beta = xp.zeros(())
     iteration = 0
     while iteration < maxiter:
-        pAp = step(z, beta, x, alpha, p, Ap)
-        alpha = ops.alpha(rz, pAp, breakdown)
-        if precond is None:  # z = r: the r update also gives r . r
-            rz_new = ops.update_r_rr(alpha, Ap, r)
+        pAp = apply_dot(p, Ap)
+        if precond is None:  # z = r: the x/r update also gives r . r
+            rz_new = ops.update_xr_rr(rz, pAp, breakdown, p, Ap, x, r)
         else:
-            ops.update_r(alpha, Ap, r)
+            ops.update_xr(rz, pAp, breakdown, p, Ap, x, r)
         iteration += 1
         if callback is not None:
-            ops.update_x(alpha, p, x)
-            alpha = xp.zeros(())
             callback(x)
         if iteration % check_every == 0 or iteration == maxiter:
             # unpreconditioned, r . r is already there: no second reduction per check
             r_norm = ops.norm(r) if precond is not None else math.sqrt(float(rz_new))
-            stop = bool(breakdown) or not math.isfinite(r_norm) or r_norm <= tol
-            if stop or iteration == maxiter:
-                ops.update_x(alpha, p, x)
             if bool(breakdown) or not math.isfinite(r_norm):
                 return x, CGInfo.breakdown(iteration, r_norm)
             if r_norm <= tol:
@@ -225,7 +215,7 @@ def cg(
         if precond is not None:
             z = precond(r)
             rz_new = ops.dot(r, z)
-        beta = ops.beta(rz_new, rz)
+        ops.update_p(z, rz_new, rz, p)
         rz = rz_new
     return x, CGInfo.not_converged(iteration, r_norm, tol)
 

@@ -18,13 +18,10 @@ __all__ = ["CupyVectorOps", "VectorOps", "backend_vector_ops", "vector_ops"]
 class VectorOps:
     """CG's vector steps as array expressions of ``xp`` (NumPy or CuPy).
 
-    An iteration of :func:`hofem.cg` is two passes besides the operator:
-    :meth:`update_px` (``x`` one step behind, then the new direction) and
-    :meth:`update_r_rr`; an operator may fuse the first into its kernel
-    (``Operator._cg_step``).  ``alpha`` and ``beta`` are 0-d arrays:
-    :meth:`alpha` raises ``breakdown`` (a 0-d bool array, updated in place)
-    where ``p.Ap <= 0`` with ``rz != 0`` or ``pAp`` is not finite, and is then
-    ``rz`` (a non-positive ``pAp`` is replaced by 1), as is ``beta`` for ``rz = 0``.
+    Every step that forms ``alpha = rz / pAp`` also raises ``breakdown`` (a 0-d
+    bool array, updated in place) where ``p.Ap <= 0`` with ``rz != 0`` or ``pAp``
+    is not finite; ``alpha`` is then ``rz`` (a non-positive ``pAp`` is replaced
+    by 1), as is ``beta`` for ``rz = 0``.
     """
 
     def __init__(self, xp=np):
@@ -42,40 +39,33 @@ class VectorOps:
         """Entries of ``a`` (over all ranks, for distributed vectors)."""
         return a.size
 
-    def alpha(self, rz, pAp, breakdown):
-        """CG's ``alpha = rz / pAp`` (0-d); raises ``breakdown`` where ``pAp <= 0`` with
-        ``rz != 0`` or ``pAp`` is not finite (then ``alpha = rz``)."""
+    def _alpha(self, rz, pAp, breakdown):
         xp = self.xp
         breakdown |= ~xp.isfinite(pAp) | ((pAp <= 0) & (rz != 0))
         return rz / xp.where(pAp > 0, pAp, 1.0)
 
-    def beta(self, rz_new, rz):
-        """CG's ``beta = rz_new / rz`` (0-d; ``rz_new`` where ``rz = 0``)."""
-        return rz_new / self.xp.where(rz != 0, rz, 1.0)
-
-    def update_r(self, alpha, Ap, r):
-        """``r -= alpha Ap``."""
+    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+        """``x += alpha p; r -= alpha Ap`` with ``alpha = rz / pAp``."""
+        alpha = self._alpha(rz, pAp, breakdown)
+        x += alpha * p
         r -= alpha * Ap
 
-    def update_r_rr(self, alpha, Ap, r):
-        """:meth:`update_r`, then return ``r . r`` (fused where the library can)."""
-        self.update_r(alpha, Ap, r)
+    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+        """:meth:`update_xr`, then return ``r . r`` (fused where the library can)."""
+        self.update_xr(rz, pAp, breakdown, p, Ap, x, r)
         return self.dot(r, r)
 
-    def update_px(self, z, beta, x, alpha, p):
-        """``x += alpha p``, then ``p = z + beta p``, in place: CG's update of ``x``
-        deferred into the next direction's (one pass less over ``p``)."""
-        x += alpha * p
-        p *= beta
-        p += z
+    def _beta(self, rz_new, rz):
+        return rz_new / self.xp.where(rz != 0, rz, 1.0)
 
-    def update_x(self, alpha, p, x):
-        """``x += alpha p``: a deferred update of ``x`` where the solve needs ``x``."""
-        x += alpha * p
+    def update_p(self, z, rz_new, rz, p):
+        """``p = z + beta p`` in place, ``beta = rz_new / rz``."""
+        p *= self._beta(rz_new, rz)
+        p += z
 
 
 class CupyVectorOps(VectorOps):
-    """CuPy: one kernel per step; ``update_r_rr`` is one pass (``cuda/cg.cu``)."""
+    """CuPy: one kernel per step; ``update_xr_rr`` is one pass (``cuda/cg.cu``)."""
 
     def __init__(self):
         import cupy
@@ -90,37 +80,36 @@ class CupyVectorOps(VectorOps):
             "alpha = rz / (pAp > 0 ? pAp : 1.0)",
             "hofem_cg_step",
         )
-        self._r = cupy.ElementwiseKernel("T alpha, T Ap", "T r", "r -= alpha * Ap", "hofem_cg_r")
-        self._px = cupy.ElementwiseKernel(
-            "T z, T beta, T alpha",
-            "T x, T p",
-            "x += alpha * p; p = z + beta * p",
-            "hofem_cg_px",
+        self._xr = cupy.ElementwiseKernel(
+            "T alpha, T p, T Ap", "T x, T r", "x += alpha * p; r -= alpha * Ap", "hofem_cg_xr"
         )
-        self._x = cupy.ElementwiseKernel("T alpha, T p", "T x", "x += alpha * p", "hofem_cg_x")
-        self._r_rr = kernels.cg_module().get_function("update_r_rr")
+        self._p = cupy.ElementwiseKernel(
+            "T z, T rz_new, T rz",
+            "T p",
+            "p = z + rz_new / (rz != 0 ? rz : 1.0) * p",
+            "hofem_cg_p",
+        )
+        self._xr_rr = kernels.cg_module().get_function("update_xr_rr")
         self._blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
         self._partial = cupy.empty(self._blocks)  # (blocks,) per-block sums of r^2
 
-    def alpha(self, rz, pAp, breakdown):
+    def _alpha(self, rz, pAp, breakdown):
         alpha = self.xp.empty(())
         self._step(rz, pAp, breakdown, alpha)
         return alpha
 
-    def update_r(self, alpha, Ap, r):
-        self._r(alpha, Ap, r)
+    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+        self._xr(self._alpha(rz, pAp, breakdown), p, Ap, x, r)
 
-    def update_r_rr(self, alpha, Ap, r):
+    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
         """One pass; the per-block partial sums are added in a fixed order (reproducible)."""
-        args = (np.int64(r.size), alpha, Ap, r, self._partial)
-        self._r_rr((self._blocks,), (256,), args)
+        self._alpha(rz, pAp, breakdown)  # the breakdown flag; the kernel forms alpha itself
+        args = (np.int64(r.size), rz, pAp, p, Ap, x, r, self._partial)
+        self._xr_rr((self._blocks,), (256,), args)
         return self._partial.sum()
 
-    def update_px(self, z, beta, x, alpha, p):
-        self._px(z, beta, alpha, x, p)
-
-    def update_x(self, alpha, p, x):
-        self._x(alpha, p, x)
+    def update_p(self, z, rz_new, rz, p):
+        self._p(z, rz_new, rz, p)
 
 
 @functools.cache

@@ -37,17 +37,15 @@ class NumbaVectorOps(VectorOps):
     def dot(self, a, b):
         return numba_kernels.cg_dot(a, b).sum()
 
-    def update_r(self, alpha, Ap, r):
-        numba_kernels.cg_update_r(float(alpha), Ap, r)
+    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+        numba_kernels.cg_update_xr(float(self._alpha(rz, pAp, breakdown)), p, Ap, x, r)
 
-    def update_r_rr(self, alpha, Ap, r):
-        return numba_kernels.cg_update_r_rr(float(alpha), Ap, r).sum()
+    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+        alpha = float(self._alpha(rz, pAp, breakdown))
+        return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
 
-    def update_px(self, z, beta, x, alpha, p):
-        numba_kernels.cg_update_px(z, float(beta), x, float(alpha), p)
-
-    def update_x(self, alpha, p, x):
-        numba_kernels.cg_update_x(float(alpha), p, x)
+    def update_p(self, z, rz_new, rz, p):
+        numba_kernels.cg_update_p(z, float(self._beta(rz_new, rz)), p)
 
 
 class NumbaBackend(RefBackend):
@@ -159,11 +157,10 @@ class NumbaBackend(RefBackend):
             op.backend_data[key] = plan
         return plan
 
-    def _run(self, plan, op, u, v, step=()):
+    def _run(self, plan, op, u, v):
         """Run ``plan``'s kernel on ``op``: ``v += A u``, and its result (the per-chunk
-        ``u . Au`` of a dot plan, whose kernel takes CG's ``step`` arguments first).  A
-        QFunction Numba cannot compile marks the plan ``fallback`` (warned once per
-        operator), and nothing runs."""
+        ``u . Au`` of a dot plan).  A QFunction Numba cannot compile marks the plan
+        ``fallback`` (warned once per operator), and nothing runs."""
         static = plan["static"]
         args = [
             static[n] if n in static else numba_operator.field_arrays(op, n, u)
@@ -174,7 +171,7 @@ class NumbaBackend(RefBackend):
             ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
             # an inlined QFunction's lanes vectorize in (first-call) compilation with SLP on
             with numba_kernels._slp_vectorize() if plan["traced"] else contextlib.nullcontext():
-                return plan["kernel"](ctx, static["meta"], *plan["schedule"], *step, *args, v)
+                return plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
         except NumbaError as exc:
             plan["fallback"] = True
             warnings.warn(
@@ -194,40 +191,17 @@ class NumbaBackend(RefBackend):
         if plan.get("fallback"):
             super().operator_apply_add(op, u, v)
 
-    def _dot_plan(self, op):
-        """The ``u . Au`` plan of ``op``, or None where the product is not formed in its
-        kernel (:func:`.numba_operator.dot_fields`) or the kernel does not compile."""
+    def operator_apply_dot(self, op, u, v):
+        """``v = A u`` and ``u . v``, the product formed inside the fused kernel where
+        :func:`.numba_operator.dot_fields` allows; else None (apply, then the vector dot)."""
         data = op.backend_data
         if "numba-dot-fields" not in data:
             data["numba-dot-fields"] = numba_operator.dot_fields(op)
         if data["numba-dot-fields"] is None:
             return None
         plan = self._plan(op, dot=True)
-        return None if plan.get("fallback") else plan
-
-    def operator_apply_dot(self, op, u, v):
-        """``v = A u`` and ``u . v``, the product formed inside the fused kernel where
-        :func:`.numba_operator.dot_fields` allows; else None (apply, then the vector dot)."""
-        plan = self._dot_plan(op)
-        if plan is None:
+        if plan.get("fallback"):
             return None
-        none = np.zeros(plan["schedule"][1].shape[0] + 1, dtype=np.int64)  # no runs: no step
         v[...] = 0.0
-        partial = self._run(plan, op, u, v, (none, none, none, u, 0.0, u, 0.0))
-        return None if plan.get("fallback") else partial.sum()
-
-    def operator_cg_step(self, op, z, beta, x, alpha, p, Ap):
-        """CG's step in the fused kernel: ``x += alpha p; p = z + beta p`` on the entries
-        each chunk gathers first, just before it gathers them
-        (:func:`.numba_operator.cg_runs`), then ``Ap = A p``; returns ``p . Ap``, or None
-        where the kernel forms no product (:meth:`operator_apply_dot`)."""
-        plan = self._dot_plan(op)
-        if plan is None:
-            return None
-        if "cg-runs" not in plan:
-            field = op.input_fields[op.backend_data["numba-dot-fields"][0]]
-            plan["cg-runs"] = numba_operator.cg_runs(field.restriction, *plan["schedule"][1:])
-        Ap[...] = 0.0
-        step = (*plan["cg-runs"], z, float(beta), x, float(alpha))
-        partial = self._run(plan, op, p, Ap, step)
+        partial = self._run(plan, op, u, v)  # (num_chunks,)
         return None if plan.get("fallback") else partial.sum()

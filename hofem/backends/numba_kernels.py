@@ -24,11 +24,9 @@ __all__ = [
     "basis_program",
     "block_dot",
     "cg_dot",
-    "cg_px_range",
-    "cg_update_px",
-    "cg_update_r",
-    "cg_update_r_rr",
-    "cg_update_x",
+    "cg_update_p",
+    "cg_update_xr",
+    "cg_update_xr_rr",
     "compile_contract",
     "contract_program",
     "gather",
@@ -390,39 +388,11 @@ _REDUCE = {**_JIT, "fastmath": {"reassoc", "contract"}}
 
 
 @numba.njit(**_JIT)
-def cg_update_r(alpha, Ap, r):
-    """``r -= alpha Ap``; float64 (n,)."""
-    for i in numba.prange(r.shape[0]):
-        r[i] -= alpha * Ap[i]
-
-
-@numba.njit(inline="always", **_SERIAL)
-def cg_px_range(z, beta, x, alpha, p, start, stop):
-    """``x += alpha p``, then ``p = z + beta p``, on entries ``start:stop``; float64 (n,).
-
-    Serial: a chunk's share of :func:`cg_update_px`, and the operator kernel's update of
-    the entries a chunk of elements gathers first (:func:`.numba_operator.cg_runs`).
-    """
-    z_c, x_c, p_c = z[start:stop], x[start:stop], p[start:stop]
-    for i in range(p_c.shape[0]):
-        p_i = p_c[i]
-        x_c[i] += alpha * p_i
-        p_c[i] = z_c[i] + beta * p_i
-
-
-@numba.njit(**_JIT)
-def cg_update_px(z, beta, x, alpha, p):
-    """``x += alpha p``, then ``p = z + beta p``, in one pass; float64 (n,)."""
-    n = p.shape[0]
-    for c in numba.prange(_CG_CHUNKS):
-        cg_px_range(z, beta, x, alpha, p, c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS)
-
-
-@numba.njit(**_JIT)
-def cg_update_x(alpha, p, x):
-    """``x += alpha p``; float64 (n,)."""
+def cg_update_xr(alpha, p, Ap, x, r):
+    """``x += alpha p; r -= alpha Ap`` in one pass; all float64 (n,)."""
     for i in numba.prange(x.shape[0]):
         x[i] += alpha * p[i]
+        r[i] -= alpha * Ap[i]
 
 
 # Each chunk works on slices of the vectors: indexing the whole array at ``start + i`` keeps
@@ -431,19 +401,20 @@ def cg_update_x(alpha, p, x):
 
 
 @numba.njit(**_REDUCE)
-def cg_update_r_rr(alpha, Ap, r):
-    """:func:`cg_update_r`, returning the per-chunk partial sums of ``r . r`` (chunks,).
+def cg_update_xr_rr(alpha, p, Ap, x, r):
+    """:func:`cg_update_xr`, returning the per-chunk partial sums of ``r . r`` (chunks,).
 
     The caller adds them (NumPy, outside the parallel region: inside, Numba would
     turn the sum into a thread-count dependent parallel reduction).
     """
-    n = r.shape[0]
+    n = x.shape[0]
     partial = np.empty(_CG_CHUNKS)  # (chunks,)
     for c in numba.prange(_CG_CHUNKS):
         chunk = slice(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS)
-        Ap_c, r_c = Ap[chunk], r[chunk]
+        p_c, Ap_c, x_c, r_c = p[chunk], Ap[chunk], x[chunk], r[chunk]
         total = 0.0
-        for i in range(r_c.shape[0]):
+        for i in range(x_c.shape[0]):
+            x_c[i] += alpha * p_c[i]
             r_i = r_c[i] - alpha * Ap_c[i]
             r_c[i] = r_i
             total += r_i * r_i
@@ -478,6 +449,13 @@ def gather_add_entries(w, index, v):
     """``v += w[index]``; float64 w (l_size,), int index (n,), v (n,)."""
     for i in numba.prange(index.shape[0]):
         v[i] += w[index[i]]
+
+
+@numba.njit(**_JIT)
+def cg_update_p(z, beta, p):
+    """``p = z + beta p`` in place; float64 (n,)."""
+    for i in numba.prange(p.shape[0]):
+        p[i] = z[i] + beta * p[i]
 
 
 @numba.njit(cache=True, error_model="numpy", boundscheck=False)

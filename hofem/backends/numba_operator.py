@@ -42,7 +42,6 @@ from .numba_codegen import (
 from .numba_kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
 
 __all__ = [
-    "cg_runs",
     "colour_chunks",
     "context_key",
     "dot_fields",
@@ -56,8 +55,8 @@ _HEADER = (
     "import numba",
     "import numpy as np",
     "from hofem.backends.numba_kernels import (",
-    "    block_dot, cg_px_range, contract_program, gather_block, gather_lanes, gather_strided,",
-    "    scatter_block, scatter_lanes,",
+    "    block_dot, contract_program, gather_block, gather_lanes, gather_strided, scatter_block,",
+    "    scatter_lanes,",
     ")",
     f"# hofem.backends.numba_kernels sha1 {DIGEST}",
 )
@@ -112,49 +111,6 @@ def colour_chunks(num_elem, blk, restrictions):
     colour_ptr = np.zeros(colour.max() + 2, dtype=np.int64)
     np.cumsum(np.bincount(colour, minlength=colour.max() + 1), out=colour_ptr[1:])
     return colour_ptr, start[order], stop[order]
-
-
-def cg_runs(r, chunk_start, chunk_stop):
-    """The L-vector entries of restriction ``r`` that each chunk gathers first, as runs.
-
-    Chunks run in the order of ``chunk_start`` by colours, and the chunks of
-    one colour share no entry, so the entries of chunk ``k`` whose first chunk
-    is ``k`` are read by no chunk before it: there the kernel may update them
-    (CG's step) before gathering.  Entries no element gathers go to chunk 0.
-
-    Parameters
-    ----------
-    r : ElemRestriction
-        The operator's active input (and output) restriction.
-    chunk_start, chunk_stop : int64 (num_chunks,)
-        The schedule of :func:`colour_chunks`.
-
-    Returns
-    -------
-    run_ptr : int64 (num_chunks + 1,)
-        Chunk ``k``'s runs are ``run_ptr[k]:run_ptr[k + 1]``.
-    run_start, run_stop : int64 (num_runs,)
-        Entry ranges ``run_start[j]:run_stop[j]``; together they cover every entry once.
-    """
-    num_chunks = chunk_start.shape[0]
-    first = np.full(r.l_size, num_chunks, dtype=np.int64)  # (l_size,) first chunk
-    if r.lanes > 1:  # the blocked layout: every component's indices
-        indices, stride, comps = r.indices, 0, 1  # (num_elem, num_comp, elem_size)
-    else:  # component 0's offsets (num_elem, 1, elem_size)
-        (indices, stride), comps = r.compact_indices(), r.num_comp
-    for k in range(num_chunks):
-        rows = indices[chunk_start[k] : chunk_stop[k]].ravel().astype(np.int64)
-        for c in range(comps):
-            entries = rows + c * stride
-            first[entries] = np.minimum(first[entries], k)
-    first[first == num_chunks] = 0
-    order = np.argsort(first, kind="stable")  # (l_size,) entries by first chunk, then index
-    owner = first[order]
-    breaks = np.flatnonzero((np.diff(owner) != 0) | (np.diff(order) != 1)) + 1
-    heads = np.concatenate(([0], breaks))  # (num_runs,) positions in order
-    tails = np.concatenate((breaks, [order.size])) - 1
-    run_ptr = np.searchsorted(owner[heads], np.arange(num_chunks + 1)).astype(np.int64)
-    return run_ptr, order[heads].astype(np.int64), order[tails].astype(np.int64) + 1
 
 
 def _disjoint_elements(r):
@@ -447,12 +403,7 @@ def operator_kernel(op, dot=False):
     chunk, that chunk's part of ``u . Au`` (float64 (num_chunks,)): each block
     multiplies its gathered input E-vector by its output E-vector before the
     scatter, in ``BLK`` lane sums (:func:`.numba_kernels.block_dot`).  The
-    chunks' sums do not depend on the thread count.  It also takes CG's step
-    ``run_ptr, run_start, run_stop, z, beta, x, alpha`` after ``chunk_stop``:
-    before its elements, each chunk applies ``x += alpha u; u = z + beta u``
-    (:func:`.numba_kernels.cg_px_range`) to the entries it gathers first
-    (:func:`cg_runs`), so that ``u`` is read while in cache; with no runs
-    (``run_ptr`` zero) the kernel only applies.
+    chunks' sums do not depend on the thread count.
     """
     compile_contract()
     func = getattr(op.qf.func, "py_func", op.qf.func)
@@ -592,17 +543,12 @@ def operator_kernel(op, dot=False):
     src("")
     src("")
     src(f"@{JIT}")
-    step = "run_ptr, run_start, run_stop, z, beta, x, alpha, " if dot else ""
-    src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {step}{arglist}, v):")
+    src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
     if dot:
         src("    partial = np.zeros(chunk_start.shape[0])  # (num_chunks,)")
     src("    for colour in range(colour_ptr.shape[0] - 1):")
     src("        for chunk in numba.prange(colour_ptr[colour], colour_ptr[colour + 1]):")
     src("            s = np.empty(meta[1])")
-    if dot:  # CG's step on the entries this chunk gathers first (cg_runs)
-        src("            for k in range(run_ptr[chunk], run_ptr[chunk + 1]):")
-        p_vec = f"l{pair[0]}"
-        src(f"                cg_px_range(z, beta, x, alpha, {p_vec}, run_start[k], run_stop[k])")
     src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {BLK}):")
     src(f"                nb = min({BLK}, chunk_stop[chunk] - e0)")
     call = f"block(ctx, meta, s, e0, nb, {arglist}, v)"

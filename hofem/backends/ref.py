@@ -278,12 +278,6 @@ class RefBackend:
         the backend forms no such product (here: never); the operator then applies and dots."""
         return None
 
-    def operator_cg_step(self, op, z, beta, x, alpha, p, Ap):
-        """CG's step inside the operator kernel (``x += alpha p; p = z + beta p``, then
-        ``Ap = A p`` and ``p . Ap``), or None where the backend does not fuse it (here:
-        never); the operator then runs the vector pass and :meth:`operator_apply_dot`."""
-        return None
-
     # --- assembly ----------------------------------------------------------------------------
     def _dense_field_basis(self, field, r):
         """B of one active field as (size, Q, num_comp * P): Q-vector rows from E-vector."""

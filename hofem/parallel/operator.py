@@ -31,17 +31,14 @@ class ParallelVectorOps(VectorOps):
     def length(self, a):
         return round(float(self._sum(self.xp.asarray(float(a.size)))))
 
-    def update_r(self, alpha, Ap, r):
-        self.inner.update_r(alpha, Ap, r)
+    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+        self.inner.update_xr(rz, pAp, breakdown, p, Ap, x, r)
 
-    def update_r_rr(self, alpha, Ap, r):
-        return self._sum(self.inner.update_r_rr(alpha, Ap, r))
+    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+        return self._sum(self.inner.update_xr_rr(rz, pAp, breakdown, p, Ap, x, r))
 
-    def update_px(self, z, beta, x, alpha, p):
-        self.inner.update_px(z, beta, x, alpha, p)
-
-    def update_x(self, alpha, p, x):
-        self.inner.update_x(alpha, p, x)
+    def update_p(self, z, rz_new, rz, p):
+        self.inner.update_p(z, rz_new, rz, p)
 
 
 class ParOperator(_OperatorBase):

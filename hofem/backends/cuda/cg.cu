@@ -28,16 +28,20 @@ __device__ __forceinline__ double sum_partials(const double *__restrict__ partia
   return block_sum(sum, scratch, threadIdx.x, blockDim.x);
 }
 
-// r -= alpha Ap;  partial[block] = the block's part of r . r.  The host-driven CG's step
-// (vector_ops.CupyVectorOps); alpha is a 0-d device array.
-extern "C" __global__ void update_r_rr(const long long n, const double *__restrict__ alpha,
-                                       const double *__restrict__ Ap, double *__restrict__ r,
-                                       double *__restrict__ partial) {
+// x += alpha p;  r -= alpha Ap;  partial[block] = the block's part of r . r, with
+// alpha = rz / pAp (1 in place of a non-positive pAp; the host solver flags that as a
+// breakdown).  The host-driven CG's step (vector_ops.CupyVectorOps).
+extern "C" __global__ void update_xr_rr(const long long n, const double *__restrict__ rz,
+                                        const double *__restrict__ pAp,
+                                        const double *__restrict__ p,
+                                        const double *__restrict__ Ap, double *__restrict__ x,
+                                        double *__restrict__ r, double *__restrict__ partial) {
   __shared__ double scratch[1024];
-  const double a = *alpha;
+  const double alpha = *rz / (*pAp > 0.0 ? *pAp : 1.0);
   double sum = 0.0;
   GRID_STRIDE(i, n) {
-    const double r_i = r[i] - a * Ap[i];
+    x[i] += alpha * p[i];
+    const double r_i = r[i] - alpha * Ap[i];
     r[i] = r_i;
     sum += r_i * r_i;
   }

@@ -92,7 +92,7 @@ def basis_module(dim, num_comp, P_1d, Q_1d):
 
 
 def cg_module():
-    """Compiled ``cg.cu``: the device CG's kernels and the host loop's ``update_r_rr``."""
+    """Compiled ``cg.cu``: ``update_xr_rr``, CG's x/r update fused with ``r . r``."""
     return _module("cg.cu", ())
 
 
