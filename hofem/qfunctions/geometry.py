@@ -7,10 +7,12 @@ d xi_d``) and the quadrature ``weights`` (WEIGHT), and apply at the point what
 ``Mass{d}DBuild`` / ``Poisson{d}DBuild`` would have stored: ``w det J`` and
 ``w det J J^{-1} J^{-T}`` (in reference gradient coordinates, as
 ``w / det(A) adj(A)^T adj(A)`` with ``A = dx``), times the context's
-``scale`` (a constant coefficient, default 1).  The point's weight multiplies
-``1 / det``, so that on affine cells (where ``dx`` is the element's,
-:func:`hofem.cell_center`) everything but the weight's products is the
-same at every point and compilers hoist it out of the point loop.  Vector3 forms apply it to
+``scale`` (a constant coefficient, default 1).  Each is written as the cell's
+part (``scale det`` or ``scale / det adj^T adj``, from ``dx`` alone) times the
+point's weight times the field, so that on affine cells (where ``dx`` is the
+element's, :func:`hofem.cell_center`) the cell's part is the same at every
+point and compilers hoist it out of the point loop: the 3D Poisson apply
+then costs 3 multiplications and 9 multiply-adds per point.  Vector3 forms apply it to
 each of 3 components (gradients ordered ``[dim][comp]``: ``du[d * 3 + c]``).
 """
 
@@ -19,117 +21,114 @@ from hofem.qfunction import register_gallery
 
 
 def mass_1d_apply_geometry(ctx, u, dx, weights, v):
-    v[0] = ctx["scale"] * weights[0] * dx[0] * u[0]
+    v[0] = (ctx["scale"] * dx[0]) * (weights[0] * u[0])
 
 
 def mass_2d_apply_geometry(ctx, u, dx, weights, v):
-    v[0] = ctx["scale"] * weights[0] * (dx[0] * dx[3] - dx[1] * dx[2]) * u[0]
+    v[0] = (ctx["scale"] * (dx[0] * dx[3] - dx[1] * dx[2])) * (weights[0] * u[0])
+
+
+def _det_3d(dx):
+    return (
+        dx[0] * (dx[4] * dx[8] - dx[5] * dx[7])
+        - dx[1] * (dx[3] * dx[8] - dx[5] * dx[6])
+        + dx[2] * (dx[3] * dx[7] - dx[4] * dx[6])
+    )
 
 
 def mass_3d_apply_geometry(ctx, u, dx, weights, v):
-    det = (
-        dx[0] * (dx[4] * dx[8] - dx[5] * dx[7])
-        - dx[1] * (dx[3] * dx[8] - dx[5] * dx[6])
-        + dx[2] * (dx[3] * dx[7] - dx[4] * dx[6])
-    )
-    v[0] = ctx["scale"] * weights[0] * det * u[0]
+    v[0] = (ctx["scale"] * _det_3d(dx)) * (weights[0] * u[0])
 
 
 def vector3_mass_1d_apply_geometry(ctx, u, dx, weights, v):
-    w_det = ctx["scale"] * weights[0] * dx[0]
+    s = ctx["scale"] * dx[0]
     for c in range(3):
-        v[c] = w_det * u[c]
+        v[c] = s * (weights[0] * u[c])
 
 
 def vector3_mass_2d_apply_geometry(ctx, u, dx, weights, v):
-    w_det = ctx["scale"] * weights[0] * (dx[0] * dx[3] - dx[1] * dx[2])
+    s = ctx["scale"] * (dx[0] * dx[3] - dx[1] * dx[2])
     for c in range(3):
-        v[c] = w_det * u[c]
+        v[c] = s * (weights[0] * u[c])
 
 
 def vector3_mass_3d_apply_geometry(ctx, u, dx, weights, v):
-    det = (
-        dx[0] * (dx[4] * dx[8] - dx[5] * dx[7])
-        - dx[1] * (dx[3] * dx[8] - dx[5] * dx[6])
-        + dx[2] * (dx[3] * dx[7] - dx[4] * dx[6])
-    )
-    w_det = ctx["scale"] * weights[0] * det
+    s = ctx["scale"] * _det_3d(dx)
     for c in range(3):
-        v[c] = w_det * u[c]
+        v[c] = s * (weights[0] * u[c])
 
 
 def poisson_1d_apply_geometry(ctx, du, dx, weights, dv):
-    dv[0] = ctx["scale"] * weights[0] * (1.0 / dx[0]) * du[0]
+    dv[0] = (ctx["scale"] / dx[0]) * (weights[0] * du[0])
 
 
 def vector3_poisson_1d_apply_geometry(ctx, du, dx, weights, dv):
-    q = ctx["scale"] * weights[0] * (1.0 / dx[0])
+    s = ctx["scale"] / dx[0]
     for c in range(3):
-        dv[c] = q * du[c]
+        dv[c] = s * (weights[0] * du[c])
+
+
+def _geometry_2d(ctx, dx):
+    """``(q00, q11, q01)``: ``scale / det(A) adj(A)^T adj(A)``, the cell's part."""
+    s = ctx["scale"] / (dx[0] * dx[3] - dx[1] * dx[2])
+    q00 = s * (dx[2] * dx[2] + dx[3] * dx[3])
+    q11 = s * (dx[0] * dx[0] + dx[1] * dx[1])
+    q01 = -s * (dx[0] * dx[2] + dx[1] * dx[3])
+    return q00, q11, q01
 
 
 def poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
-    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * dx[3] - dx[1] * dx[2]))
-    q00 = w_det * (dx[2] * dx[2] + dx[3] * dx[3])
-    q11 = w_det * (dx[0] * dx[0] + dx[1] * dx[1])
-    q01 = -w_det * (dx[0] * dx[2] + dx[1] * dx[3])
-    dv[0] = q00 * du[0] + q01 * du[1]
-    dv[1] = q01 * du[0] + q11 * du[1]
+    q00, q11, q01 = _geometry_2d(ctx, dx)
+    u0, u1 = weights[0] * du[0], weights[0] * du[1]
+    dv[0] = q00 * u0 + q01 * u1
+    dv[1] = q01 * u0 + q11 * u1
 
 
 def vector3_poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
-    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * dx[3] - dx[1] * dx[2]))
-    q00 = w_det * (dx[2] * dx[2] + dx[3] * dx[3])
-    q11 = w_det * (dx[0] * dx[0] + dx[1] * dx[1])
-    q01 = -w_det * (dx[0] * dx[2] + dx[1] * dx[3])
+    q00, q11, q01 = _geometry_2d(ctx, dx)
     for c in range(3):
-        dv[c] = q00 * du[c] + q01 * du[3 + c]
-        dv[3 + c] = q01 * du[c] + q11 * du[3 + c]
+        u0, u1 = weights[0] * du[c], weights[0] * du[3 + c]
+        dv[c] = q00 * u0 + q01 * u1
+        dv[3 + c] = q01 * u0 + q11 * u1
+
+
+def _geometry_3d(ctx, dx):
+    """``(q00, q11, q22, q12, q02, q01)``: ``scale / det(A) adj(A)^T adj(A)``, the cell's
+    part, with the adjugate ``b_ij`` of ``A[d][c] = dx[d * 3 + c]`` as in Poisson3DBuild."""
+    b00 = dx[4] * dx[8] - dx[5] * dx[7]
+    b01 = dx[2] * dx[7] - dx[1] * dx[8]
+    b02 = dx[1] * dx[5] - dx[2] * dx[4]
+    b10 = dx[5] * dx[6] - dx[3] * dx[8]
+    b11 = dx[0] * dx[8] - dx[2] * dx[6]
+    b12 = dx[2] * dx[3] - dx[0] * dx[5]
+    b20 = dx[3] * dx[7] - dx[4] * dx[6]
+    b21 = dx[1] * dx[6] - dx[0] * dx[7]
+    b22 = dx[0] * dx[4] - dx[1] * dx[3]
+    s = ctx["scale"] / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20)
+    q00 = s * (b00 * b00 + b10 * b10 + b20 * b20)
+    q11 = s * (b01 * b01 + b11 * b11 + b21 * b21)
+    q22 = s * (b02 * b02 + b12 * b12 + b22 * b22)
+    q12 = s * (b01 * b02 + b11 * b12 + b21 * b22)
+    q02 = s * (b00 * b02 + b10 * b12 + b20 * b22)
+    q01 = s * (b00 * b01 + b10 * b11 + b20 * b21)
+    return q00, q11, q22, q12, q02, q01
 
 
 def poisson_3d_apply_geometry(ctx, du, dx, weights, dv):
-    # adjugate b_ij of A[d][c] = dx[d * 3 + c], as in Poisson3DBuild
-    b00 = dx[4] * dx[8] - dx[5] * dx[7]
-    b01 = dx[2] * dx[7] - dx[1] * dx[8]
-    b02 = dx[1] * dx[5] - dx[2] * dx[4]
-    b10 = dx[5] * dx[6] - dx[3] * dx[8]
-    b11 = dx[0] * dx[8] - dx[2] * dx[6]
-    b12 = dx[2] * dx[3] - dx[0] * dx[5]
-    b20 = dx[3] * dx[7] - dx[4] * dx[6]
-    b21 = dx[1] * dx[6] - dx[0] * dx[7]
-    b22 = dx[0] * dx[4] - dx[1] * dx[3]
-    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20))
-    # dv = w_det b^T (b du): 18 multiply-adds instead of forming the 6 stored values
-    t0 = w_det * (b00 * du[0] + b01 * du[1] + b02 * du[2])
-    t1 = w_det * (b10 * du[0] + b11 * du[1] + b12 * du[2])
-    t2 = w_det * (b20 * du[0] + b21 * du[1] + b22 * du[2])
-    dv[0] = b00 * t0 + b10 * t1 + b20 * t2
-    dv[1] = b01 * t0 + b11 * t1 + b21 * t2
-    dv[2] = b02 * t0 + b12 * t1 + b22 * t2
+    q00, q11, q22, q12, q02, q01 = _geometry_3d(ctx, dx)
+    u0, u1, u2 = weights[0] * du[0], weights[0] * du[1], weights[0] * du[2]
+    dv[0] = q00 * u0 + q01 * u1 + q02 * u2
+    dv[1] = q01 * u0 + q11 * u1 + q12 * u2
+    dv[2] = q02 * u0 + q12 * u1 + q22 * u2
 
 
 def vector3_poisson_3d_apply_geometry(ctx, du, dx, weights, dv):
-    b00 = dx[4] * dx[8] - dx[5] * dx[7]
-    b01 = dx[2] * dx[7] - dx[1] * dx[8]
-    b02 = dx[1] * dx[5] - dx[2] * dx[4]
-    b10 = dx[5] * dx[6] - dx[3] * dx[8]
-    b11 = dx[0] * dx[8] - dx[2] * dx[6]
-    b12 = dx[2] * dx[3] - dx[0] * dx[5]
-    b20 = dx[3] * dx[7] - dx[4] * dx[6]
-    b21 = dx[1] * dx[6] - dx[0] * dx[7]
-    b22 = dx[0] * dx[4] - dx[1] * dx[3]
-    w_det = ctx["scale"] * weights[0] * (1.0 / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20))
-    # the 6 values Poisson3DBuild stores, then 9 multiply-adds per component
-    q00 = w_det * (b00 * b00 + b10 * b10 + b20 * b20)
-    q11 = w_det * (b01 * b01 + b11 * b11 + b21 * b21)
-    q22 = w_det * (b02 * b02 + b12 * b12 + b22 * b22)
-    q12 = w_det * (b01 * b02 + b11 * b12 + b21 * b22)
-    q02 = w_det * (b00 * b02 + b10 * b12 + b20 * b22)
-    q01 = w_det * (b00 * b01 + b10 * b11 + b20 * b21)
+    q00, q11, q22, q12, q02, q01 = _geometry_3d(ctx, dx)
     for c in range(3):
-        dv[c] = q00 * du[c] + q01 * du[3 + c] + q02 * du[6 + c]
-        dv[3 + c] = q01 * du[c] + q11 * du[3 + c] + q12 * du[6 + c]
-        dv[6 + c] = q02 * du[c] + q12 * du[3 + c] + q22 * du[6 + c]
+        u0, u1, u2 = weights[0] * du[c], weights[0] * du[3 + c], weights[0] * du[6 + c]
+        dv[c] = q00 * u0 + q01 * u1 + q02 * u2
+        dv[3 + c] = q01 * u0 + q11 * u1 + q12 * u2
+        dv[6 + c] = q02 * u0 + q12 * u1 + q22 * u2
 
 
 def _factory(func, dim, num_comp, eval_mode):
