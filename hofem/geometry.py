@@ -59,8 +59,8 @@ GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
 #   (docs/performance.md, 2026-11-24, fifth session, after the stored q-data became an
 #   interleaved copy read as vectors): BP3 on the fly at 0.61-1.13x of stored for p = 2..5
 #   (median 0.81) and 0.78-1.04x at p = 6..8 (median 0.86; before the copy: 1.09-1.35x at
-#   p = 6), BP1 at 0.43-0.82x. 2 keeps stored q-data at every p (model ratio 2.23 down to
-#   2.18 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
+#   p = 6), BP1 at 0.43-0.82x. 2 keeps stored q-data at every p (model ratio 2.48 down to
+#   2.43 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
 #   On affine cells (the Jacobian once per element, hofem.cell_center; 2026-11-24,
 #   eighth session, 3e5 DOFs, alternating): BP3 1.17-1.23x of stored at p = 2, 4, 6, BP1
 #   0.92-0.99x (see AFFINE_POINT_FLOPS).  Since stored q-data is read in place in the
@@ -85,15 +85,17 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 ON_THE_FLY_SHAPES = {
     "/gpu/cuda/gen": {"diffusion": {(3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)}}
 }
-# pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det, b^T b)
-POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 14, 3: 60}}
+# pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det and
+# the 3 or 6 values scale / det (b^T b)_ij, then the weight's products with du; the apply's
+# own multiply-adds are the stored path's too)
+POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 18, 3: 72}}
 # ... on affine cells, where the Jacobian's functions are the element's (hoisted out of the
-# point loop): Poisson in 2D and 3D, the weight's products and b^T (w_det b du) against the
-# stored 3 or 6 values.  Forms that store one value per point (mass; Poisson in 1D) count
-# 16, the cost of the one stored value at MACHINE_BALANCE: the numba kernel reads that value
-# in place while it computes (it copies larger q-data first), and on the fly measured
-# 0.92-0.99x of stored for BP1, so auto keeps them stored
-AFFINE_POINT_FLOPS = {"mass": {1: 16, 2: 16, 3: 16}, "diffusion": {1: 16, 2: 6, 3: 21}}
+# point loop): Poisson in 2D and 3D, the weight's products with du (hofem.qfunctions.geometry
+# writes the cell's part first, twelfth session).  Forms that store one value per point (mass;
+# Poisson in 1D) count 16, the cost of the one stored value at MACHINE_BALANCE: the numba
+# kernel reads that value in place while it computes (it copies larger q-data first), and on
+# the fly measured 0.92-0.99x of stored for BP1, so auto keeps them stored
+AFFINE_POINT_FLOPS = {"mass": {1: 16, 2: 16, 3: 16}, "diffusion": {1: 16, 2: 2, 3: 3}}
 
 
 def check_geometry(geometry):
