@@ -502,6 +502,17 @@ def every_warp_shape(monkeypatch):
     monkeypatch.setattr(ow, "MAX_POINT_ROWS", 12)
 
 
+def _check_warp_box(gen, ref, form, p, warp, geometry):
+    """gen runs ``form`` on a 27-element box one warp per element, equal to ref to 1e-13,
+    and its u . Au variant (:func:`_check_dot`)."""
+    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry)
+    assert gen.backend._fused_operator(op_gen).layout == "warp"
+    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry)
+    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
+    _check_dot(gen, op_gen)
+
+
 @pytest.mark.parametrize("p", range(1, 7))
 def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     """One warp per element (operator_warp): mass on 27 distorted elements (warps of a block
@@ -527,12 +538,7 @@ def test_gen_warp_layout_gradients(gen, ref, every_warp_shape, p, form, geometry
     the order-p coordinates of curved cells (a 3-component gradient on the solution's
     basis: 4 buffers per warp).  Mass with the geometry on the fly likewise.  The u . Au
     variant and a stopped CG's status."""
-    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry)
-    assert gen.backend._fused_operator(op_gen).layout == "warp"
-    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry)
-    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
-    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
-    _check_dot(gen, op_gen)
+    _check_warp_box(gen, ref, form, p, warp, geometry)
 
 
 def _reaction_diffusion(ctx, w, u, du, v, dv):
@@ -632,12 +638,7 @@ def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypat
 
     monkeypatch.setattr(ow, "operand_registers", lambda op, shape: True)
     warp = 0.1 if form == "mass" else 0.0  # curved cells, or affine ones on the fly
-    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry)
-    assert gen.backend._fused_operator(op_gen).layout == "warp"
-    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry)
-    u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
-    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
-    _check_dot(gen, op_gen)
+    _check_warp_box(gen, ref, form, p, warp, geometry)
 
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),
