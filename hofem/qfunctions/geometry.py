@@ -18,6 +18,8 @@ each of 3 components (gradients ordered ``[dim][comp]``: ``du[d * 3 + c]``).
 
 from hofem.constants import EVAL_GRAD, EVAL_INTERP, EVAL_WEIGHT
 from hofem.qfunction import register_gallery
+from hofem.qfunctions.mass import det_2d, det_3d
+from hofem.qfunctions.poisson import adjugate_products_2d, adjugate_products_3d
 
 
 def mass_1d_apply_geometry(ctx, u, dx, weights, v):
@@ -25,19 +27,11 @@ def mass_1d_apply_geometry(ctx, u, dx, weights, v):
 
 
 def mass_2d_apply_geometry(ctx, u, dx, weights, v):
-    v[0] = (ctx["scale"] * (dx[0] * dx[3] - dx[1] * dx[2])) * (weights[0] * u[0])
-
-
-def _det_3d(dx):
-    return (
-        dx[0] * (dx[4] * dx[8] - dx[5] * dx[7])
-        - dx[1] * (dx[3] * dx[8] - dx[5] * dx[6])
-        + dx[2] * (dx[3] * dx[7] - dx[4] * dx[6])
-    )
+    v[0] = (ctx["scale"] * det_2d(dx)) * (weights[0] * u[0])
 
 
 def mass_3d_apply_geometry(ctx, u, dx, weights, v):
-    v[0] = (ctx["scale"] * _det_3d(dx)) * (weights[0] * u[0])
+    v[0] = (ctx["scale"] * det_3d(dx)) * (weights[0] * u[0])
 
 
 def vector3_mass_1d_apply_geometry(ctx, u, dx, weights, v):
@@ -47,13 +41,13 @@ def vector3_mass_1d_apply_geometry(ctx, u, dx, weights, v):
 
 
 def vector3_mass_2d_apply_geometry(ctx, u, dx, weights, v):
-    s = ctx["scale"] * (dx[0] * dx[3] - dx[1] * dx[2])
+    s = ctx["scale"] * det_2d(dx)
     for c in range(3):
         v[c] = s * (weights[0] * u[c])
 
 
 def vector3_mass_3d_apply_geometry(ctx, u, dx, weights, v):
-    s = ctx["scale"] * _det_3d(dx)
+    s = ctx["scale"] * det_3d(dx)
     for c in range(3):
         v[c] = s * (weights[0] * u[c])
 
@@ -70,11 +64,9 @@ def vector3_poisson_1d_apply_geometry(ctx, du, dx, weights, dv):
 
 def _geometry_2d(ctx, dx):
     """``(q00, q11, q01)``: ``scale / det(A) adj(A)^T adj(A)``, the cell's part."""
-    s = ctx["scale"] / (dx[0] * dx[3] - dx[1] * dx[2])
-    q00 = s * (dx[2] * dx[2] + dx[3] * dx[3])
-    q11 = s * (dx[0] * dx[0] + dx[1] * dx[1])
-    q01 = -s * (dx[0] * dx[2] + dx[1] * dx[3])
-    return q00, q11, q01
+    det, p00, p11, p01 = adjugate_products_2d(dx)
+    s = ctx["scale"] / det
+    return s * p00, s * p11, -s * p01
 
 
 def poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
@@ -94,24 +86,10 @@ def vector3_poisson_2d_apply_geometry(ctx, du, dx, weights, dv):
 
 def _geometry_3d(ctx, dx):
     """``(q00, q11, q22, q12, q02, q01)``: ``scale / det(A) adj(A)^T adj(A)``, the cell's
-    part, with the adjugate ``b_ij`` of ``A[d][c] = dx[d * 3 + c]`` as in Poisson3DBuild."""
-    b00 = dx[4] * dx[8] - dx[5] * dx[7]
-    b01 = dx[2] * dx[7] - dx[1] * dx[8]
-    b02 = dx[1] * dx[5] - dx[2] * dx[4]
-    b10 = dx[5] * dx[6] - dx[3] * dx[8]
-    b11 = dx[0] * dx[8] - dx[2] * dx[6]
-    b12 = dx[2] * dx[3] - dx[0] * dx[5]
-    b20 = dx[3] * dx[7] - dx[4] * dx[6]
-    b21 = dx[1] * dx[6] - dx[0] * dx[7]
-    b22 = dx[0] * dx[4] - dx[1] * dx[3]
-    s = ctx["scale"] / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20)
-    q00 = s * (b00 * b00 + b10 * b10 + b20 * b20)
-    q11 = s * (b01 * b01 + b11 * b11 + b21 * b21)
-    q22 = s * (b02 * b02 + b12 * b12 + b22 * b22)
-    q12 = s * (b01 * b02 + b11 * b12 + b21 * b22)
-    q02 = s * (b00 * b02 + b10 * b12 + b20 * b22)
-    q01 = s * (b00 * b01 + b10 * b11 + b20 * b21)
-    return q00, q11, q22, q12, q02, q01
+    part (libCEED's q-data order)."""
+    det, *products = adjugate_products_3d(dx)
+    s = ctx["scale"] / det
+    return tuple(s * p for p in products)
 
 
 def poisson_3d_apply_geometry(ctx, du, dx, weights, dv):

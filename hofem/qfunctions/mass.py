@@ -12,16 +12,26 @@ def mass_1d_build(ctx, dx, weights, qdata):
     qdata[0] = weights[0] * dx[0]
 
 
-def mass_2d_build(ctx, dx, weights, qdata):
-    qdata[0] = weights[0] * (dx[0] * dx[3] - dx[1] * dx[2])
+def det_2d(dx):
+    """``det(A)`` of the 2x2 Jacobian ``A[d][c] = dx[d * 2 + c]``."""
+    return dx[0] * dx[3] - dx[1] * dx[2]
 
 
-def mass_3d_build(ctx, dx, weights, qdata):
-    qdata[0] = weights[0] * (
+def det_3d(dx):
+    """``det(A)`` of the 3x3 Jacobian ``A[d][c] = dx[d * 3 + c]`` (cofactors of row 0)."""
+    return (
         dx[0] * (dx[4] * dx[8] - dx[5] * dx[7])
         - dx[1] * (dx[3] * dx[8] - dx[5] * dx[6])
         + dx[2] * (dx[3] * dx[7] - dx[4] * dx[6])
     )
+
+
+def mass_2d_build(ctx, dx, weights, qdata):
+    qdata[0] = weights[0] * det_2d(dx)
+
+
+def mass_3d_build(ctx, dx, weights, qdata):
+    qdata[0] = weights[0] * det_3d(dx)
 
 
 def mass_apply(ctx, u, qdata, v):

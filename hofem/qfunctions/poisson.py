@@ -15,14 +15,22 @@ def poisson_1d_build(ctx, dx, weights, qdata):
     qdata[0] = weights[0] / dx[0]
 
 
-def poisson_2d_build(ctx, dx, weights, qdata):
-    w_det = weights[0] / (dx[0] * dx[3] - dx[1] * dx[2])
-    qdata[0] = w_det * (dx[2] * dx[2] + dx[3] * dx[3])
-    qdata[1] = w_det * (dx[0] * dx[0] + dx[1] * dx[1])
-    qdata[2] = -w_det * (dx[0] * dx[2] + dx[1] * dx[3])
+def adjugate_products_2d(dx):
+    """``(det, p00, p11, p01)`` of ``A[d][c] = dx[d * 2 + c]``: ``det(A)`` and the entries
+    of ``adj(A)^T adj(A)``, with ``p01`` negated (``qdata = w / det * (p00, p11, -p01)``)."""
+    det = dx[0] * dx[3] - dx[1] * dx[2]
+    return (
+        det,
+        dx[2] * dx[2] + dx[3] * dx[3],
+        dx[0] * dx[0] + dx[1] * dx[1],
+        dx[0] * dx[2] + dx[1] * dx[3],
+    )
 
 
-def poisson_3d_build(ctx, dx, weights, qdata):
+def adjugate_products_3d(dx):
+    """``(det, p00, p11, p22, p12, p02, p01)`` of ``A[d][c] = dx[d * 3 + c]``: ``det(A)``
+    (from the adjugate ``b``) and the entries of ``b^T b = adj(A)^T adj(A)``, libCEED's
+    q-data order (``qdata = w / det * p``)."""
     b00 = dx[4] * dx[8] - dx[5] * dx[7]
     b01 = dx[2] * dx[7] - dx[1] * dx[8]
     b02 = dx[1] * dx[5] - dx[2] * dx[4]
@@ -32,13 +40,30 @@ def poisson_3d_build(ctx, dx, weights, qdata):
     b20 = dx[3] * dx[7] - dx[4] * dx[6]
     b21 = dx[1] * dx[6] - dx[0] * dx[7]
     b22 = dx[0] * dx[4] - dx[1] * dx[3]
-    w_det = weights[0] / (dx[0] * b00 + dx[1] * b10 + dx[2] * b20)
-    qdata[0] = w_det * (b00 * b00 + b10 * b10 + b20 * b20)
-    qdata[1] = w_det * (b01 * b01 + b11 * b11 + b21 * b21)
-    qdata[2] = w_det * (b02 * b02 + b12 * b12 + b22 * b22)
-    qdata[3] = w_det * (b01 * b02 + b11 * b12 + b21 * b22)
-    qdata[4] = w_det * (b00 * b02 + b10 * b12 + b20 * b22)
-    qdata[5] = w_det * (b00 * b01 + b10 * b11 + b20 * b21)
+    return (
+        dx[0] * b00 + dx[1] * b10 + dx[2] * b20,
+        b00 * b00 + b10 * b10 + b20 * b20,
+        b01 * b01 + b11 * b11 + b21 * b21,
+        b02 * b02 + b12 * b12 + b22 * b22,
+        b01 * b02 + b11 * b12 + b21 * b22,
+        b00 * b02 + b10 * b12 + b20 * b22,
+        b00 * b01 + b10 * b11 + b20 * b21,
+    )
+
+
+def poisson_2d_build(ctx, dx, weights, qdata):
+    det, p00, p11, p01 = adjugate_products_2d(dx)
+    w_det = weights[0] / det
+    qdata[0] = w_det * p00
+    qdata[1] = w_det * p11
+    qdata[2] = -w_det * p01
+
+
+def poisson_3d_build(ctx, dx, weights, qdata):
+    det, *products = adjugate_products_3d(dx)
+    w_det = weights[0] / det
+    for k in range(6):
+        qdata[k] = w_det * products[k]
 
 
 def poisson_1d_apply(ctx, du, qdata, dv):
