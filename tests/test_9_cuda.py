@@ -3,6 +3,8 @@
 Oracle: ``/cpu/self/ref``.  Skips cleanly without CuPy or a CUDA device.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 from util import box_operator, half_written_operator, mass_operator, poisson_operator
@@ -494,6 +496,7 @@ def every_warp_shape(monkeypatch):
     shapes = {(3, P, Q): ow.MIN_BLOCKS for P in range(1, 9) for Q in range(1, 9)}
     for table in (
         "WARP_SHAPES",
+        "WARP_CELL_SHAPES",
         "WARP_VECTOR_SHAPES",
         "WARP_GRAD_SHAPES",
         "WARP_GRAD_STORED_SHAPES",
@@ -609,21 +612,25 @@ def test_gen_warp_layout_fields(gen, ref, every_warp_shape):
 
 
 def test_gen_warp_layout_register_tables(gen):
-    """Each kind of warp kernel takes its own measured budgets: the scalar mass (BP1), the
-    vector mass (BP2, three values per point: more registers), Poisson with stored q-data
-    and on the fly (BP3)."""
+    """Each kind of warp kernel takes its own measured budgets: the scalar mass (BP1) with
+    stored q-data and on the fly (the Jacobian of affine cells, a cell input), the vector mass
+    (BP2, three values per point: more registers), Poisson with stored q-data and on the fly
+    (BP3)."""
     from hofem.backends.cuda import operator_warp as ow
 
     vector = hf.mass(hf.H1Space(gen, meshes.box(2), 3, num_comp=3), geometry="stored")
     kinds = [(vector, ow.WARP_VECTOR_SHAPES), (box_operator(gen, "mass", 2, 3)[0], ow.WARP_SHAPES)]
+    cell = box_operator(gen, "mass", 2, 3, geometry="on_the_fly")[0]
+    kinds.append((cell, ow.WARP_CELL_SHAPES))
     for geometry in ("stored", "on_the_fly"):
         table = ow.WARP_GRAD_STORED_SHAPES if geometry == "stored" else ow.WARP_GRAD_SHAPES
         kinds.append((box_operator(gen, "diffusion", 2, 3, geometry=geometry)[0], table))
     for op, table in kinds:
         assert ow.warp_shapes(op) is table
-    # BP1 p = 2 holds the stages' operands in registers; p = 3 and the others read the table
-    for p in (2, 3):
-        op = box_operator(gen, "mass", 2, p)[0]
+    # BP1 p = 2 holds the stages' operands in registers, stored or on the fly; p = 3 and the
+    # others read the table
+    for p, geometry in itertools.product((2, 3), ("stored", "on_the_fly")):
+        op = box_operator(gen, "mass", 2, p, geometry=geometry)[0]
         assert ow.operand_registers(op, (3, p + 1, p + 2)) == (p == 2)
     assert not ow.operand_registers(vector, (3, 3, 4))
 

@@ -22,9 +22,11 @@ box's affine cells the Jacobian once per element).  ``--variants``:
 - ``operands``: the warp kernel at the tables' budget reading the stages' operands from the
   block's shared table, then holding them in registers at the budgets of ``budgets``.
 
-Prints one line per order: registers, GDOF/s and the median of 5 alternating rounds'
-ratios over the first variant (5 applies each, about 1e7 DOFs); every output is checked
-against the first variant's.
+Prints one line per order: registers and local (spill) bytes, GDOF/s and the median of 5
+alternating rounds' ratios over the first variant (5 applies each, about 1e7 DOFs); every
+output is checked against the first variant's.  ``--dot`` times the kernel variant the
+device CG launches (``apply_dot``: the apply and the block partial sums of ``u . Au``)
+instead of the apply.
 """
 
 import argparse
@@ -43,8 +45,9 @@ from hofem.bakeoff.structured import box_operator
 FORMS = ("mass", "vector-mass", "diffusion")
 # the module attributes a variant sets: PREFETCH_SIZE, the blocks per SM in every table,
 # WARPS, and operand_registers (a function of op and shape)
-TABLES = ("PREFETCH_SIZE", "WARP_SHAPES", "WARP_VECTOR_SHAPES", "WARP_GRAD_SHAPES")
-TABLES += ("WARP_GRAD_STORED_SHAPES", "WARPS", "operand_registers")
+SHAPE_TABLES = ("WARP_SHAPES", "WARP_CELL_SHAPES", "WARP_VECTOR_SHAPES", "WARP_GRAD_SHAPES")
+SHAPE_TABLES += ("WARP_GRAD_STORED_SHAPES",)
+TABLES = ("PREFETCH_SIZE", *SHAPE_TABLES, "WARPS", "operand_registers")
 
 
 def operator(ceed, form, geometry, p, dofs=1e7):
@@ -72,40 +75,61 @@ def variants(form, kind, table_blocks):
     return {"slab": None} | {f"mb{b}": (pf, b, ow.WARPS, regs) for b in budgets}
 
 
-def build(op, shape, variant):
-    """The fused operator of one variant (the module's constants restored after)."""
+def build(op, shape, variant, dot=False):
+    """The fused operator of one variant (the module's constants restored after), with its
+    ``apply_dot`` kernel compiled where ``dot``."""
     if variant is None:
-        return of.FusedOperator(op, shape)
+        return compiled(of.FusedOperator(op, shape), dot)
     saved = [getattr(ow, name) for name in TABLES]
     prefetch, blocks, warps, registers = variant
     choice = saved[-1] if registers is None else lambda op, shape: registers
-    tables = [{tuple(shape): blocks} for _ in range(4)]  # distinct: warp_shapes tells them apart
+    tables = [{tuple(shape): blocks} for _ in SHAPE_TABLES]  # distinct: warp_shapes tells apart
     values = (prefetch, *tables, warps, choice)
     for name, value in zip(TABLES, values, strict=True):
         setattr(ow, name, value)
     try:
-        return ow.WarpFusedOperator(op, shape)
+        return compiled(ow.WarpFusedOperator(op, shape), dot)
     finally:
         for name, value in zip(TABLES, saved, strict=True):
             setattr(ow, name, value)
 
 
-def case(ceed, form, geometry, kind, p, rounds=5):
+def compiled(fused, dot):
+    """``fused``, its ``apply_dot`` kernel compiled now where ``dot`` (while the variant's
+    tables are set)."""
+    if dot:
+        fused.apply_dot(*dot_args(fused))
+    return fused
+
+
+def dot_args(fused, u=None, v=None):
+    """Arguments of ``fused.apply_dot``: ``u``, ``v`` (zeros where None), the partial sums
+    and a running status."""
+    size = fused._op.shape[1]
+    u = cupy.zeros(size) if u is None else u  # (l_size,)
+    v = cupy.zeros(size) if v is None else v  # (l_size,)
+    return u, v, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64)
+
+
+def case(ceed, form, geometry, kind, p, dot=False, rounds=5):
     op = operator(ceed, form, geometry, p)
     shape = of.fusable_shape(op, 16)
     table_blocks = ow.warp_shapes(op).get(tuple(shape), ow.MIN_BLOCKS)
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
     runs, regs, outputs = {}, {}, {}
     for name, variant in variants(form, kind, table_blocks).items():
-        fused = build(op, shape, variant)
+        fused = build(op, shape, variant, dot)
         out = cupy.zeros_like(u)
+        args = dot_args(fused, u, out)
 
-        def run(fused=fused, out=out):
+        def run(fused=fused, out=out, args=args):
             out[...] = 0.0
-            fused(u, out)
+            fused.apply_dot(*args) if dot else fused(u, out)
 
         run()
-        runs[name], regs[name], outputs[name] = run, fused._kernel.num_regs, out
+        kernel = fused._dot_kernel if dot else fused._kernel
+        regs[name] = f"{kernel.num_regs}r/{kernel.local_size_bytes}B"  # registers, local memory
+        runs[name], outputs[name] = run, out
     first = next(iter(runs))
     for name, out in outputs.items():
         diff = float(abs(out - outputs[first]).max() / abs(outputs[first]).max())
@@ -119,7 +143,7 @@ def case(ceed, form, geometry, kind, p, rounds=5):
     for name in runs:
         rate = u.size / statistics.median(times[name]) / 1e9
         ratio = statistics.median(s / t for s, t in zip(times[first], times[name], strict=True))
-        cells.append(f"{name} {regs[name]}r {rate:.1f} ({ratio:.2f})")
+        cells.append(f"{name} {regs[name]} {rate:.1f} ({ratio:.2f})")
     return " | ".join(cells)
 
 
@@ -130,12 +154,13 @@ def main():
     parser.add_argument(
         "--variants", choices=("budgets", "table", "warps", "operands"), default="budgets"
     )
+    parser.add_argument("--dot", action="store_true", help="time apply_dot (the CG kernel)")
     parser.add_argument("orders", type=int, nargs="+")
     args = parser.parse_args()
     ceed = hf.Ceed("/gpu/cuda/gen")
     for p in args.orders:
-        line = case(ceed, args.form, args.geometry, args.variants, p)
-        print(args.form, args.geometry, line, flush=True)
+        line = case(ceed, args.form, args.geometry, args.variants, p, args.dot)
+        print(args.form, args.geometry, "dot" if args.dot else "apply", line, flush=True)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,8 @@ basis (``P_1d, Q_1d <= 8``, the collocated ``D`` where there are gradients) or r
 weights, with ``EVAL_NONE`` inputs (stored q-data) and inputs on a cell-constant basis of
 few nodes (:func:`hofem.cell_center`: the Jacobian of affine cells from their vertices,
 evaluated once per element) beside them: BP1 to BP4, with stored q-data or the geometry on
-the fly, and user operators of the same structure.  :data:`WARP_SHAPES`,
-:data:`WARP_GRAD_SHAPES` and :data:`WARP_GRAD_STORED_SHAPES` hold the shapes where it
-measured faster than the slab.
+the fly, and user operators of the same structure.  The tables of :func:`warp_shapes`, one
+per kind of kernel, hold the shapes where it measured faster than the slab.
 """
 
 import numpy as np
@@ -54,6 +53,7 @@ from .ref import cupy
 
 __all__ = [
     "REGISTER_OPERAND_SHAPES",
+    "WARP_CELL_SHAPES",
     "WARP_GRAD_SHAPES",
     "WARP_GRAD_STORED_SHAPES",
     "WARP_SHAPES",
@@ -74,8 +74,14 @@ __all__ = [
 # ran 1.10-1.13x (stored q-data) and 1.10-1.24x (geometry on the fly) the shared table at
 # 5-8 blocks, the table's budget 4
 WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
-# the shapes of WARP_SHAPES whose kernels hold the stages' operands in registers (WarpRegs):
-# elsewhere (BP1 p = 3..6, BP3 p = 2..6) that lost 0-12% to the shared table at every budget
+# ... and those that also read cell-constant inputs (_is_cell_field: BP1 with the Jacobian of
+# affine cells computed on the fly; no stored value per point): on the H200 (thirteenth
+# session, two runs, ab_warp.py) p = 2, 4 and 6 ran 1.03-1.04x at these budgets what they ran
+# at WARP_SHAPES's, and the u . Au variant (--dot) 1.03-1.04x at p = 2, 4 and 1.00x at p = 6
+WARP_CELL_SHAPES = {(3, 3, 4): 7, (3, 4, 5): 8, (3, 5, 6): 7, (3, 6, 7): 6, (3, 7, 8): 5}
+# the shapes of WARP_SHAPES and WARP_CELL_SHAPES whose kernels hold the stages' operands in
+# registers (WarpRegs): elsewhere (BP1 p = 3..6, BP3 p = 2..6) that lost 0-12% to the shared
+# table at every budget
 REGISTER_OPERAND_SHAPES = {(3, 3, 4)}
 # ... and those interpolating more than one value per point (BP2, the vector mass: three
 # components), which need more registers: on the H200 p = 2, 3, 5 ran 1.59/1.39/1.69x the
@@ -136,13 +142,15 @@ def use_warp_layout(op, shape):
 
 def warp_shapes(op):
     """The table of measured shapes (and register budgets) for ``op``'s kind of kernel:
-    :data:`WARP_SHAPES` (interpolation of one value per point), :data:`WARP_VECTOR_SHAPES`
-    (of more), :data:`WARP_GRAD_STORED_SHAPES` (gradients, and more than
-    :data:`PREFETCH_SIZE` stored values read at each point) or :data:`WARP_GRAD_SHAPES`
-    (other gradients)."""
+    :data:`WARP_SHAPES` (interpolation of one value per point), :data:`WARP_CELL_SHAPES` (the
+    same with cell-constant inputs), :data:`WARP_VECTOR_SHAPES` (of more values),
+    :data:`WARP_GRAD_STORED_SHAPES` (gradients, and more than :data:`PREFETCH_SIZE` stored
+    values read at each point) or :data:`WARP_GRAD_SHAPES` (other gradients)."""
     if not _has_grad(op):
         rows = sum(f.size for f in op.input_fields if _on_main_basis(f))
-        return WARP_VECTOR_SHAPES if rows > 1 else WARP_SHAPES
+        if rows > 1:
+            return WARP_VECTOR_SHAPES
+        return WARP_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else WARP_SHAPES
     stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 
@@ -151,7 +159,8 @@ def operand_registers(op, shape):
     """Whether ``op``'s kernel holds the stages' operand entries in registers (``WarpRegs``,
     :data:`REGISTER_OPERAND_SHAPES`) rather than reading them from the block's shared table
     where each stage uses them (``WarpTable``)."""
-    return warp_shapes(op) is WARP_SHAPES and tuple(shape) in REGISTER_OPERAND_SHAPES
+    scalar = any(warp_shapes(op) is table for table in (WARP_SHAPES, WARP_CELL_SHAPES))
+    return scalar and tuple(shape) in REGISTER_OPERAND_SHAPES
 
 
 def _is_cell_field(field):
