@@ -80,10 +80,16 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 # /gpu/cuda/gen runs the Poisson operator one warp per element on the tensor cores at these
 # shapes with the geometry on the fly (operator_warp.WARP_GRAD_SHAPES), and there on the fly
 # ran 1.49/1.09/1.36/1.56/2.00x of stored at p = 2..6 (H200, 1e7 DOFs, eleventh session;
-# docs/performance.md); BP1 on the fly ties stored at p = 5, 6 (0.95-1.06x over two runs) and
-# is slower below (0.83-0.91x), so BP1 keeps its one stored value per point
+# docs/performance.md).  The mass operator runs one warp per element with the Jacobian as a
+# cell input (operator_warp.WARP_CELL_SHAPES); there on the fly ran 1.04-1.05x (p = 5) and
+# 1.12-1.13x (p = 6) of stored, and its CG 1.02x and 1.03x (two runs, thirteenth session), but
+# 0.95x at p = 4 (CG 0.97x) and 0.82-0.91x below, so BP1 keeps its one stored value per point
+# at p <= 4
 ON_THE_FLY_SHAPES = {
-    "/gpu/cuda/gen": {"diffusion": {(3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)}}
+    "/gpu/cuda/gen": {
+        "diffusion": {(3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)},
+        "mass": {(3, 6, 7), (3, 7, 8)},
+    }
 }
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det and
 # the 3 or 6 values scale / det (b^T b)_ij, then the weight's products with du; the apply's

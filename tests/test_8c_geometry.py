@@ -13,7 +13,7 @@ import pytest
 
 import hofem as hf
 from hofem import meshes
-from hofem.backends.cuda.operator_warp import WARP_GRAD_SHAPES
+from hofem.backends.cuda.operator_warp import WARP_CELL_SHAPES, WARP_GRAD_SHAPES
 from hofem.basis import cell_center
 from hofem.geometry import (
     AFFINE_POINT_FLOPS,
@@ -236,7 +236,7 @@ def test_cost_model():
         assert all(choose_geometry("auto", r, bp1) == "stored" for r in MACHINE_BALANCE)
         # affine cells (the Jacobian once per element): BP3 recomputes on numba, BP1 keeps
         # its one stored value per point; gen recomputes where it runs BP3 one warp per
-        # element (p = 4..6), else keeps stored q-data (balance 0)
+        # element (p = 2..6) and BP1 at p = 5, 6, else keeps stored q-data (balance 0)
         centre = cell_center(vertices)
         bp3 = geometry_costs("diffusion", solution, 6, centre)
         assert bp3["added_flops"] == 2 * 9 * 8 + AFFINE_POINT_FLOPS["diffusion"][3] * (p + 2) ** 3
@@ -245,12 +245,18 @@ def test_cost_model():
         assert choose_geometry("auto", "/gpu/cuda/gen", bp3) == ("on_the_fly" if warp else "stored")
         bp1 = geometry_costs("mass", solution, 1, centre)
         assert choose_geometry("auto", "/cpu/self/numba", bp1) == "stored"
+        expected = "on_the_fly" if p in (5, 6) else "stored"
+        assert choose_geometry("auto", "/gpu/cuda/gen", bp1) == expected
 
 
 def test_gen_recomputes_where_it_runs_one_warp_per_element():
-    """gen's "auto" shapes are those where it runs the Poisson operator with the geometry on
-    the fly one warp per element (a test, so that the two tables cannot drift apart)."""
-    assert ON_THE_FLY_SHAPES["/gpu/cuda/gen"] == {"diffusion": set(WARP_GRAD_SHAPES)}
+    """gen's "auto" shapes are shapes where it runs the operator with the geometry on the fly
+    one warp per element: every such shape of the Poisson operator, the mass operator's at
+    p = 5, 6 (a test, so that the tables cannot drift apart)."""
+    shapes = ON_THE_FLY_SHAPES["/gpu/cuda/gen"]
+    assert shapes["diffusion"] == set(WARP_GRAD_SHAPES)
+    assert shapes["mass"] == {(3, 6, 7), (3, 7, 8)} <= set(WARP_CELL_SHAPES)
+    assert set(shapes) == {"diffusion", "mass"}
 
 
 def test_register_cap_policy():
