@@ -86,8 +86,10 @@ REGISTER_OPERAND_SHAPES = {(3, 3, 4)}
 # ... and those interpolating more than one value per point (BP2, the vector mass: three
 # components), which need more registers: on the H200 p = 2, 3, 5 ran 1.59/1.39/1.69x the
 # slab with these bounds (80, 96, 128 registers) where BP1's bounds gave 1.48/0.99/1.07x
-# (tenth session), p = 4 and 6 1.15/1.49x (ninth session)
-WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 6, (3, 6, 7): 4, (3, 7, 8): 4}
+# (tenth session), p = 4 and 6 1.15/1.49x (ninth session).  Thirteenth session: p = 4 at 6
+# blocks spilled 384 bytes in the CG variant (apply_dot), which ran 1.01x the slab there and
+# 1.56x at 4 blocks (the apply 1.40x and 1.52x), so p = 4 takes 4
+WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4}
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
 # geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
