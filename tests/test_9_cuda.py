@@ -505,12 +505,13 @@ def every_warp_shape(monkeypatch):
     monkeypatch.setattr(ow, "MAX_POINT_ROWS", 12)
 
 
-def _check_warp_box(gen, ref, form, p, warp, geometry):
-    """gen runs ``form`` on a 27-element box one warp per element, equal to ref to 1e-13,
-    and its u . Au variant (:func:`_check_dot`)."""
-    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry)
-    assert gen.backend._fused_operator(op_gen).layout == "warp"
-    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry)
+def _check_warp_box(gen, ref, form, p, warp, geometry, layout="warp", **box):
+    """gen runs ``form`` on a 27-element box in ``layout`` (one warp per element by default),
+    equal to ref to 1e-13, and its u . Au variant (:func:`_check_dot`); ``box``: more
+    arguments of ``box_operator`` (``q``, ``quad_mode``)."""
+    op_gen, _ = box_operator(gen, form, 3, p, warp=warp, geometry=geometry, **box)
+    assert gen.backend._fused_operator(op_gen).layout == layout
+    op_ref, _ = box_operator(ref, form, 3, p, warp=warp, geometry=geometry, **box)
     u = np.random.default_rng(p).standard_normal(op_ref.shape[1])
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < 1e-13
     _check_dot(gen, op_gen)
@@ -542,6 +543,17 @@ def test_gen_warp_layout_gradients(gen, ref, every_warp_shape, p, form, geometry
     basis: 4 buffers per warp).  Mass with the geometry on the fly likewise.  The u . Au
     variant and a stopped CG's status."""
     _check_warp_box(gen, ref, form, p, warp, geometry)
+
+
+@pytest.mark.parametrize("p", range(2, 8))
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+def test_gen_warp_layout_collocated(gen, ref, p, geometry):
+    """BP5's shapes (Q_1d = P_1d Gauss-Lobatto points: the interpolation is the identity,
+    P_1d up to 8) run one warp per element from gen's own tables and equal the reference,
+    the u . Au variant too; with stored q-data p = 4 keeps the slab (the two tied)."""
+    layout = "slab" if (geometry, p) == ("stored", 4) else "warp"
+    box = {"q": p + 1, "quad_mode": hf.GAUSS_LOBATTO}
+    _check_warp_box(gen, ref, "diffusion", p, 0.0, geometry, layout, **box)
 
 
 def _reaction_diffusion(ctx, w, u, du, v, dv):

@@ -9,9 +9,10 @@ Usage (on a GPU)::
     python docs/bakeoff/h200/ab_warp.py --form vector-mass --variants table 3 4 5 6
     python docs/bakeoff/h200/ab_warp.py --variants warps 2 3 4 5 6
 
-``--form``: ``mass`` (BP1, the default), ``vector-mass`` (BP2, three components) or
-``diffusion`` (BP3), with stored q-data or the geometry on the fly (``--geometry``; on the
-box's affine cells the Jacobian once per element).  ``--variants``:
+``--form``: ``mass`` (BP1, the default), ``vector-mass`` (BP2, three components),
+``diffusion`` (BP3) or ``diffusion-gll`` (BP5: ``p + 1`` Gauss-Lobatto points), with
+stored q-data or the geometry on the fly (``--geometry``; on the box's affine cells the
+Jacobian once per element).  ``--variants``:
 
 - ``budgets`` (the default): the slab, then the warp kernel with ``__launch_bounds__``
   asking registers for ``mbN`` blocks of 4 warps per SM (4 to 8 for the mass forms, 3 to 6
@@ -42,7 +43,7 @@ from hofem.backends.cuda import operator_warp as ow
 from hofem.bakeoff.common import time_events
 from hofem.bakeoff.structured import box_operator
 
-FORMS = ("mass", "vector-mass", "diffusion")
+FORMS = ("mass", "vector-mass", "diffusion", "diffusion-gll")
 # the module attributes a variant sets: PREFETCH_SIZE, the blocks per SM in every table,
 # WARPS, and operand_registers (a function of op and shape)
 SHAPE_TABLES = ("WARP_SHAPES", "WARP_CELL_SHAPES", "WARP_VECTOR_SHAPES", "WARP_GRAD_SHAPES")
@@ -56,6 +57,9 @@ def operator(ceed, form, geometry, p, dofs=1e7):
         n = max(1, math.ceil(((dofs / 3) ** (1 / 3) - 1) / p))
         return hf.mass(hf.H1Space(ceed, meshes.box(n), p, num_comp=3), geometry=geometry)
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
+    if form == "diffusion-gll":  # BP5: p + 1 Gauss-Lobatto points, collocated with the nodes
+        q, mode = p + 1, hf.GAUSS_LOBATTO
+        return box_operator(ceed, "diffusion", n, p, q=q, quad_mode=mode, geometry=geometry)[0]
     return box_operator(ceed, form, n, p, geometry=geometry)[0]
 
 
@@ -68,7 +72,7 @@ def variants(form, kind, table_blocks):
         return {f"w{w}-mb{b}": (pf, b, w, regs) for w, b in pairs}
     if kind == "table":
         return {"slab": None, f"mb{mb}": (pf, mb, ow.WARPS, regs)}
-    budgets = (3, 4, 5, 6) if form == "diffusion" else (4, 5, 6, 7, 8)
+    budgets = (3, 4, 5, 6) if form.startswith("diffusion") else (4, 5, 6, 7, 8)
     if kind == "operands":
         table = {f"table-mb{mb}": (pf, mb, ow.WARPS, False)}
         return table | {f"regs-mb{b}": (pf, b, ow.WARPS, True) for b in budgets}

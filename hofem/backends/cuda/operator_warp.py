@@ -94,14 +94,24 @@ WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 4, (3, 6, 7): 4, (3
 # tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
 # geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
 # at 80 registers, 4 at 96, 5 and 6 at 128); p = 3 tied (1.02x), and ran 1.18x at 96
-# registers after the eleventh session's bank-conflict-free buffer and constant weights
-WARP_GRAD_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4}
+# registers after the eleventh session's bank-conflict-free buffer and constant weights.
+# Thirteenth session: BP5 (Q_1d = P_1d Gauss-Lobatto points, p = 2..7) on the fly ran
+# 1.42/1.89/1.29/1.69/2.34/2.52x the slab at these budgets, its CG variant 1.39-2.72x
+WARP_GRAD_SHAPES = {
+    **{(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4},  # BP3
+    **{(3, 3, 3): 6, (3, 4, 4): 6, (3, 5, 5): 5, (3, 6, 6): 5, (3, 7, 7): 5, (3, 8, 8): 5},  # BP5
+}
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
 # p = 2, 5 and 6 ran 1.28/1.35/1.04x the slab (5, 6: 1.23/1.15x in the run before the shared
 # operand table), p = 4 1.07x (0.89x before), p = 3 lost (0.82-0.96x); p = 3 and 4 ran 1.14/1.10x
 # at 128 registers after the eleventh session's bank-conflict-free buffer, and p = 6 1.17x at
-# 128 where 168 (3 blocks, spilling) gave 1.10x
-WARP_GRAD_STORED_SHAPES = {(3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4}
+# 128 where 168 (3 blocks, spilling) gave 1.10x.  Thirteenth session: BP5 with stored q-data
+# ran 1.15/1.15/1.21/1.27/1.40x the slab at p = 2, 3, 5, 6, 7 (the CG variant
+# 1.26/1.32/1.00/1.31/1.53x); p = 4 tied at every budget (apply 0.92-1.06x, CG 0.83-1.02x)
+WARP_GRAD_STORED_SHAPES = {
+    **{(3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4},  # BP3
+    **{(3, 3, 3): 6, (3, 4, 4): 5, (3, 6, 6): 4, (3, 7, 7): 4, (3, 8, 8): 4},  # BP5
+}
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
 # same out; more spill (the vector Poisson, curved geometry on the fly)
