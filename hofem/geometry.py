@@ -80,7 +80,8 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 # /gpu/cuda/gen runs the Poisson operator one warp per element on the tensor cores at these
 # shapes with the geometry on the fly (operator_warp.WARP_GRAD_SHAPES), and there on the fly
 # ran 1.49/1.09/1.36/1.56/2.00x of stored at p = 2..6 (H200, 1e7 DOFs, eleventh session;
-# docs/performance.md); BP5 (p + 1 Gauss-Lobatto points) on the fly ran 1.18/1.66/1.19/1.40/
+# docs/performance.md), p = 1 on the fly (one warp per four elements) 1.08x stored (the slab,
+# thirteenth session); BP5 (p + 1 Gauss-Lobatto points) on the fly ran 1.18/1.66/1.19/1.40/
 # 1.94/1.93x of stored at p = 2..7 (thirteenth session).  The mass operator runs one warp per
 # element with the Jacobian as a cell input (operator_warp.WARP_CELL_SHAPES); there on the fly
 # ran 1.04-1.05x (p = 5) and 1.12-1.13x (p = 6) of stored, and its CG 1.02x and 1.03x (two
@@ -89,7 +90,7 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 ON_THE_FLY_SHAPES = {
     "/gpu/cuda/gen": {
         "diffusion": {
-            *{(3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)},  # BP3, p = 2..6
+            *{(3, 2, 3), (3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)},  # BP3, p = 1..6
             *{(3, 3, 3), (3, 4, 4), (3, 5, 5), (3, 6, 6), (3, 7, 7), (3, 8, 8)},  # BP5, p = 2..7
         },
         "mass": {(3, 6, 7), (3, 7, 8)},

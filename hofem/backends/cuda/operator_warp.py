@@ -78,7 +78,12 @@ WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8)
 # affine cells computed on the fly; no stored value per point): on the H200 (thirteenth
 # session, two runs, ab_warp.py) p = 2, 4 and 6 ran 1.03-1.04x at these budgets what they ran
 # at WARP_SHAPES's, and the u . Au variant (--dot) 1.03-1.04x at p = 2, 4 and 1.00x at p = 6
-WARP_CELL_SHAPES = {(3, 3, 4): 7, (3, 4, 5): 8, (3, 5, 6): 7, (3, 6, 7): 6, (3, 7, 8): 5}
+# (p = 1, four elements per warp: 1.43x the slab at 8 blocks, its CG variant 1.51x; stored
+# q-data at p = 1 lost at every budget, 0.88-0.96x)
+WARP_CELL_SHAPES = {
+    (3, 2, 3): 8,
+    **{(3, 3, 4): 7, (3, 4, 5): 8, (3, 5, 6): 7, (3, 6, 7): 6, (3, 7, 8): 5},
+}
 # the shapes of WARP_SHAPES and WARP_CELL_SHAPES whose kernels hold the stages' operands in
 # registers (WarpRegs): elsewhere (BP1 p = 3..6, BP3 p = 2..6) that lost 0-12% to the shared
 # table at every budget
@@ -96,9 +101,10 @@ WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 4, (3, 6, 7): 4, (3
 # at 80 registers, 4 at 96, 5 and 6 at 128); p = 3 tied (1.02x), and ran 1.18x at 96
 # registers after the eleventh session's bank-conflict-free buffer and constant weights.
 # Thirteenth session: BP5 (Q_1d = P_1d Gauss-Lobatto points, p = 2..7) on the fly ran
-# 1.42/1.89/1.29/1.69/2.34/2.52x the slab at these budgets, its CG variant 1.39-2.72x
+# 1.42/1.89/1.29/1.69/2.34/2.52x the slab at these budgets, its CG variant 1.39-2.72x; BP3
+# p = 1 1.12x (CG variant 1.18x; BP5 p = 1 lost, 0.5x, and stored BP3 p = 1, 0.87-0.94x)
 WARP_GRAD_SHAPES = {
-    **{(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4},  # BP3
+    **{(3, 2, 3): 6, (3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4},  # BP3
     **{(3, 3, 3): 6, (3, 4, 4): 6, (3, 5, 5): 5, (3, 6, 6): 5, (3, 7, 7): 5, (3, 8, 8): 5},  # BP5
 }
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
