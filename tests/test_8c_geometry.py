@@ -236,7 +236,7 @@ def test_cost_model():
         assert all(choose_geometry("auto", r, bp1) == "stored" for r in MACHINE_BALANCE)
         # affine cells (the Jacobian once per element): BP3 recomputes on numba, BP1 keeps
         # its one stored value per point; gen recomputes where it runs BP3 one warp per
-        # element (p = 2..6) and BP1 at p = 5, 6, else keeps stored q-data (balance 0)
+        # element (p = 1..6) and BP1 at p = 5, 6, else keeps stored q-data (balance 0)
         centre = cell_center(vertices)
         bp3 = geometry_costs("diffusion", solution, 6, centre)
         assert bp3["added_flops"] == 2 * 9 * 8 + AFFINE_POINT_FLOPS["diffusion"][3] * (p + 2) ** 3

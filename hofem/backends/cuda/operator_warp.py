@@ -31,9 +31,11 @@ It applies to 3D operators whose basis fields all interpolate or differentiate o
 basis (``P_1d, Q_1d <= 8``, the collocated ``D`` where there are gradients) or read
 weights, with ``EVAL_NONE`` inputs (stored q-data) and inputs on a cell-constant basis of
 few nodes (:func:`hofem.cell_center`: the Jacobian of affine cells from their vertices,
-evaluated once per element) beside them: BP1 to BP4, with stored q-data or the geometry on
-the fly, and user operators of the same structure.  The tables of :func:`warp_shapes`, one
-per kind of kernel, hold the shapes where it measured faster than the slab.
+evaluated once per element) beside them: BP1 to BP3 and BP5, with stored q-data or the
+geometry on the fly, and user operators of the same structure (at most
+:data:`MAX_POINT_ROWS` values per point each way: BP4 and BP6 keep the slab).  The tables
+of :func:`warp_shapes`, one per kind of kernel, hold the shapes where it measured faster
+than the slab.
 """
 
 import numpy as np
