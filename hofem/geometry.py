@@ -90,12 +90,14 @@ MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
 ON_THE_FLY_SHAPES = {
     "/gpu/cuda/gen": {
         "diffusion": {
-            *{(3, 2, 3), (3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8)},  # BP3, p = 1..6
-            *{(3, 3, 3), (3, 4, 4), (3, 5, 5), (3, 6, 6), (3, 7, 7), (3, 8, 8)},  # BP5, p = 2..7
+            # BP3, p = 1..6
+            (3, 2, 3), (3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8),
+            # BP5, p = 2..7
+            (3, 3, 3), (3, 4, 4), (3, 5, 5), (3, 6, 6), (3, 7, 7), (3, 8, 8),
         },
         "mass": {(3, 6, 7), (3, 7, 8)},
     }
-}
+}  # fmt: skip
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det and
 # the 3 or 6 values scale / det (b^T b)_ij, then the weight's products with du; the apply's
 # own multiply-adds are the stored path's too)

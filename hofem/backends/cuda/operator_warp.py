@@ -83,9 +83,8 @@ WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8)
 # (p = 1, four elements per warp: 1.43x the slab at 8 blocks, its CG variant 1.51x; stored
 # q-data at p = 1 lost at every budget, 0.88-0.96x)
 WARP_CELL_SHAPES = {
-    (3, 2, 3): 8,
-    **{(3, 3, 4): 7, (3, 4, 5): 8, (3, 5, 6): 7, (3, 6, 7): 6, (3, 7, 8): 5},
-}
+    (3, 2, 3): 8, (3, 3, 4): 7, (3, 4, 5): 8, (3, 5, 6): 7, (3, 6, 7): 6, (3, 7, 8): 5,
+}  # fmt: skip
 # the shapes of WARP_SHAPES and WARP_CELL_SHAPES whose kernels hold the stages' operands in
 # registers (WarpRegs): elsewhere (BP1 p = 3..6, BP3 p = 2..6) that lost 0-12% to the shared
 # table at every budget
@@ -106,9 +105,11 @@ WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 4, (3, 6, 7): 4, (3
 # 1.42/1.89/1.29/1.69/2.34/2.52x the slab at these budgets, its CG variant 1.39-2.72x; BP3
 # p = 1 1.12x (CG variant 1.18x; BP5 p = 1 lost, 0.5x, and stored BP3 p = 1, 0.87-0.94x)
 WARP_GRAD_SHAPES = {
-    **{(3, 2, 3): 6, (3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4},  # BP3
-    **{(3, 3, 3): 6, (3, 4, 4): 6, (3, 5, 5): 5, (3, 6, 6): 5, (3, 7, 7): 5, (3, 8, 8): 5},  # BP5
-}
+    # BP3, p = 1..6
+    (3, 2, 3): 6, (3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4,
+    # BP5, p = 2..7
+    (3, 3, 3): 6, (3, 4, 4): 6, (3, 5, 5): 5, (3, 6, 6): 5, (3, 7, 7): 5, (3, 8, 8): 5,
+}  # fmt: skip
 # ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
 # p = 2, 5 and 6 ran 1.28/1.35/1.04x the slab (5, 6: 1.23/1.15x in the run before the shared
 # operand table), p = 4 1.07x (0.89x before), p = 3 lost (0.82-0.96x); p = 3 and 4 ran 1.14/1.10x
@@ -117,9 +118,11 @@ WARP_GRAD_SHAPES = {
 # ran 1.15/1.15/1.21/1.27/1.40x the slab at p = 2, 3, 5, 6, 7 (the CG variant
 # 1.26/1.32/1.00/1.31/1.53x); p = 4 tied at every budget (apply 0.92-1.06x, CG 0.83-1.02x)
 WARP_GRAD_STORED_SHAPES = {
-    **{(3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4},  # BP3
-    **{(3, 3, 3): 6, (3, 4, 4): 5, (3, 6, 6): 4, (3, 7, 7): 4, (3, 8, 8): 4},  # BP5
-}
+    # BP3, p = 2..6
+    (3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4,
+    # BP5, p = 2, 3, 5..7
+    (3, 3, 3): 6, (3, 4, 4): 5, (3, 6, 6): 4, (3, 7, 7): 4, (3, 8, 8): 4,
+}  # fmt: skip
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
 # same out; more spill (the vector Poisson, curved geometry on the fly)
