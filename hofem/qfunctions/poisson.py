@@ -9,6 +9,7 @@ coordinates) per point: 1 value in 1D, 3 in 2D ``(00, 11, 01)``, 6 in 3D
 
 from hofem.constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
 from hofem.qfunction import register_gallery
+from hofem.qfunctions.mass import det_2d
 
 
 def poisson_1d_build(ctx, dx, weights, qdata):
@@ -18,9 +19,8 @@ def poisson_1d_build(ctx, dx, weights, qdata):
 def adjugate_products_2d(dx):
     """``(det, p00, p11, p01)`` of ``A[d][c] = dx[d * 2 + c]``: ``det(A)`` and the entries
     of ``adj(A)^T adj(A)``, with ``p01`` negated (``qdata = w / det * (p00, p11, -p01)``)."""
-    det = dx[0] * dx[3] - dx[1] * dx[2]
     return (
-        det,
+        det_2d(dx),
         dx[2] * dx[2] + dx[3] * dx[3],
         dx[0] * dx[0] + dx[1] * dx[1],
         dx[0] * dx[2] + dx[1] * dx[3],
