@@ -505,7 +505,7 @@ def every_warp_shape(monkeypatch):
     monkeypatch.setattr(ow, "MAX_POINT_ROWS", 12)
 
 
-def _check_warp_box(gen, ref, form, p, warp, geometry, layout="warp", **box):
+def _check_box_layout(gen, ref, form, p, warp, geometry, layout="warp", **box):
     """gen runs ``form`` on a 27-element box in ``layout`` (one warp per element by default),
     equal to ref to 1e-13, and its u . Au variant (:func:`_check_dot`); ``box``: more
     arguments of ``box_operator`` (``q``, ``quad_mode``)."""
@@ -542,7 +542,7 @@ def test_gen_warp_layout_gradients(gen, ref, every_warp_shape, p, form, geometry
     the order-p coordinates of curved cells (a 3-component gradient on the solution's
     basis: 4 buffers per warp).  Mass with the geometry on the fly likewise.  The u . Au
     variant and a stopped CG's status."""
-    _check_warp_box(gen, ref, form, p, warp, geometry)
+    _check_box_layout(gen, ref, form, p, warp, geometry)
 
 
 @pytest.mark.parametrize("p", range(2, 8))
@@ -553,7 +553,7 @@ def test_gen_warp_layout_collocated(gen, ref, p, geometry):
     the u . Au variant too; with stored q-data p = 4 keeps the slab (the two tied)."""
     layout = "slab" if (geometry, p) == ("stored", 4) else "warp"
     box = {"q": p + 1, "quad_mode": hf.GAUSS_LOBATTO}
-    _check_warp_box(gen, ref, "diffusion", p, 0.0, geometry, layout, **box)
+    _check_box_layout(gen, ref, "diffusion", p, 0.0, geometry, layout, **box)
 
 
 def _reaction_diffusion(ctx, w, u, du, v, dv):
@@ -657,7 +657,7 @@ def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypat
 
     monkeypatch.setattr(ow, "operand_registers", lambda op, shape: True)
     warp = 0.1 if form == "mass" else 0.0  # curved cells, or affine ones on the fly
-    _check_warp_box(gen, ref, form, p, warp, geometry)
+    _check_box_layout(gen, ref, form, p, warp, geometry)
 
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),
