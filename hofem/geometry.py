@@ -38,6 +38,8 @@ stored ones), so on the fly never saves bytes there: ``auto`` keeps stored
 q-data.
 """
 
+from . import tuning
+
 __all__ = [
     "AFFINE_POINT_FLOPS",
     "GEOMETRY_MODES",
@@ -51,63 +53,35 @@ __all__ = [
 ]
 
 GEOMETRY_MODES = ("stored", "on_the_fly", "auto")
+_TUNING = tuning.geometry()  # geometry.json: the numbers, with the runs that measured them
 # Effective flops per byte of memory traffic, by resolved resource, fitted to measurements
 # of on the fly (vertex coordinates, P_1d = 2) against stored q-data, where this model's
 # flops / (saved - added) bytes for BP3 are 3.0 at p = 1, then 2.6 (p = 2) down to 2.2 (p = 8),
-# and 7.5-24 for BP1:
-# /cpu/self/numba: one core, compare-cpu at 3e5 DOFs, four runs side by side with stored
-#   (docs/performance.md, 2026-11-24, fifth session, after the stored q-data became an
-#   interleaved copy read as vectors): BP3 on the fly at 0.61-1.13x of stored for p = 2..5
-#   (median 0.81) and 0.78-1.04x at p = 6..8 (median 0.86; before the copy: 1.09-1.35x at
-#   p = 6), BP1 at 0.43-0.82x. 2 keeps stored q-data at every p (model ratio 2.48 down to
-#   2.43 for BP3 at p >= 6); on the fly still saves the q-data memory when asked for.
-#   On affine cells (the Jacobian once per element, hofem.cell_center; 2026-11-24,
-#   eighth session, 3e5 DOFs, alternating): BP3 1.17-1.23x of stored at p = 2, 4, 6, BP1
-#   0.92-0.99x (see AFFINE_POINT_FLOPS).  Since stored q-data is read in place in the
-#   blocked layout (ninth session) BP3 on the fly is a tie with stored (0.94-1.10x); auto
-#   keeps picking it there, equal speed without the q-data's memory.
-# /gpu/cuda/gen: 0, so auto keeps stored q-data there: on the H200 (1e7 DOFs, bench-gpu
-#   --geometry stored on_the_fly, 2026-11-24) BP3 on the fly ran at 0.68-0.91x of stored for
-#   p = 2..8 (0.56x at p = 1) and BP1 at 0.39-0.73x; on affine cells (eighth session) BP3 at
-#   0.82-0.92x for p = 2..4 and 1.01-1.04x for p = 5..8 (CG 0.92-1.04x), BP1 at 0.62-0.95x.
-#   The fused kernels are bound by shared-memory passes and synchronizations, not by the
-#   q-data bytes, and the recomputed geometry costs registers (BP3 p = 6: 246 against 180
-#   per thread; 168, capped, on affine cells).  On the fly saves the q-data memory.
-MACHINE_BALANCE = {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
+# and 7.5-24 for BP1.  /cpu/self/numba's sits just below BP3's ratios: it reads the stored
+# q-data in place as vectors, and on the fly ties with it at best, so auto keeps stored
+# q-data at every p (on the fly still saves the q-data memory when asked for).
+# /gpu/cuda/gen's is 0: its fused kernels are bound by shared-memory passes and
+# synchronizations, not by the q-data bytes, and the recomputed geometry costs registers.
+MACHINE_BALANCE = _TUNING.machine_balance
 # Solution shapes (dim, P_1d, Q_1d) where "auto" recomputes the Jacobian of affine cells
 # (cell-constant coordinates, hofem.cell_center) whatever the balance, by resolved resource and
 # form: where the kernel's layout, not its bytes, makes on the fly the faster choice.
 # /gpu/cuda/gen runs the Poisson operator one warp per element on the tensor cores at these
-# shapes with the geometry on the fly (operator_warp.WARP_GRAD_SHAPES), and there on the fly
-# ran 1.49/1.09/1.36/1.56/2.00x of stored at p = 2..6 (H200, 1e7 DOFs, eleventh session;
-# docs/performance.md), p = 1 on the fly (one warp per four elements) 1.08x stored (the slab,
-# thirteenth session); BP5 (p + 1 Gauss-Lobatto points) on the fly ran 1.18/1.66/1.19/1.40/
-# 1.94/1.93x of stored at p = 2..7 (thirteenth session).  The mass operator runs one warp per
-# element with the Jacobian as a cell input (operator_warp.WARP_CELL_SHAPES); there on the fly
-# ran 1.04-1.05x (p = 5) and 1.12-1.13x (p = 6) of stored, and its CG 1.02x and 1.03x (two
-# runs, thirteenth session), but 0.95x at p = 4 (CG 0.97x) and 0.82-0.91x below, so BP1 keeps
-# its one stored value per point at p <= 4
-ON_THE_FLY_SHAPES = {
-    "/gpu/cuda/gen": {
-        "diffusion": {
-            # BP3, p = 1..6
-            (3, 2, 3), (3, 3, 4), (3, 4, 5), (3, 5, 6), (3, 6, 7), (3, 7, 8),
-            # BP5, p = 2..7
-            (3, 3, 3), (3, 4, 4), (3, 5, 5), (3, 6, 6), (3, 7, 7), (3, 8, 8),
-        },
-        "mass": {(3, 6, 7), (3, 7, 8)},
-    }
-}  # fmt: skip
+# shapes with the geometry on the fly (operator_warp.WARP_GRAD_SHAPES), and the mass operator
+# one warp per element with the Jacobian as a cell input (operator_warp.WARP_CELL_SHAPES):
+# there the recomputed geometry fits the layout's registers, and it saves the q-data reads.
+# BP1 keeps its one stored value per point at p <= 4, where on the fly measured slower
+ON_THE_FLY_SHAPES = _TUNING.on_the_fly_shapes
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det and
 # the 3 or 6 values scale / det (b^T b)_ij, then the weight's products with du; the apply's
 # own multiply-adds are the stored path's too)
 POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 18, 3: 72}}
 # ... on affine cells, where the Jacobian's functions are the element's (hoisted out of the
 # point loop): Poisson in 2D and 3D, the weight's products with du (hofem.qfunctions.geometry
-# writes the cell's part first, twelfth session).  Forms that store one value per point (mass;
+# writes the cell's part first).  Forms that store one value per point (mass;
 # Poisson in 1D) count 16, the cost of the one stored value at MACHINE_BALANCE: the numba
 # kernel reads that value in place while it computes (it copies larger q-data first), and on
-# the fly measured 0.92-0.99x of stored for BP1, so auto keeps them stored
+# the fly measured slower than stored for BP1, so auto keeps them stored
 AFFINE_POINT_FLOPS = {"mass": {1: 16, 2: 16, 3: 16}, "diffusion": {1: 16, 2: 2, 3: 3}}
 
 

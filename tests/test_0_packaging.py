@@ -63,7 +63,9 @@ def test_wheel_installs_every_subpackage(tmp_path):
     cuda = ROOT / "hofem" / "backends" / "cuda"
     data = [f.name for pattern in ("*.cu", "*.cuh", "*.json") for f in cuda.glob(pattern)]
     missing = [name for name in data if f"hofem/backends/cuda/{name}" not in names]
-    assert not missing, f"kernel sources or tables missing from the wheel: {missing}"
+    tuning = sorted((ROOT / "hofem" / "data" / "tuning").glob("*.json"))
+    missing += [f.name for f in tuning if f"hofem/data/tuning/{f.name}" not in names]
+    assert tuning and not missing, f"kernel sources or tables missing from the wheel: {missing}"
     target = tmp_path / "site"
     subprocess.run(
         [

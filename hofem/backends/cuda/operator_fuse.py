@@ -40,6 +40,7 @@ import functools
 
 import numpy as np
 
+from ... import tuning
 from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
 from ...qfunction_trace import trace_body
@@ -57,42 +58,38 @@ __all__ = [
     "use_tensor_cores",
 ]
 
+_TUNING = tuning.fused()  # cuda_fused.json: the numbers, with the runs that measured them
 # threads per block of the fused kernels: fewer than the basis kernels' 256 (more
-# registers per thread); on the H100 128 beat 256 by 4-17% for BP1/BP3 at p = 2, 4, 6, 8
-FUSED_THREADS = 128
-# ... and where another count measured faster, by the kernel's (dim, P_1d, Q_1d): on the H200
-# (1e7 DOFs, BP1 and BP3, stored q-data and on the fly, alternating; docs/performance.md) 64
-# beat 128 by 3-8% at p = 2, 5 and 6 with Q_1d = p + 2 (one element per block at p = 5, 6)
-# and lost 4-25% at p = 3, 4; 192 and 256 lost almost everywhere
-THREADS_BY_SHAPE = {(3, 3, 4): 64, (3, 6, 7): 64, (3, 7, 8): 64}
+# registers per thread)
+FUSED_THREADS = _TUNING.threads
+# ... and where another count measured faster, by the kernel's (dim, P_1d, Q_1d): 64 where
+# it makes whole elements per block with few idle lanes (four elements at p = 2, one at
+# p = 5, 6); it loses where an element leaves most of a warp idle (p = 3, 4)
+THREADS_BY_SHAPE = _TUNING.threads_by_shape
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 # register cap of the fused kernels: a kernel NVRTC compiles to REGISTER_CAP_FROM registers
 # per thread or more is compiled again with --maxrregcount=REGISTER_CAP when
-# T_1d <= REGISTER_CAP_MAX_T_1D.  On the H200 (1e7 DOFs, alternating; docs/performance.md):
-# - past 168 registers (fewer than 12 resident warps per SM) the capped kernels ran
-#   1.02-1.30x faster for BP3 p = 3..7 despite some spilling; at p = 8 (T_1d = 10) the spills
-#   cost more (0.88-0.97x), and lower caps (144, 128) lost at p >= 5;
-# - below it, the ceiling lets NVRTC keep more in registers: the BP3 kernels of 104-166
-#   registers ran 1.01-1.13x faster with it, the BP1 p = 7 kernel of 102 registers 0.95x
-REGISTER_CAP = 168
-REGISTER_CAP_FROM = 104
-REGISTER_CAP_MAX_T_1D = 9
+# T_1d <= REGISTER_CAP_MAX_T_1D:
+# - past the cap (fewer than 12 resident warps per SM) the latency of the shared-memory
+#   passes and q-data loads is not hidden; the capped kernels win despite some spilling,
+#   except past T_1d = 9, where the spills cost more;
+# - below it, the ceiling lets NVRTC keep more in registers
+REGISTER_CAP = _TUNING.register_cap
+REGISTER_CAP_FROM = _TUNING.register_cap_from
+REGISTER_CAP_MAX_T_1D = _TUNING.register_cap_max_t_1d
 # bytes of the constant-memory copies of the 1D matrices that the slowest axis reads
-# (_Source.slow): the FMAs take them from uniform registers, with no shared-memory load.  On
-# the H200 (1e7 DOFs, BP1/BP3 p = 2..8, stored and on the fly, alternating;
-# docs/performance.md) 896 B ran 1.00-1.14x the shared copies; larger budgets lost up to
-# 0.79x where the copies crowd the uniform registers and the kernel parameters are loaded
-# again per element
-CONSTANT_BYTES = 896
+# (_Source.slow): the FMAs take them from uniform registers, with no shared-memory load.
+# Larger budgets lose where the copies crowd the uniform registers and the kernel
+# parameters are loaded again per element
+CONSTANT_BYTES = _TUNING.constant_bytes
 # x and y stages of the 3D contractions on the fp64 tensor cores (basis_mma.cuh), on devices
 # of compute capability 8.0 or later, for the kernel shapes (dim, P_1d, Q_1d) where they
 # measured faster and only when the scalar kernel needs fewer than REGISTER_CAP_FROM
-# registers (bound by the shared-memory pipe, with occupancy to spare).  On the H200 (1e7
-# DOFs, alternating; docs/performance.md) BP1 p = 6 ran 1.14x (apply) and 1.03x (CG); every
-# other BP1/BP3 case of p = 2..8 lost 0.6-0.99x: tiles padded past P_1d or Q_1d, warps left
-# without tiles where an element is not a whole number of warps, or, for the kernels at the
-# register cap, the stages' latency at 3 warps per scheduler.  Empty: never
-TENSOR_CORE_SHAPES = {(3, 7, 8)}
+# registers (bound by the shared-memory pipe, with occupancy to spare).  Elsewhere they
+# lose: tiles padded past P_1d or Q_1d, warps left without tiles where an element is not a
+# whole number of warps, or, for the kernels at the register cap, the stages' latency at 3
+# warps per scheduler.  Empty: never
+TENSOR_CORE_SHAPES = _TUNING.tensor_core_shapes
 # inputs of at most this many nodes per element (the vertex coordinates of straight-sided
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
 # shared-memory passes or block synchronizations
@@ -473,72 +470,96 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
     bases, basis_index = _matrix_bases(op)
     budget = CONSTANT_BYTES if constant_bytes is None else constant_bytes
     src = _Source(dim, collocated, basis_index, _host_matrices(bases, collocated), budget)
-    loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
-    stores, epilogue = [], []
+    loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]  # gather, basis
+    stores, epilogue = [], []  # the transposed basis and the scatter of each output
     for k, field in enumerate(op.output_fields):
         store, lines = src.output(k, field)
         stores.append(store)
         epilogue += lines
-    body = trace_body(op.qf, lambda k, row: loads[k](row), lambda k, row: stores[k](row))
+    body = _qfunction_stage(op, loads, stores, pairs)  # last: its direct_at may take constants
     defines = {"DIM": dim, "P_1D": P_1d, "Q_1D": Q_1d, "T_1D": max(P_1d, Q_1d)}
     defines["ELEMS_PER_BLOCK"] = elems
     if tensor_cores:
         defines["TENSOR_CORES"] = 1
-    head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    params = [
+        "const int num_elem",
+        *(f"const double *__restrict__ {m}{j}" for j in range(len(bases)) for m in _MATRICES),
+        *(["const double *__restrict__ D"] if collocated else []),
+        *src.params,
+        *_dot_params(dot),
+    ]
+    prologue = (_DOT_BEGIN if dot else "") + _shared_matrices(bases, Q_1d, collocated)
+    return _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot)
+
+
+_MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
+# the dot variant: skip when CG has stopped (*status nonzero), else sum u . Au in dot
+_DOT_BEGIN = "if (*status != 0) return;\n  double dot = 0.0;\n  "
+
+
+def _dot_params(dot):
+    """The dot variant's parameters after the fields: the partial sums and CG's status."""
+    if not dot:
+        return []
+    return ["double *__restrict__ dot_partial", "const long long *__restrict__ status"]
+
+
+def _dot_end(dot, tid, num_threads):
+    """The dot variant's closing statements: the block's sum of ``dot`` in its entry of
+    ``dot_partial`` (``tid``, ``num_threads``: the C++ thread index and count)."""
+    if not dot:
+        return ""
+    return (
+        f"\n  const double block_dot = block_sum(dot, s_buf, {tid}, {num_threads});"
+        f"\n  if ({tid} == 0) dot_partial[blockIdx.x] = block_dot;"
+    )
+
+
+def _qfunction_stage(op, loads, stores, pairs):
+    """The statements at one point: the traced QFunction body, which reads the inputs'
+    ``loads[k](row)`` and writes the outputs' ``stores[k](row)``, and with ``pairs``
+    (:func:`dot_pairs`) the point's part of ``u . Au`` added to ``dot``."""
+    body = trace_body(op.qf, lambda k, row: loads[k](row), lambda k, row: stores[k](row))
     if pairs:  # u . Au: the paired inputs' point values times the outputs
         rows = [(i, o, row) for i, o in pairs for row in range(op.output_fields[o].size)]
         terms = " + ".join(f"{loads[i](row)} * {stores[o](row)}" for i, o, row in rows)
         body = [*body, f"if (qok) dot += {terms};"]
-    point = "\n      ".join(body)
-    stage = "\n    ".join(src.lines)
-    finish = "\n    ".join(epilogue)
-    params = ",\n    ".join(
-        [
-            "const int num_elem",
-            *(
-                f"const double *__restrict__ {m}{j}"
-                for j in range(len(bases))
-                for m in ("B", "G", "Bt", "Gt")
-            ),
-            *(["const double *__restrict__ D"] if collocated else []),
-            *src.params,
-            *(
-                ["double *__restrict__ dot_partial", "const long long *__restrict__ status"]
-                if dot
-                else []
-            ),
-        ]
-    )
-    # each matrix set j (one P_1d): B, G (Q_1d, P_1d) and their transposes in shared memory
-    matrices = "\n  ".join(
-        f"__shared__ double s_B{j}[{size}], s_G{j}[{size}], s_Bt{j}[{size}], s_Gt{j}[{size}];\n"
-        f"  load_matrices<{size}>(B{j}, G{j}, s_B{j}, s_G{j}, tid);\n"
-        f"  load_matrices<{size}>(Bt{j}, Gt{j}, s_Bt{j}, s_Gt{j}, tid);"
-        for j, size in enumerate(b.P_1d * Q_1d for b in bases)
-    )
+    return body
+
+
+def _shared_matrices(bases, Q_1d, collocated):
+    """Statements loading each matrix set j (one P_1d): B, G (Q_1d, P_1d) and their
+    transposes into shared memory, and with ``collocated`` ``D`` (Q_1d, Q_1d)."""
     load_d = (
         "__shared__ double s_D[Q_1D * Q_1D];\n"
         "  for (int i = tid; i < Q_1D * Q_1D; i += NUM_THREADS) s_D[i] = D[i];\n  "
         if collocated
         else ""
     )
-    # the dot variant: skip when CG has stopped; one partial sum per block at the end
-    dot_begin = "if (*status != 0) return;\n  double dot = 0.0;\n  " if dot else ""
-    dot_end = (
-        "\n  const double block_dot = block_sum(dot, s_buf, tid, NUM_THREADS);"
-        "\n  if (tid == 0) dot_partial[blockIdx.x] = block_dot;"
-        if dot
-        else ""
+    return load_d + "\n  ".join(
+        f"__shared__ double s_B{j}[{size}], s_G{j}[{size}], s_Bt{j}[{size}], s_Gt{j}[{size}];\n"
+        f"  load_matrices<{size}>(B{j}, G{j}, s_B{j}, s_G{j}, tid);\n"
+        f"  load_matrices<{size}>(Bt{j}, Gt{j}, s_Bt{j}, s_Gt{j}, tid);"
+        for j, size in enumerate(b.P_1d * Q_1d for b in bases)
     )
-    tables = _constant_tables(src.constants)
+
+
+def _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot):
+    """The kernel's source around the stages: defines, constant tables, the element loop
+    with the inputs' stages (``src.lines``), the points (``body``), the ``epilogue``."""
+    head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    params = ",\n    ".join(params)
+    stage = "\n    ".join(src.lines)
+    point = "\n      ".join(body)
+    finish = "\n    ".join(epilogue)
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
-{tables}
+{_constant_tables(src.constants)}
 extern "C" __global__ void apply(
     {params}) {{
   __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
-  {dot_begin}{load_d}{matrices}
+  {prologue}
   double *buf = s_buf + slot * BUF_SIZE;
   for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
     const bool qok = active && owns_column<Q_1D>(tx, ty);
@@ -549,7 +570,7 @@ extern "C" __global__ void apply(
       {point}
     }}
     {finish}
-  }});{dot_end}
+  }});{_dot_end(dot, "tid", "NUM_THREADS")}
 }}
 """
 

@@ -38,16 +38,22 @@ of :func:`warp_shapes`, one per kind of kernel, hold the shapes where it measure
 than the slab.
 """
 
+import dataclasses
+
 import numpy as np
 
+from ... import tuning
 from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
-from ...qfunction_trace import trace_body
 from .operator_fuse import (
+    _DOT_BEGIN,
     DIRECT_NODES,
     FusedOperator,
     _compile,
     _constant_tables,
+    _dot_end,
+    _dot_params,
+    _qfunction_stage,
     _Source,
     dot_pairs,
 )
@@ -65,70 +71,40 @@ __all__ = [
     "warp_kernel_source",
 ]
 
+_TUNING = tuning.warp()  # cuda_warp.json: the numbers, with the runs that measured them
 # the (dim, P_1d, Q_1d) of gen's interpolation-only kernels that run one warp per element, on
 # devices of compute capability 8.0 or later, and the blocks of WARPS warps per SM that
-# __launch_bounds__ asks registers for.  On the H200 (BP1, 1e7 DOFs, alternating;
-# docs/performance.md, tenth session, the operands in the shared table) p = 2..6 ran
-# 1.20/1.22/1.29/1.52/1.26x the slab with these bounds (8: 64 registers, 6: 80, 4: 80-118;
-# the others 0.59-1.48x); p = 2 runs four elements per warp (warp_side), and its budgets of
-# 5-8 blocks swung between runs (0.88-1.27x) where 4 held (1.19, 1.20x); p >= 7 needs
-# Q_1d > 8.  Eleventh session: p = 2 with its operands in registers (REGISTER_OPERAND_SHAPES)
-# ran 1.10-1.13x (stored q-data) and 1.10-1.24x (geometry on the fly) the shared table at
-# 5-8 blocks, the table's budget 4
-WARP_SHAPES = {(3, 3, 4): 8, (3, 4, 5): 8, (3, 5, 6): 6, (3, 6, 7): 6, (3, 7, 8): 4}
+# __launch_bounds__ asks registers for: the shapes where the layout measured faster than the
+# slab, each at its best budget (more blocks hide latency, fewer leave registers to the
+# stages; p >= 7 needs Q_1d > 8).  p = 2 runs four elements per warp (warp_side)
+WARP_SHAPES = _TUNING.blocks["interp"]
 # ... and those that also read cell-constant inputs (_is_cell_field: BP1 with the Jacobian of
-# affine cells computed on the fly; no stored value per point): on the H200 (thirteenth
-# session, two runs, ab_warp.py) p = 2, 4 and 6 ran 1.03-1.04x at these budgets what they ran
-# at WARP_SHAPES's, and the u . Au variant (--dot) 1.03-1.04x at p = 2, 4 and 1.00x at p = 6
-# (p = 1, four elements per warp: 1.43x the slab at 8 blocks, its CG variant 1.51x; stored
-# q-data at p = 1 lost at every budget, 0.88-0.96x)
-WARP_CELL_SHAPES = {
-    (3, 2, 3): 8, (3, 3, 4): 7, (3, 4, 5): 8, (3, 5, 6): 7, (3, 6, 7): 6, (3, 7, 8): 5,
-}  # fmt: skip
+# affine cells computed on the fly): with no stored value per point they need fewer
+# registers for the loads in flight, so they take budgets of their own (p = 1, four elements
+# per warp, runs this way only on the fly: with stored q-data it lost to the slab)
+WARP_CELL_SHAPES = _TUNING.blocks["cell"]
 # the shapes of WARP_SHAPES and WARP_CELL_SHAPES whose kernels hold the stages' operands in
-# registers (WarpRegs): elsewhere (BP1 p = 3..6, BP3 p = 2..6) that lost 0-12% to the shared
-# table at every budget
-REGISTER_OPERAND_SHAPES = {(3, 3, 4)}
+# registers (WarpRegs): elsewhere that lost to the shared table at every budget
+REGISTER_OPERAND_SHAPES = _TUNING.register_operand_shapes
 # ... and those interpolating more than one value per point (BP2, the vector mass: three
-# components), which need more registers: on the H200 p = 2, 3, 5 ran 1.59/1.39/1.69x the
-# slab with these bounds (80, 96, 128 registers) where BP1's bounds gave 1.48/0.99/1.07x
-# (tenth session), p = 4 and 6 1.15/1.49x (ninth session).  Thirteenth session: p = 4 at 6
-# blocks spilled 384 bytes in the CG variant (apply_dot), which ran 1.01x the slab there and
-# 1.56x at 4 blocks (the apply 1.40x and 1.52x), so p = 4 takes 4
-WARP_VECTOR_SHAPES = {(3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4}
+# components), which need more registers than BP1's budgets leave; the CG variant
+# (apply_dot) spills at more blocks where the apply does not, so its budget bounds them
+WARP_VECTOR_SHAPES = _TUNING.blocks["vector"]
 # ... and of the kernels with gradients (the collocated derivative's x and y stages on the
-# tensor cores too): on the H200 (BP3, 1e7 DOFs, alternating; docs/performance.md) with the
-# geometry on the fly on affine cells p = 2 and 4..6 ran 2.10/1.34/1.68/1.63x the slab (p = 2
-# at 80 registers, 4 at 96, 5 and 6 at 128); p = 3 tied (1.02x), and ran 1.18x at 96
-# registers after the eleventh session's bank-conflict-free buffer and constant weights.
-# Thirteenth session: BP5 (Q_1d = P_1d Gauss-Lobatto points, p = 2..7) on the fly ran
-# 1.42/1.89/1.29/1.69/2.34/2.52x the slab at these budgets, its CG variant 1.39-2.72x; BP3
-# p = 1 1.12x (CG variant 1.18x; BP5 p = 1 lost, 0.5x, and stored BP3 p = 1, 0.87-0.94x)
-WARP_GRAD_SHAPES = {
-    # BP3, p = 1..6
-    (3, 2, 3): 6, (3, 3, 4): 6, (3, 4, 5): 5, (3, 5, 6): 5, (3, 6, 7): 4, (3, 7, 8): 4,
-    # BP5, p = 2..7
-    (3, 3, 3): 6, (3, 4, 4): 6, (3, 5, 5): 5, (3, 6, 6): 5, (3, 7, 7): 5, (3, 8, 8): 5,
-}  # fmt: skip
-# ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's q-data):
-# p = 2, 5 and 6 ran 1.28/1.35/1.04x the slab (5, 6: 1.23/1.15x in the run before the shared
-# operand table), p = 4 1.07x (0.89x before), p = 3 lost (0.82-0.96x); p = 3 and 4 ran 1.14/1.10x
-# at 128 registers after the eleventh session's bank-conflict-free buffer, and p = 6 1.17x at
-# 128 where 168 (3 blocks, spilling) gave 1.10x.  Thirteenth session: BP5 with stored q-data
-# ran 1.15/1.15/1.21/1.27/1.40x the slab at p = 2, 3, 5, 6, 7 (the CG variant
-# 1.26/1.32/1.00/1.31/1.53x); p = 4 tied at every budget (apply 0.92-1.06x, CG 0.83-1.02x)
-WARP_GRAD_STORED_SHAPES = {
-    # BP3, p = 2..6
-    (3, 3, 4): 5, (3, 4, 5): 4, (3, 5, 6): 4, (3, 6, 7): 4, (3, 7, 8): 4,
-    # BP5, p = 2, 3, 5..7
-    (3, 3, 3): 6, (3, 4, 4): 5, (3, 6, 6): 4, (3, 7, 7): 4, (3, 8, 8): 4,
-}  # fmt: skip
+# tensor cores too): BP3 (Q_1d = P_1d + 1 Gauss points) and BP5 (Q_1d = P_1d Gauss-Lobatto
+# points) with the geometry on the fly; BP5 p = 1 loses to the slab
+WARP_GRAD_SHAPES = _TUNING.blocks["grad"]
+# ... and those reading more than PREFETCH_SIZE stored values at each point (BP3's and BP5's
+# q-data), which need more registers: BP3 p = 1 and BP5 p = 4 tie with or lose to the slab
+# at every budget, so they keep it
+WARP_GRAD_STORED_SHAPES = _TUNING.blocks["grad_stored"]
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
 # same out; more spill (the vector Poisson, curved geometry on the fly)
 MAX_POINT_ROWS = 3
-# warps (elements) per block, fewer where the warps' buffers would pass BUFFERS_PER_BLOCK
-WARPS = 4
+# warps (elements) per block, fewer where the warps' buffers would pass BUFFERS_PER_BLOCK:
+# at equal registers per SM, 2 and 8 warps per block measured no faster
+WARPS = _TUNING.warps_per_block
 # the warps' buffers (4 KiB each: 8 tiles of 8 rows of 8 doubles) a block holds at most: 7
 # and the stages' operand table (3.5 KiB) fit in 48 KiB, the static shared-memory limit (11
 # would; the tables' register budgets were measured at 7).  A warp holds one buffer per
@@ -136,8 +112,8 @@ WARPS = 4
 BUFFERS_PER_BLOCK = 7
 # stored (EVAL_NONE) inputs of at most this many values per point are read into registers
 # before the stages (2 Q_1d per value and lane), so that their loads overlap the
-# contractions (1.03-1.09x at p = 3..5); larger ones are read at each point
-PREFETCH_SIZE = 2
+# contractions; larger ones are read at each point, where holding them costs registers
+PREFETCH_SIZE = _TUNING.prefetch_size
 # blocks per SM asked for shapes outside the tables (tests that force the layout)
 MIN_BLOCKS = 5
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
@@ -334,160 +310,200 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
-    _, P, Q = shape
     basis = _main_basis(op)
     tables = {"B0": basis.interp_1d}  # (Q_1d, P_1d)
     if _has_grad(op):
         tables["D"] = collocated_grad(basis.interp_1d, basis.grad_1d)  # (Q_1d, Q_1d)
-    src = _Source(3, False, None, {}, 0)  # declares the field parameters
-    # per element: loads before the stages, the input stages, the gradient inputs' tiles (one
-    # slot of the warp's buffer per component); per level k, before and after its points
-    prefetch, stage, tiles, level, level_end, loads = [], [], [], [], [], []
+    stages = _WarpStages(_Source(3, False, None, {}, 0), tables)  # declares the parameters
     for k, field in enumerate(op.input_fields):
-        name = f"in{k}"
-        if field.eval_mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
-            # w[k] (w[j] w[i]): the level's factor a constant operand, the lane's in the
-            # operand table (WF_W); every weight field has the same 1D weights (warp_fusable)
-            tables["w"] = field.basis.q_weight_1d  # (Q_1d,)
-            loads.append(lambda row: "(qok ? c_w[k] * frag(WF_W + h) : 0.0)")
-            continue
-        address = src.field_params(name, field, writable=False)
-        if field.eval_mode is EVAL_NONE and field.size <= PREFETCH_SIZE:
-            prefetch.append(f"double r_{name}[{field.size}][Q_1D][2];")
-            for row in range(field.size):
-                pointer, idx, base = address(row, "NUM_QPTS", "pelem")
-                prefetch.append(
-                    f"warp_load_points<Q_1D>({pointer}, {idx}, {base}, lane_ok, lane, "
-                    f"r_{name}[{row}]);"
-                )
-            loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
-            continue
-        if field.eval_mode is EVAL_NONE:
-
-            def load(row, address=address):
-                pointer, idx, base = address(row, "NUM_QPTS", "pelem")
-                q = "i + Q_1D * (j + Q_1D * k)"  # the point's index in the element
-                return f"(qok ? ({pointer})[entry({idx}, {base} + {q})] : 0.0)"
-
-            loads.append(load)
-            continue
-        C = field.basis.num_comp
-        if _is_cell_field(field):  # once per element, row d C + c
-            table = _cell_table(field)  # (rows, P_1d^3)
-            tables[f"W{k}"] = table
-            nodes = field.basis.num_nodes
-            step = "0"  # from component 0's entry to component 1's
-            if C > 1:
-                (pointer, _, base), (pointer1, _, base1) = address(0, nodes), address(1, nodes)
-                step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
-            prefetch.append(f"double r_{name}[{field.size}];")
-            prefetch.append(
-                f"warp_cell_values<{nodes}, {len(table)}, {C}>({_group(address, 0, nodes)}, "
-                f"{step}, c_W{k}, lane, r_{name});"
-            )
-            loads.append(lambda row, name=name: f"r_{name}[{row}]")
-            continue
-        stage.append(f"double r_{name}[{C}][Q_1D][2];")  # the values at the points
-        for c in range(C):
-            stage.append(
-                f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, "
-                f"r_{name}[{c}]);"
-            )
-        if field.eval_mode is EVAL_GRAD:  # their tiles in slots, then D per level; row d C + c
-            for c in range(C):
-                slot = f"buf + {len(tiles)} * WARP_BUF"
-                tiles.append(f"warp_store_tiles({slot}, r_{name}[{c}], lane);")
-                level.append(f"double g_{name}_{c}[3][2];")
-                level.append(
-                    f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, frag, c_D, lane, k, "
-                    f"g_{name}_{c});"
-                )
-            loads.append(lambda row, name=name, C=C: f"g_{name}_{row % C}[{row // C}][h]")
-        else:
-            loads.append(lambda row, name=name: f"r_{name}[{row}][k][h]")
-    stores, transposes, epilogue, zero = [], [], [], []
-    outputs_t = 0  # slots of the active gradient outputs' y parts
+        _emit_input(stages, k, field)
     for k, field in enumerate(op.output_fields):
-        name = f"out{k}"
-        C = field.basis.num_comp
-        grad = field.eval_mode is EVAL_GRAD
-        if grad:  # per level; the point values of every level in v_{name}; row d C + c
-            level += [f"double g_{name}_{c}[3][2] = {{}};" for c in range(C)]
-            rows = [f"g_{name}_{row % C}[{row // C}][h]" for row in range(3 * C)]
-        else:
-            stage.append(f"double r_{name}[{C}][Q_1D][2] = {{}};")
-            rows = [f"r_{name}[{row}][k][h]" for row in range(C)]
-        stores.append(lambda row, rows=rows: rows[row])
-        zero += [f"{r} = 0.0;" for r in rows]
-        if not field.is_active:
-            continue
-        address = src.field_params(name, field, writable=True)
-        values = f"v_{name}" if grad else f"r_{name}"
-        if grad:
-            stage.append(f"double v_{name}[{C}][Q_1D][2] = {{}};")
-        for c in range(C):
-            if grad:
-                slot = f"buf + {outputs_t} * WARP_BUF"
-                outputs_t += 1
-                level_end.append(
-                    f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, frag, c_D, lane, k, "
-                    f"v_{name}[{c}]);"
-                )
-                transposes.append(f"warp_y_mma<Q_1D>(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);")
-            epilogue.append(
-                f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
-                f"{_group(address, c)});"
-            )
-    if tiles:  # after every input stage (slot 0 is their scratch)
-        tiles = ["__syncwarp();", *tiles, "__syncwarp();"]
-    if tiles and level_end:  # every lane has read the slots' tile k before it is rewritten
-        level.append("__syncwarp();")
-    if transposes:  # after every level
-        transposes.insert(0, "__syncwarp();")
-    slots = _slots(op)
-    body = trace_body(op.qf, lambda k, row: loads[k](row), lambda k, row: stores[k](row))
-    if pairs:  # u . Au: the paired inputs' point values times the outputs
-        rows = [(i, o, row) for i, o in pairs for row in range(op.output_fields[o].size)]
-        terms = " + ".join(f"{loads[i](row)} * {stores[o](row)}" for i, o, row in rows)
-        body.append(f"if (qok) dot += {terms};")
-    body += ["if (!qok) {", *(f"  {line}" for line in zero), "}"]  # padded points add nothing
-    params = ",\n    ".join(
-        [
-            "const int num_elem",
-            *src.params,
-            *(
-                ["double *__restrict__ dot_partial", "const long long *__restrict__ status"]
-                if dot
-                else []
-            ),
-        ]
-    )
-    point = "\n        ".join(body)
+        _emit_output(stages, k, field)
+    _emit_barriers(stages)
+    body = _qfunction_stage(op, stages.loads, stages.stores, pairs)
+    body += ["if (!qok) {", *(f"  {line}" for line in stages.zero), "}"]  # padded points add 0
     if any(f.eval_mode is EVAL_NONE for f in op.input_fields):  # read at pelem's points
         pelem = "lane_ok ? elem + pe : elem"  # the lane's element, or a valid one
-        prefetch.insert(0, f"const index_t pelem = {pelem};")
-    stages = "\n    ".join(prefetch + stage + tiles)
-    before, after = "\n      ".join(level), "\n      ".join(level_end)
-    finish = "\n    ".join(transposes + epilogue)
-    dot_begin = "if (*status != 0) return;\n  double dot = 0.0;\n  " if dot else ""
-    dot_end = (
-        "\n  const double block_dot = block_sum(dot, s_buf, threadIdx.x, blockDim.x);"
-        "\n  if (threadIdx.x == 0) dot_partial[blockIdx.x] = block_dot;"
-        if dot
-        else ""
+        stages.prefetch.insert(0, f"const index_t pelem = {pelem};")
+    return _warp_kernel_text(op, shape, stages, body, dot, registers)
+
+
+@dataclasses.dataclass
+class _WarpStages:
+    """The warp kernel's statements by stage, filled field by field (inputs, then outputs).
+
+    ``loads[k](row)`` and ``stores[k](row)`` are input and output ``k``'s QFunction row
+    ``row`` at the lane's point ``(i, j, k)``, ``h``; a gradient's row is ``d C + c``.
+    """
+
+    src: _Source  # the kernel's parameters
+    tables: dict  # __constant__ tables by name (c_{name}): 1D matrices, weights, cell tables
+    prefetch: list = dataclasses.field(default_factory=list)  # stored and cell inputs
+    stage: list = dataclasses.field(default_factory=list)  # gather and interp; registers
+    tiles: list = dataclasses.field(default_factory=list)  # gradient inputs' values' tiles
+    level: list = dataclasses.field(default_factory=list)  # level k, before its points
+    level_end: list = dataclasses.field(default_factory=list)  # level k, after its points
+    transposes: list = dataclasses.field(default_factory=list)  # after every level
+    epilogue: list = dataclasses.field(default_factory=list)  # transposed interp, scatter
+    zero: list = dataclasses.field(default_factory=list)  # outputs at padded points
+    loads: list = dataclasses.field(default_factory=list)
+    stores: list = dataclasses.field(default_factory=list)
+    output_slots: int = 0  # buffer slots of the active gradient outputs' y parts
+
+
+def _emit_input(stages, k, field):
+    """Input ``k``'s stages before the points, and its ``load``."""
+    name = f"in{k}"
+    if field.eval_mode is EVAL_WEIGHT:  # from the 1D weights, a __constant__ table
+        # w[k] (w[j] w[i]): the level's factor a constant operand, the lane's in the
+        # operand table (WF_W); every weight field has the same 1D weights (warp_fusable)
+        stages.tables["w"] = field.basis.q_weight_1d  # (Q_1d,)
+        stages.loads.append(lambda row: "(qok ? c_w[k] * frag(WF_W + h) : 0.0)")
+        return
+    address = stages.src.field_params(name, field, writable=False)
+    if field.eval_mode is EVAL_NONE:
+        _emit_stored_input(stages, name, field, address)
+    elif _is_cell_field(field):
+        _emit_cell_input(stages, k, name, field, address)
+    else:
+        _emit_basis_input(stages, name, field, address)
+
+
+def _emit_stored_input(stages, name, field, address):
+    """Gather of a stored (EVAL_NONE) input: into registers before the stages when small
+    (:data:`PREFETCH_SIZE`), else read at each point."""
+    if field.size <= PREFETCH_SIZE:
+        stages.prefetch.append(f"double r_{name}[{field.size}][Q_1D][2];")
+        for row in range(field.size):
+            pointer, idx, base = address(row, "NUM_QPTS", "pelem")
+            stages.prefetch.append(
+                f"warp_load_points<Q_1D>({pointer}, {idx}, {base}, lane_ok, lane, r_{name}[{row}]);"
+            )
+        stages.loads.append(lambda row: f"r_{name}[{row}][k][h]")
+        return
+
+    def load(row):
+        pointer, idx, base = address(row, "NUM_QPTS", "pelem")
+        q = "i + Q_1D * (j + Q_1D * k)"  # the point's index in the element
+        return f"(qok ? ({pointer})[entry({idx}, {base} + {q})] : 0.0)"
+
+    stages.loads.append(load)
+
+
+def _emit_cell_input(stages, k, name, field, address):
+    """Gather and evaluation of a cell-constant input, once per element; row ``d C + c``."""
+    C = field.basis.num_comp
+    table = _cell_table(field)  # (rows, P_1d^3)
+    stages.tables[f"W{k}"] = table
+    nodes = field.basis.num_nodes
+    step = "0"  # from component 0's entry to component 1's
+    if C > 1:
+        (pointer, _, base), (pointer1, _, base1) = address(0, nodes), address(1, nodes)
+        step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
+    stages.prefetch.append(f"double r_{name}[{field.size}];")
+    stages.prefetch.append(
+        f"warp_cell_values<{nodes}, {len(table)}, {C}>({_group(address, 0, nodes)}, "
+        f"{step}, c_W{k}, lane, r_{name});"
     )
-    D = "c_D" if "D" in tables else "nullptr"
-    W = "c_w" if "w" in tables else "nullptr"
+    stages.loads.append(lambda row: f"r_{name}[{row}]")
+
+
+def _emit_basis_input(stages, name, field, address):
+    """Gather and interpolation of an input on the main basis, then for a gradient its
+    values' tiles (one slot of the warp's buffer per component) and ``D`` per level."""
+    C = field.basis.num_comp
+    stages.stage.append(f"double r_{name}[{C}][Q_1D][2];")  # the values at the points
+    for c in range(C):
+        stages.stage.append(
+            f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, r_{name}[{c}]);"
+        )
+    if field.eval_mode is not EVAL_GRAD:
+        stages.loads.append(lambda row: f"r_{name}[{row}][k][h]")
+        return
+    for c in range(C):
+        slot = f"buf + {len(stages.tiles)} * WARP_BUF"
+        stages.tiles.append(f"warp_store_tiles({slot}, r_{name}[{c}], lane);")
+        stages.level.append(f"double g_{name}_{c}[3][2];")
+        stages.level.append(
+            f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, frag, c_D, lane, k, g_{name}_{c});"
+        )
+    stages.loads.append(lambda row: f"g_{name}_{row % C}[{row // C}][h]")
+
+
+def _emit_output(stages, k, field):
+    """Output ``k``'s registers and ``store``; if active, its transposed stages."""
+    name = f"out{k}"
+    C = field.basis.num_comp
+    grad = field.eval_mode is EVAL_GRAD
+    if grad:  # per level; the point values of every level in v_{name}; row d C + c
+        stages.level += [f"double g_{name}_{c}[3][2] = {{}};" for c in range(C)]
+        rows = [f"g_{name}_{row % C}[{row // C}][h]" for row in range(3 * C)]
+    else:
+        stages.stage.append(f"double r_{name}[{C}][Q_1D][2] = {{}};")
+        rows = [f"r_{name}[{row}][k][h]" for row in range(C)]
+    stages.stores.append(lambda row: rows[row])
+    stages.zero += [f"{r} = 0.0;" for r in rows]
+    if field.is_active:
+        _emit_transpose_scatter(stages, name, field)
+
+
+def _emit_transpose_scatter(stages, name, field):
+    """An active output's transposed basis (for a gradient: ``D^T`` per level, the y parts
+    through the buffer after every level), then its transposed interpolation and scatter."""
+    address = stages.src.field_params(name, field, writable=True)
+    grad = field.eval_mode is EVAL_GRAD
+    values = f"v_{name}" if grad else f"r_{name}"
+    C = field.basis.num_comp
+    if grad:
+        stages.stage.append(f"double v_{name}[{C}][Q_1D][2] = {{}};")
+    for c in range(C):
+        if grad:
+            slot = f"buf + {stages.output_slots} * WARP_BUF"
+            stages.output_slots += 1
+            stages.level_end.append(
+                f"warp_grad_t_level<Q_1D>(g_{name}_{c}, {slot}, frag, c_D, lane, k, v_{name}[{c}]);"
+            )
+            stages.transposes.append(
+                f"warp_y_mma<Q_1D>(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);"
+            )
+        stages.epilogue.append(
+            f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
+            f"{_group(address, c)});"
+        )
+
+
+def _emit_barriers(stages):
+    """The warp synchronizations between the stages that share the warp's buffer."""
+    if stages.tiles:  # after every input stage (slot 0 is their scratch)
+        stages.tiles[:0] = ["__syncwarp();"]
+        stages.tiles.append("__syncwarp();")
+    if stages.tiles and stages.level_end:  # every lane has read the slots' tile k first
+        stages.level.append("__syncwarp();")
+    if stages.transposes:  # after every level
+        stages.transposes.insert(0, "__syncwarp();")
+
+
+def _warp_kernel_text(op, shape, stages, body, dot, registers):
+    """The kernel's source around the stages: defines, tables, the element and level loops."""
+    _, P, Q = shape
+    params = ",\n    ".join(["const int num_elem", *stages.src.params, *_dot_params(dot)])
+    slots = _slots(op)
     warps = warps_per_block(slots)
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
-    defines["SLOTS"] = slots
-    defines["WARP_SIDE"] = warp_side(shape)
-    min_blocks = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)
+    defines |= {"SLOTS": slots, "WARP_SIDE": warp_side(shape)}
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    min_blocks = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)
+    D = "c_D" if "D" in stages.tables else "nullptr"
+    W = "c_w" if "w" in stages.tables else "nullptr"
+    element = "\n    ".join(stages.prefetch + stages.stage + stages.tiles)
+    before, after = "\n      ".join(stages.level), "\n      ".join(stages.level_end)
+    point = "\n        ".join(body)
+    finish = "\n    ".join(stages.transposes + stages.epilogue)
+    dot_begin = _DOT_BEGIN if dot else ""
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
 #include "warp_element.cuh"
-{_constant_tables(tables)}
+{_constant_tables(stages.tables)}
 extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
     {params}) {{
   __shared__ double s_buf[ELEMS_PER_BLOCK * SLOTS * WARP_BUF];
@@ -503,7 +519,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
        elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {{
     const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
     const bool lane_ok = warp_valid(pe, nvalid);
-    {stages}
+    {element}
 #pragma unroll
     for (int k = 0; k < Q_1D; k++) {{
       {before}
@@ -516,7 +532,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
       {after}
     }}
     {finish}
-  }}{dot_end}
+  }}{_dot_end(dot, "threadIdx.x", "blockDim.x")}
 }}
 """
 

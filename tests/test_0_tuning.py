@@ -1,0 +1,107 @@
+"""The tuning tables (hofem/data/tuning/*.json): they load, are checked, and hold the shapes the
+kernels rely on."""
+
+import datetime
+import json
+import shutil
+
+import pytest
+
+from hofem import tuning
+
+FILES = ("geometry.json", "cuda_fused.json", "cuda_warp.json")
+BP3 = [(3, p + 1, p + 2) for p in range(1, 7)]  # Gauss points, P_1d, Q_1d <= 8
+BP5 = [(3, p + 1, p + 1) for p in range(2, 8)]  # Gauss-Lobatto points
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """A copy of the tuning files that a test may break; the caches start and end empty."""
+    for name in FILES:
+        shutil.copy(tuning.DATA_DIR / name, tmp_path / name)
+    monkeypatch.setattr(tuning, "DATA_DIR", tmp_path)
+    caches = (tuning.load, tuning.geometry, tuning.fused, tuning.warp)
+    for cached in caches:
+        cached.cache_clear()
+    yield tmp_path
+    for cached in caches:
+        cached.cache_clear()
+
+
+def test_every_file_loads_with_provenance():
+    assert sorted(p.name for p in tuning.DATA_DIR.glob("*.json")) == sorted(FILES)
+    for name in FILES:
+        tables = tuning.load(name)
+        assert tables
+        for table in tables:
+            for record in tuning.provenance(name, table):
+                datetime.date.fromisoformat(record.date)  # an ISO date
+                assert record.device and record.command
+
+
+def test_geometry_tables():
+    geometry = tuning.geometry()
+    assert dict(geometry.machine_balance) == {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
+    gen = geometry.on_the_fly_shapes["/gpu/cuda/gen"]
+    assert gen["diffusion"] == frozenset(BP3 + BP5)
+    assert gen["mass"] == {(3, 6, 7), (3, 7, 8)}
+
+
+def test_fused_tables():
+    fused = tuning.fused()
+    assert (fused.threads, fused.constant_bytes) == (128, 896)
+    assert dict(fused.threads_by_shape) == {(3, 3, 4): 64, (3, 6, 7): 64, (3, 7, 8): 64}
+    caps = fused.register_cap, fused.register_cap_from, fused.register_cap_max_t_1d
+    assert caps == (168, 104, 9)
+    assert fused.tensor_core_shapes == {(3, 7, 8)}
+
+
+def test_warp_tables_hold_the_shapes_gen_runs_one_warp_per_element():
+    warp = tuning.warp()
+    assert set(warp.blocks) == set(tuning.WARP_KINDS)
+    for kind, table in warp.blocks.items():
+        assert all(1 <= blocks <= 8 for blocks in table.values()), kind
+    assert set(warp.blocks["interp"]) == set(BP3[1:]) == set(warp.blocks["vector"])
+    assert set(warp.blocks["cell"]) == set(BP3)
+    assert set(warp.blocks["grad"]) == set(BP3 + BP5)
+    assert set(warp.blocks["grad_stored"]) == set(BP3[1:] + BP5) - {(3, 5, 5)}
+    assert warp.register_operand_shapes == {(3, 3, 4)}
+    assert (warp.prefetch_size, warp.warps_per_block) == (2, 4)
+    assert tuning.warp_blocks("cell", (3, 2, 3)) == 8
+    assert tuning.warp_blocks("interp", (3, 2, 3)) is None  # keeps the slab
+    with pytest.raises(ValueError, match="kind must be one of"):
+        tuning.warp_blocks("BP1", (3, 3, 4))
+
+
+def _rewrite(path, edit):
+    data = json.loads(path.read_text())
+    edit(data["tables"])
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        ("cuda_warp.json", lambda t: t["blocks_grad"]["entries"][0].update(value=0), "positive"),
+        ("cuda_warp.json", lambda t: t["blocks_cell"]["entries"].append({"shape": [3, 2]}),
+         "exactly the keys"),
+        ("cuda_fused.json", lambda t: t["threads"].update(value="128"), "positive integer"),
+        ("cuda_fused.json", lambda t: t.pop("constant_bytes"), "must hold exactly"),
+        ("cuda_fused.json", lambda t: t["threads"]["measured"][0].pop("date"), "'date'"),
+        ("geometry.json", lambda t: t["machine_balance"]["by_resource"].update(x=-1.0), ">= 0"),
+        ("geometry.json", lambda t: t["on_the_fly_shapes"]["by_resource"]["/gpu/cuda/gen"]
+         .update(mass=[[3, 6, 7], [3, 6, 7]]), "twice"),
+    ],
+)  # fmt: skip
+def test_malformed_file_is_refused_in_one_line(data_dir, name, edit, message):
+    _rewrite(data_dir / name, edit)
+    reader = {"geometry.json": tuning.geometry, "cuda_fused.json": tuning.fused}
+    with pytest.raises(tuning.TuningFileError, match=message) as info:
+        reader.get(name, tuning.warp)()
+    assert str(data_dir / name) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_file_names_it(data_dir):
+    (data_dir / "cuda_warp.json").unlink()
+    with pytest.raises(tuning.TuningFileError, match=r"cuda_warp\.json"):
+        tuning.warp()
