@@ -199,7 +199,8 @@ class ElemRestriction:
             elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
             return _read_only(elem + node), self.component_stride
         if self._offsets is None:  # released: copy the device's back
-            offsets = self.ceed.to_numpy(self.backend_data["indices"])  # (num_elem * elem_size,)
+            device = self.ceed.backend.restriction_device_offsets(self)  # (num_elem * elem_size,)
+            offsets = self.ceed.to_numpy(device)
             return offsets.reshape(self.num_elem, 1, self.elem_size), self.component_stride
         return self._offsets, self.component_stride
 
@@ -223,9 +224,10 @@ class ElemRestriction:
     def release_host_indices(self):
         """Drop the host copy of the offsets (a backend holds the indices in device memory).
 
-        Called by backends from ``restriction_setup`` after ``backend_data["indices"]``
-        holds the component-0 offsets of :meth:`compact_indices`, flattened
-        ``(num_elem * elem_size,)``; :attr:`indices` then copies them back on access.
+        Called by backends from ``restriction_setup`` once they hold the component-0
+        offsets of :meth:`compact_indices` in device memory, flattened ``(num_elem *
+        elem_size,)``, and hand them out by ``backend.restriction_device_offsets``;
+        :attr:`indices` then copies them back on access.
         """
         self._offsets = None
 
