@@ -160,6 +160,9 @@ class Operator(_OperatorBase):
     shape : (out_size, in_size)
         L-vector sizes of the active output and input (0 where none).
     num_elem, num_qpts : int
+    backend_data : dict of str -> object
+        The backend's cache of what it compiled for this operator, by slot names
+        of its own; only the backend reads it, and :meth:`set_field` empties it.
     """
 
     def __init__(self, ceed, qf):

@@ -99,6 +99,10 @@ class ElemRestriction:
         never store it: each access computes it.
     signs : ndarray, (num_elem, 1, elem_size), float64, or None
         -1 where oriented, else 1; None for unoriented restrictions.
+    backend_data : object
+        The backend's record for this restriction (device indices, transpose
+        maps), set by ``backend.restriction_setup``; only the backend reads it
+        (the device offsets through ``backend.restriction_device_offsets``).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class ElemRestriction:
                 )
         else:
             self.strides = self._checked_strides(strides)
+        self.backend_data = None  # set by the backend
         ceed.backend.restriction_setup(self)
 
     @property
