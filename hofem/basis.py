@@ -77,6 +77,9 @@ class Basis:
     grad : ndarray, (dim, num_qpts, num_nodes)
     q_ref : ndarray, (num_qpts, dim)
     q_weight : ndarray, (num_qpts,)
+    backend_data : object
+        The backend's record for this basis (its device matrices, compiled
+        programs), set by ``backend.basis_setup``; only the backend reads it.
     """
 
     def __init__(self, ceed, topology, num_comp, **data):
@@ -100,6 +103,7 @@ class Basis:
             self.interp_1d = self.grad_1d = self.q_ref_1d = self.q_weight_1d = None
             self.num_qpts, self.num_nodes = data["interp"].shape
             self._dense = (data["interp"], data["grad"], data["q_ref"], data["q_weight"])
+        self.backend_data = None  # set by the backend
         ceed.backend.basis_setup(self)
 
     # dense matrices (computed once on demand for tensor bases)

@@ -4,7 +4,8 @@ from . import backends
 from .basis import h1, h1_lagrange, tensor_h1, tensor_h1_lagrange
 from .constants import GAUSS
 from .operator import CompositeOperator, Operator
-from .qfunction import QFunction, gallery_entry
+from .qfunction import QFunction
+from .qfunction_registry import gallery_entry
 from .restriction import ElemRestriction
 
 __all__ = ["Ceed"]

@@ -18,6 +18,8 @@ import numpy as np
 __all__ = ["chunk_ranges", "memory_report", "owning_array", "peak_rss_bytes"]
 
 _SKIP = ("ceed", "comm", "backend", "qf", "qfunction")  # shared context, not per-object data
+# a backend's record for an object (hofem.backends.contract) counts toward that object
+_OWNED = "backend_data"
 
 
 def peak_rss_bytes():
@@ -87,7 +89,8 @@ def memory_report(*objects):
         Operators, spaces, restrictions, arrays, or containers (dict, list,
         tuple) of them. Attributes named ``ceed``, ``comm``, ``backend``,
         ``qf`` and ``qfunction`` are not followed (shared context); only
-        objects of hofem's own classes are looked into.
+        objects of hofem's own classes are looked into. What an object's
+        ``backend_data`` holds counts toward that object's type.
 
     Returns
     -------
@@ -98,9 +101,9 @@ def memory_report(*objects):
     """
     report = {"host": defaultdict(int), "device": defaultdict(int)}
     seen_arrays, seen_objects = set(), set()
-    stack = [("arrays", obj) for obj in objects]
+    stack = [("arrays", obj, False) for obj in objects]  # (holder, value, counts as holder's)
     while stack:
-        holder, value = stack.pop()
+        holder, value, owned = stack.pop()
         if _is_array(value):
             base = owning_array(value)
             if id(base) not in seen_arrays:
@@ -112,12 +115,13 @@ def memory_report(*objects):
             continue
         seen_objects.add(id(value))
         if isinstance(value, dict):
-            stack += [(holder, v) for k, v in value.items() if k not in _SKIP]
+            stack += [(holder, v, False) for k, v in value.items() if k not in _SKIP]
         elif isinstance(value, (list, tuple)):
-            stack += [(holder, v) for v in value]
+            stack += [(holder, v, False) for v in value]
         elif type(value).__module__.startswith("hofem") and hasattr(value, "__dict__"):
-            name = type(value).__name__
-            stack += [(name, v) for k, v in vars(value).items() if k not in _SKIP]
+            name = holder if owned else type(value).__name__
+            items = [(k, v) for k, v in vars(value).items() if k not in _SKIP]
+            stack += [(name, v, k == _OWNED) for k, v in items]
     result = {where: dict(report[where]) for where in ("host", "device")}
     result["host_bytes"] = sum(result["host"].values())
     result["device_bytes"] = sum(result["device"].values())

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .backends.contract import DeviceCGTarget
 from .basis import Basis
 from .constants import (
     BASIS_NONE,
@@ -16,7 +17,7 @@ from .constants import (
 )
 from .memory import chunk_ranges
 from .restriction import ElemRestriction, index_dtype
-from .vector_ops import backend_vector_ops
+from .vector_ops import VectorOps
 
 __all__ = ["CompositeOperator", "Operator", "OperatorField", "SubOperator"]
 
@@ -123,9 +124,23 @@ class _OperatorBase:
             backend.check_vector(u, "u", (shape[1],))
         backend.check_vector(v, "v", (shape[0],))
 
-    def vector_ops(self):
-        """The :class:`~hofem.vector_ops.VectorOps` :func:`hofem.cg` uses with this operator."""
-        return backend_vector_ops(self.ceed.backend)
+    def vector_ops(self) -> VectorOps:
+        """The :class:`~hofem.vector_ops.VectorOps` :func:`hofem.cg` uses with this operator:
+        its backend's (``backend.vector_ops()``)."""
+        return self.ceed.backend.vector_ops()
+
+    def device_cg_target(self) -> DeviceCGTarget | None:
+        """What a backend's device CG needs to solve with this operator, or None where it
+        cannot (here: operators that are not one of hofem's square serial operators).
+
+        See :class:`~hofem.backends.contract.DeviceCGTarget`; :func:`hofem.cg` hands it
+        to ``backend.device_cg``.
+        """
+        return None
+
+    def _is_square(self) -> bool:
+        out_size, in_size = self.shape
+        return out_size == in_size
 
     def as_linear_operator(self):
         """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying this operator."""
@@ -145,6 +160,9 @@ class Operator(_OperatorBase):
     shape : (out_size, in_size)
         L-vector sizes of the active output and input (0 where none).
     num_elem, num_qpts : int
+    backend_data : dict of str -> object
+        The backend's cache of what it compiled for this operator, by slot names
+        of its own; only the backend reads it, and :meth:`set_field` empties it.
     """
 
     def __init__(self, ceed, qf):
@@ -351,6 +369,10 @@ class Operator(_OperatorBase):
             raise ValueError("operator has no active input field, so no matrix to assemble")
         return self.ceed.backend.operator_assemble(self)
 
+    def device_cg_target(self) -> DeviceCGTarget | None:
+        """This operator, whose backend may fuse ``p . Ap`` into its kernel, where square."""
+        return DeviceCGTarget(operator=self, fusable=True) if self._is_square() else None
+
     def _check_square(self):
         out_size, in_size = self.shape
         if out_size != in_size:
@@ -395,6 +417,10 @@ class CompositeOperator(_OperatorBase):
     def _add(self, u, v):
         for op in self.operators:
             op._add(u, v)
+
+    def device_cg_target(self) -> DeviceCGTarget | None:
+        """This operator (its sub-operators applied one after the other), where square."""
+        return DeviceCGTarget(operator=self, fusable=False) if self._is_square() else None
 
     def _sum(self, parts):
         self.shape  # noqa: B018  (raises when there are no sub-operators)
@@ -473,9 +499,23 @@ class SubOperator(_OperatorBase):
         """
         return self._u, self._v
 
-    def vector_ops(self):
+    def vector_ops(self) -> VectorOps:
         """The vector operations of the wrapped operator (parallel ones reduce across ranks)."""
         return self.op.vector_ops()
+
+    def device_cg_target(self) -> DeviceCGTarget | None:
+        """The wrapped operator's target, solved on its L-vectors with the constrained
+        entries kept zero; None where the wrapped operator has none or is restricted."""
+        inner = self.op.device_cg_target()
+        if inner is None or inner.free_dofs is not None:
+            return None
+        return DeviceCGTarget(
+            operator=inner.operator,
+            fusable=inner.fusable,
+            free_dofs=self._free,
+            work_vectors=self.work_vectors,
+            constrained_dofs=lambda: self.constrained_dofs,
+        )
 
     def _through(self, run, u, v):
         """``run(u_full, v_full)`` on ``u`` scattered to the wrapped operator's vectors, then

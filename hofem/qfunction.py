@@ -1,43 +1,14 @@
 """QFunction D: pointwise physics at quadrature points, written in Python."""
 
-import importlib
 from collections import namedtuple
 
 import numpy as np
 
 from .constants import EVAL_WEIGHT, EvalMode
 
-__all__ = ["QFunction", "QFunctionField", "make_context", "register_gallery"]
+__all__ = ["QFunction", "QFunctionField", "make_context"]
 
 QFunctionField = namedtuple("QFunctionField", ["name", "size", "eval_mode"])
-
-# name -> factory(**kwargs) returning (func, inputs, outputs, context); filled by hofem.qfunctions
-_GALLERY = {}
-
-
-def register_gallery(name):
-    """Decorator: register a gallery factory under libCEED's QFunction ``name``.
-
-    The factory takes keyword arguments (e.g. ``size``) and returns
-    ``(func, inputs, outputs, context)`` as accepted by :class:`QFunction`.
-    """
-
-    def decorator(factory):
-        _GALLERY[name] = factory
-        return factory
-
-    return decorator
-
-
-def gallery_entry(name, **kwargs):
-    """Look up a gallery QFunction, importing the gallery on first use."""
-    if not _GALLERY:
-        importlib.import_module("hofem.qfunctions")
-    if name not in _GALLERY:
-        raise ValueError(
-            f"no gallery QFunction named {name!r}; available: {', '.join(sorted(_GALLERY))}"
-        )
-    return _GALLERY[name](**kwargs)
 
 
 def make_context(context):

@@ -99,6 +99,10 @@ class ElemRestriction:
         never store it: each access computes it.
     signs : ndarray, (num_elem, 1, elem_size), float64, or None
         -1 where oriented, else 1; None for unoriented restrictions.
+    backend_data : object
+        The backend's record for this restriction (device indices, transpose
+        maps), set by ``backend.restriction_setup``; only the backend reads it
+        (the device offsets through ``backend.restriction_device_offsets``).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class ElemRestriction:
                 )
         else:
             self.strides = self._checked_strides(strides)
+        self.backend_data = None  # set by the backend
         ceed.backend.restriction_setup(self)
 
     @property
@@ -199,7 +204,8 @@ class ElemRestriction:
             elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
             return _read_only(elem + node), self.component_stride
         if self._offsets is None:  # released: copy the device's back
-            offsets = self.ceed.to_numpy(self.backend_data["indices"])  # (num_elem * elem_size,)
+            device = self.ceed.backend.restriction_device_offsets(self)  # (num_elem * elem_size,)
+            offsets = self.ceed.to_numpy(device)
             return offsets.reshape(self.num_elem, 1, self.elem_size), self.component_stride
         return self._offsets, self.component_stride
 
@@ -223,9 +229,10 @@ class ElemRestriction:
     def release_host_indices(self):
         """Drop the host copy of the offsets (a backend holds the indices in device memory).
 
-        Called by backends from ``restriction_setup`` after ``backend_data["indices"]``
-        holds the component-0 offsets of :meth:`compact_indices`, flattened
-        ``(num_elem * elem_size,)``; :attr:`indices` then copies them back on access.
+        Called by backends from ``restriction_setup`` once they hold the component-0
+        offsets of :meth:`compact_indices` in device memory, flattened ``(num_elem *
+        elem_size,)``, and hand them out by ``backend.restriction_device_offsets``;
+        :attr:`indices` then copies them back on access.
         """
         self._offsets = None
 

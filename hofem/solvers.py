@@ -1,11 +1,17 @@
 """Krylov solvers on any array module (NumPy or CuPy), for operators or matrices."""
 
 import math
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
+from . import backends
 from .operator import _OperatorBase
-from .vector_ops import vector_ops
+from .vector_ops import VectorOps
 
-__all__ = ["CGInfo", "Jacobi", "cg", "jacobi"]
+__all__ = ["CGInfo", "Jacobi", "SupportsMatmul", "SupportsMatvec", "cg", "jacobi"]
 
 
 class CGInfo(int):
@@ -58,11 +64,25 @@ class CGInfo(int):
         )
 
 
+@runtime_checkable
+class SupportsMatvec(Protocol):
+    """Applies itself by ``matvec``: hofem operators, SciPy and CuPy ``LinearOperator`` s."""
+
+    def matvec(self, x: Any) -> Any: ...
+
+
+@runtime_checkable
+class SupportsMatmul(Protocol):
+    """Applies itself by ``@``: dense and sparse matrices of NumPy, SciPy, CuPy."""
+
+    def __matmul__(self, x: Any) -> Any: ...
+
+
 def _matvec(A, name):
     """A function applying ``A``: Operator, LinearOperator, matrix, or callable."""
-    if hasattr(A, "matvec"):
+    if isinstance(A, SupportsMatvec):
         return A.matvec
-    if hasattr(A, "__matmul__") and not callable(A):
+    if isinstance(A, SupportsMatmul) and not callable(A):
         return lambda x: A @ x
     if callable(A):
         return A
@@ -71,33 +91,53 @@ def _matvec(A, name):
     )
 
 
+def _vector_ops(A, b) -> VectorOps:
+    """The :class:`VectorOps` for solving ``A x = b``.
+
+    A hofem operator's own (``A.vector_ops()``: its backend's; distributed operators
+    reduce across ranks), else that of the backend whose array module holds ``b``.
+
+    Raises
+    ------
+    TypeError
+        ``b`` is neither a NumPy nor a CuPy array.
+    """
+    if isinstance(A, _OperatorBase):
+        return A.vector_ops()
+    backend = backends.array_backend(b)
+    if backend is None:
+        raise TypeError(f"b must be a NumPy or CuPy array, got {type(b).__name__}")
+    return backend.vector_ops()
+
+
 def cg(
-    A,
-    b,
-    x0=None,
+    A: Any,
+    b: npt.NDArray[np.float64],
+    x0: npt.NDArray[np.float64] | None = None,
     *,
-    rtol=1e-8,
-    atol=0.0,
-    maxiter=None,
-    M=None,
-    callback=None,
-    check_every=None,
-    device_loop=None,
-):
+    rtol: float = 1e-8,
+    atol: float = 0.0,
+    maxiter: int | None = None,
+    M: Any = None,
+    callback: Callable[[npt.NDArray[np.float64]], None] | None = None,
+    check_every: int | None = None,
+    device_loop: bool | None = None,
+) -> tuple[npt.NDArray[np.float64], CGInfo]:
     """Conjugate gradients for symmetric positive definite ``A``, SciPy's conventions.
 
     Converged when ``||r|| <= max(rtol * ||b||, atol)``.
 
     Two loops run the same iteration:
 
-    - the **device loop**, for hofem operators on a CUDA backend (and
-      restricted ones, :func:`hofem.restrict_dofs`) with no callback and
-      ``M`` None or a :class:`Jacobi`: CG's scalars and its convergence test
-      live on the device (:mod:`hofem.backends.cuda.cg`), vector updates are
-      fused with the reductions that follow them, ``/gpu/cuda/gen`` forms
-      ``p . Ap`` inside the operator kernel and replays the iteration as a
-      CUDA graph.  The host only looks every ``check_every`` iterations, and
-      the solve still stops at the iteration that converged.
+    - the **device loop**, for hofem operators on a backend that declares one
+      (``backend.device_cg``: the CUDA backends), and restricted ones
+      (:func:`hofem.restrict_dofs`), with no callback and ``M`` None or a
+      :class:`Jacobi`: CG's scalars and its convergence test live on the device
+      (:mod:`hofem.backends.cuda.cg`), vector updates are fused with the
+      reductions that follow them, ``/gpu/cuda/gen`` forms ``p . Ap`` inside the
+      operator kernel and replays the iteration as a CUDA graph.  The host only
+      looks every ``check_every`` iterations, and the solve still stops at the
+      iteration that converged.
     - the **host loop** otherwise: vector updates are array expressions of the
       array module of ``b`` (or the backend's :class:`~hofem.vector_ops.VectorOps`),
       ``p . Ap`` comes with the application (:meth:`Operator.apply_dot
@@ -143,22 +183,41 @@ def cg(
         Shapes that disagree, non-positive ``maxiter``/``check_every``,
         negative tolerances; ``device_loop=True`` where it does not apply.
     """
-    ops = vector_ops(A, b)
-    xp = ops.xp
-    if b.ndim != 1:
-        raise ValueError(f"b must be 1-D, got shape {b.shape}")
-    n = b.shape[0]
-    if rtol < 0 or atol < 0:
-        raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
-    maxiter = 10 * ops.length(b) if maxiter is None else int(maxiter)
-    if maxiter < 1 or (check_every is not None and int(check_every) < 1):
-        raise ValueError(f"maxiter and check_every must be >= 1, got {maxiter}, {check_every}")
+    ops, maxiter = _checked_arguments(A, b, rtol, atol, maxiter, check_every)
     device = _device_cg(A, b, x0, M, callback, device_loop)
     if device is not None:
         inv_diag = None if M is None else M.inv_diag
         tol = max(rtol * ops.norm(b), atol)
         return _device_solve(device, b, x0, tol, maxiter, inv_diag, check_every)
     check_every = 1 if check_every is None else int(check_every)
+    matvec, apply_dot = _host_apply(A, b, ops)
+    precond = _matvec(M, "M") if M is not None else None
+    x = ops.xp.zeros_like(b) if x0 is None else ops.xp.array(x0, dtype=b.dtype, copy=True)
+    if x.shape != b.shape:
+        raise ValueError(f"x0 must have shape {b.shape}, got {x.shape}")
+    tol = max(rtol * ops.norm(b), atol)
+    r = b - matvec(x) if x0 is not None else b.copy()  # (n,)
+    return _host_loop(ops, apply_dot, precond, x, r, tol, maxiter, check_every, callback)
+
+
+def _checked_arguments(A, b, rtol, atol, maxiter, check_every):
+    """CG's vector operations and ``maxiter`` (default ``10 n``), after checking the
+    arguments every loop shares; raises TypeError/ValueError naming the bad one."""
+    ops = _vector_ops(A, b)
+    if b.ndim != 1:
+        raise ValueError(f"b must be 1-D, got shape {b.shape}")
+    if rtol < 0 or atol < 0:
+        raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+    maxiter = 10 * ops.length(b) if maxiter is None else int(maxiter)
+    if maxiter < 1 or (check_every is not None and int(check_every) < 1):
+        raise ValueError(f"maxiter and check_every must be >= 1, got {maxiter}, {check_every}")
+    return ops, maxiter
+
+
+def _host_apply(A, b, ops):
+    """``matvec(v)`` (a new array, shape-checked) and ``apply_dot(v, out)`` (``out = A v``
+    in place, returning ``v . out``) for the host loop."""
+    n = b.shape[0]
     raw_matvec = _matvec(A, "A")
 
     def matvec(v):
@@ -172,21 +231,19 @@ def cg(
     if isinstance(A, _OperatorBase) and A.shape == (n, n):
         # out = A v in place (no allocation per iteration) and v . out, which a backend
         # may form inside its operator kernel (no pass over the vectors)
-        apply_dot = A.apply_dot
-    else:
+        return matvec, A.apply_dot
 
-        def apply_dot(v, out):
-            out[...] = matvec(v)
-            return ops.dot(v, out)
+    def apply_dot(v, out):
+        out[...] = matvec(v)
+        return ops.dot(v, out)
 
-    precond = _matvec(M, "M") if M is not None else None
-    x = xp.zeros_like(b) if x0 is None else xp.array(x0, dtype=b.dtype, copy=True)
-    if x.shape != b.shape:
-        raise ValueError(f"x0 must have shape {b.shape}, got {x.shape}")
+    return matvec, apply_dot
 
-    b_norm = ops.norm(b)
-    tol = max(rtol * b_norm, atol)
-    r = b - matvec(x) if x0 is not None else b.copy()
+
+def _host_loop(ops, apply_dot, precond, x, r, tol, maxiter, check_every, callback):
+    """CG's iterations from the iterate ``x`` (n,) and its residual ``r`` (n,), both
+    updated in place; returns ``(x, CGInfo)``."""
+    xp = ops.xp
     r_norm = ops.norm(r)
     if r_norm <= tol:
         return x, CGInfo.converged(0, r_norm)
@@ -194,7 +251,7 @@ def cg(
     p = z.copy()
     rz = ops.dot(r, z)
     breakdown = xp.zeros((), dtype=bool)  # device flag: p.Ap <= 0 or NaN/Inf seen
-    Ap = xp.empty_like(b)  # (n,) reused: operators apply into it
+    Ap = xp.empty_like(r)  # (n,) reused: operators apply into it
     iteration = 0
     while iteration < maxiter:
         pAp = apply_dot(p, Ap)
@@ -227,22 +284,24 @@ def _device_cg(A, b, x0, M, callback, device_loop):
     """
     if device_loop is False:
         return None
-    backend = getattr(getattr(A, "ceed", None), "backend", None)
+    backend = A.ceed.backend if isinstance(A, _OperatorBase) else None
     solver = why = None
-    if not isinstance(A, _OperatorBase) or not hasattr(backend, "device_cg"):
+    if backend is None or backend.device_cg is None:
         why = "A must be a hofem operator on a CUDA backend"
     elif callback is not None:
         why = "a callback needs every iterate on the host"
     elif M is not None and not isinstance(M, Jacobi):
         why = "M must be None or a Jacobi preconditioner (hofem.jacobi)"
     else:
-        solver = backend.device_cg(A)
+        target = A.device_cg_target()
+        solver = None if target is None else backend.device_cg(A, target)
         why = "A must be square (or restricted, restrict_dofs)"
     if solver is None:
         if device_loop:
             raise ValueError(f"device_loop=True does not apply: {why}; leave device_loop=None")
         return None
-    for name, vector in (("b", b), ("x0", x0), ("M.inv_diag", getattr(M, "inv_diag", None))):
+    inv_diag = None if M is None else M.inv_diag
+    for name, vector in (("b", b), ("x0", x0), ("M.inv_diag", inv_diag)):
         if vector is not None:
             backend.check_vector(vector, name, (A.shape[0],))
     return solver

@@ -6,7 +6,9 @@ import scipy.sparse
 from util import grid_coords, grid_offsets, mass_fields, mass_operator, poisson_operator
 
 import hofem as hf
+from hofem.backends.contract import Backend
 from hofem.polynomials import simplex_nodes
+from hofem.vector_ops import VectorOps
 
 
 @pytest.fixture
@@ -385,3 +387,29 @@ def test_apply_dot_needs_a_square_operator(ceed):
     assert out_size != in_size
     with pytest.raises(ValueError, match="apply_dot needs a square operator"):
         to_points.apply_dot(ceed.asarray(np.zeros(in_size)), ceed.asarray(np.zeros(out_size)))
+
+
+def test_backend_declares_the_contract(ceed):
+    """Every backend is a ``Backend``; its abilities are declared, and what the operator
+    tells a device CG matches the operator (square ones only, restricted ones their DOFs)."""
+    backend = ceed.backend
+    assert isinstance(backend, Backend)
+    assert isinstance(backend.vector_ops(), VectorOps)
+    assert backend.device_cg is None or callable(backend.device_cg)
+    mass, s = mass_operator(ceed, n=2, p=2, dim=2)
+    target = mass.device_cg_target()
+    assert target.operator is mass and target.fusable and target.free_dofs is None
+    composite = ceed.CompositeOperator([mass, mass]).device_cg_target()
+    assert composite.operator.operators == [mass, mass] and not composite.fusable
+    free = np.arange(0, s["num_nodes"], 2)
+    restricted = hf.restrict_dofs(mass, free)
+    target = restricted.device_cg_target()
+    assert target.operator is mass and target.fusable
+    np.testing.assert_array_equal(ceed.to_numpy(target.free_dofs), free)
+    assert all(a is b for a, b in zip(target.work_vectors, restricted.work_vectors, strict=True))
+    constrained = ceed.to_numpy(target.constrained_dofs())
+    np.testing.assert_array_equal(constrained, np.arange(1, s["num_nodes"], 2))
+    assert hf.restrict_dofs(restricted, np.arange(3)).device_cg_target() is None
+    qf = alpha_mass_qfunction(ceed, 1.0, v_mode=hf.EVAL_NONE)
+    to_points = mass_fields(ceed, qf, s, r_v=s["r_q"], v_basis=hf.BASIS_NONE)
+    assert to_points.device_cg_target() is None  # not square

@@ -194,7 +194,7 @@ def test_offsets_stay_int32_when_only_the_components_pass_2_31(ceed):
     offsets, stride = r.compact_indices()
     assert r.offsets_dtype is np.int32 and offsets.dtype == np.int32 and stride == n
     assert r.indices.dtype == np.int64 and r.indices[0, 2, 1] == 3 * n - 1  # expanded: wide
-    device = r.backend_data.get("indices")
+    device = ceed.backend.restriction_device_offsets(r)
     assert device is None or device.dtype == np.int32
     assert ceed.ElemRestriction(1, 2, 1, 3 * n, 3 * n, [[0, 1]]).offsets_dtype is np.int64
 
@@ -217,8 +217,9 @@ def test_restrictions_of_a_space_share_its_device_offsets(ceed):
         for _ in range(2)
     )
     if ceed.xp is not np:  # device backends: one upload, which goes with its numbering
-        assert scalar.backend_data["indices"] is coords.backend_data["indices"]
-        assert a.backend_data["indices"] is not b.backend_data["indices"]
+        offsets = ceed.backend.restriction_device_offsets
+        assert offsets(scalar) is offsets(coords)
+        assert offsets(a) is not offsets(b)
         shared = ceed.backend._shared_offsets
         before = len(shared)
         other = hf.H1Space(ceed, box(2), 1)

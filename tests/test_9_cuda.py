@@ -62,7 +62,7 @@ def test_tensor_kernels_match_ref(batched, ref, dim, num_comp, P, Q, collocated)
         b_gpu = batched.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
     finally:
         batched.backend.collocated = type(batched.backend).collocated
-    assert (b_gpu.backend_data["collocated"] is not None) == (collocated and Q >= P)
+    assert (b_gpu.backend_data.collocated is not None) == (collocated and Q >= P)
     b_ref = ref.BasisTensorH1Lagrange(dim, num_comp, P, Q, hf.GAUSS)
     nodes = (num_elem, num_comp, P**dim)
     for mode, qpts in (
@@ -102,7 +102,7 @@ def test_int64_index_path(batched, scatter):
     l_size = 2**31 + 17
     offsets = np.array([[0, 3, l_size - 1], [5, l_size - 2, 3], [l_size - 9, 1, 2]])
     r = batched.ElemRestriction(3, 3, 1, 1, l_size, offsets)
-    assert r.backend_data["index_dtype"] == np.int64
+    assert r.backend_data.index_dtype == np.int64
     rng = np.random.default_rng(3)
     touched = np.unique(offsets)
     values = rng.standard_normal(touched.size)

@@ -203,7 +203,7 @@ def test_tet_basis_every_config_matches_ref(batched, ref, p, num_comp):
     num_elem = 37
     b_ref = tet_basis(ref, p, num_comp)
     b_gpu = tet_basis(batched, p, num_comp)
-    interp, grad = b_gpu.backend_data["interp"], b_gpu.backend_data["grad"]
+    interp, grad = b_gpu.backend_data.interp, b_gpu.backend_data.grad
     dim, Q, P = 3, b_ref.num_qpts, b_ref.num_nodes
     rng = np.random.default_rng(p * 10 + num_comp)
     nodes = rng.standard_normal((num_elem, num_comp, P))

@@ -15,7 +15,14 @@ as ``/cpu/self`` resolves to the available backend of highest priority.
 
 import importlib
 
-__all__ = ["BackendUnavailable", "available", "register", "registered", "resolve"]
+__all__ = [
+    "BackendUnavailable",
+    "array_backend",
+    "available",
+    "register",
+    "registered",
+    "resolve",
+]
 
 
 class BackendUnavailable(RuntimeError):
@@ -128,3 +135,25 @@ def resolve(resource):
         f"no backend under {resource!r} can run here ({'; '.join(reasons)}); "
         f"available: {', '.join(available())}"
     )
+
+
+def array_backend(x):
+    """The simplest available backend whose array module holds ``x``, or None.
+
+    The priority-0 (reference) backends are tried first, so a CuPy array gets
+    ``/gpu/cuda/ref`` without importing Numba; what :func:`hofem.cg` uses for the
+    vector work of a system given as a matrix or ``LinearOperator``.
+
+    Parameters
+    ----------
+    x : array
+        NumPy, CuPy, or anything else (then None).
+    """
+    for resource in sorted(_REGISTRY, key=lambda r: (_REGISTRY[r][2], r)):
+        try:
+            backend_cls = _load(resource)
+        except BackendUnavailable:
+            continue
+        if isinstance(x, backend_cls.xp.ndarray):
+            return backend_cls()
+    return None

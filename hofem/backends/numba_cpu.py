@@ -11,6 +11,7 @@ for the shape-independent compiled kernels (contractions, gather, scatter).
 
 import contextlib
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,7 +29,31 @@ else:
 
     from . import numba_kernels, numba_operator
 
-__all__ = ["NumbaBackend"]
+__all__ = ["NumbaBackend", "NumbaBasisData", "NumbaRestrictionData"]
+
+
+@dataclass
+class NumbaRestrictionData:
+    """A restriction's data on ``/cpu/self/numba``, built on the first transpose.
+
+    Attributes
+    ----------
+    csr : (row_ptr, entries) or None
+        The transpose map (:func:`.numba_kernels.transpose_map`).
+    signs_flat : float64 array (e_size,) or None
+        The signs of an oriented restriction, one per E-vector entry.
+    """
+
+    csr: tuple | None = None
+    signs_flat: np.ndarray | None = None
+
+
+@dataclass
+class NumbaBasisData:
+    """A basis's matrix stack and its contraction programs by ``(t_mode, eval_mode)``."""
+
+    mats: np.ndarray | None = None
+    programs: dict = field(default_factory=dict)
 
 
 class NumbaVectorOps(VectorOps):
@@ -76,7 +101,11 @@ class NumbaBackend(RefBackend):
     # --- restriction -------------------------------------------------------------------------
     def restriction_setup(self, r):
         """Keep the host indices and signs; the transpose map is built on first use."""
-        r.backend_data = {"csr": None, "signs_flat": None}
+        r.backend_data = NumbaRestrictionData()
+
+    def restriction_device_offsets(self, r):
+        """None: the host offsets stay with the restriction."""
+        return None
 
     def restriction_apply(self, r, u, t_mode, signed=True):
         """Gather L (l_size,) -> E (num_elem, num_comp, elem_size), or sum back (owner-computes)."""
@@ -91,29 +120,29 @@ class NumbaBackend(RefBackend):
             numba_kernels.gather(np.ascontiguousarray(u), offsets, stride, signs, out)
             return out
         data = r.backend_data
-        if data["csr"] is None:
-            data["csr"] = numba_kernels.transpose_map(r.indices, r.l_size)
+        if data.csr is None:
+            data.csr = numba_kernels.transpose_map(r.indices, r.l_size)
             if r.signs is not None:
-                data["signs_flat"] = np.broadcast_to(r.signs, shape).ravel()  # (e_size,)
-        row_ptr, entries = data["csr"]
+                data.signs_flat = np.broadcast_to(r.signs, shape).ravel()  # (e_size,)
+        row_ptr, entries = data.csr
         out = np.empty(r.l_size)
         e = np.ascontiguousarray(u, dtype=np.float64).reshape(-1)  # (e_size,)
-        numba_kernels.scatter_csr(e, row_ptr, entries, data["signs_flat"] if signed else None, out)
+        numba_kernels.scatter_csr(e, row_ptr, entries, data.signs_flat if signed else None, out)
         return out
 
     # --- basis -------------------------------------------------------------------------------
     def basis_setup(self, b):
         """Matrix stack now; a contraction program per (t_mode, eval_mode) on first use."""
-        b.backend_data = {"mats": None, "programs": {}}
+        b.backend_data = NumbaBasisData()
 
     def basis_apply(self, b, t_mode, eval_mode, u):
         """Interp/grad and transposes: a sum-factorization (or GEMM) program per element block."""
         data = b.backend_data
         key = (t_mode, eval_mode)
-        if key not in data["programs"]:
+        if key not in data.programs:
             numba_kernels.compile_contract()
-            data["mats"] = numba_operator.matrix_stack(b)
-            data["programs"][key] = numba_operator.standalone_program(
+            data.mats = numba_operator.matrix_stack(b)
+            data.programs[key] = numba_operator.standalone_program(
                 b, t_mode is TRANSPOSE, eval_mode
             )
         num_elem = u.shape[0]
@@ -125,8 +154,8 @@ class NumbaBackend(RefBackend):
             shape = (num_elem, b.num_comp, b.num_qpts)
         out = np.empty(shape)
         u2 = np.ascontiguousarray(u, dtype=np.float64).reshape(num_elem, -1)  # (num_elem, size_in)
-        program, scratch = data["programs"][key]
-        numba_kernels.basis_program(u2, out.reshape(num_elem, -1), data["mats"], program, scratch)
+        program, scratch = data.programs[key]
+        numba_kernels.basis_program(u2, out.reshape(num_elem, -1), data.mats, program, scratch)
         return out
 
     # --- solvers -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ no element loops in Python.
 """
 
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
@@ -14,20 +15,63 @@ import scipy.sparse.linalg
 from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
 from ..memory import owning_array
 from ..restriction import expand_offsets
+from ..vector_ops import VectorOps
+from .contract import Array, Backend
 
-__all__ = ["RefBackend"]
+__all__ = ["RefBackend", "RefBasisData", "RefRestrictionData"]
 
 # elements per chunk in assembly: bounds the (chunk, Q, size_out, size_in) work arrays
 _ASSEMBLY_CHUNK_ENTRIES = 1 << 24
 
 
-class RefBackend:
-    """NumPy reference implementation of every interface object's arithmetic."""
+@dataclass
+class RefRestrictionData:
+    """A restriction's data on the reference backends (``ElemRestriction.backend_data``).
+
+    Attributes
+    ----------
+    indices : int array (num_elem * elem_size,) of ``xp``, or None
+        Component-0 offsets in device memory; None on the host (each application
+        reads :attr:`~hofem.ElemRestriction.indices`).
+    signs : float64 array (num_elem, 1, elem_size) of ``xp``, or None
+        -1 where oriented; None for unoriented restrictions.
+    """
+
+    indices: Array | None
+    signs: Array | None
+
+
+@dataclass
+class RefBasisData:
+    """A basis's matrices in the backend's memory (``Basis.backend_data``).
+
+    Attributes
+    ----------
+    interp_1d, grad_1d : array (Q_1d, P_1d), or None
+        Tensor bases.
+    interp : array (Q, P), or None
+    grad : array (dim, Q, P), or None
+        Non-tensor bases.
+    """
+
+    interp_1d: Array | None = None
+    grad_1d: Array | None = None
+    interp: Array | None = None
+    grad: Array | None = None
+
+
+class RefBackend(Backend):
+    """NumPy reference implementation of every interface object's arithmetic.
+
+    Declares no device CG (``device_cg = None``), NumPy's :class:`~hofem.vector_ops.VectorOps`
+    and no fused apply+dot: see :class:`~hofem.backends.contract.Backend`.
+    """
 
     resource = "/cpu/self/ref"
     xp = np
     # elements interleaved per block in the hf.STRIDES_BACKEND layout (ElemRestriction)
     STRIDES_LANES = 1
+    device_cg = None
 
     @classmethod
     def check_available(cls):
@@ -73,6 +117,10 @@ class RefBackend:
             return
         raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
 
+    def vector_ops(self):
+        """CG's vector work as array expressions of :attr:`xp` (see :mod:`hofem.vector_ops`)."""
+        return VectorOps(self.xp)
+
     @staticmethod
     def scatter_entries(values, index, out):
         """``out[index] = values``: a vector of free DOFs into an L-vector.
@@ -115,10 +163,12 @@ class RefBackend:
         if r.strides is None and self.xp is not np:
             indices = self._device_offsets(r.compact_indices()[0].ravel())  # (E * elem_size,)
             r.release_host_indices()
-        r.backend_data = {
-            "indices": indices,
-            "signs": None if r.signs is None else self.xp.asarray(r.signs),
-        }
+        signs = None if r.signs is None else self.xp.asarray(r.signs)
+        r.backend_data = RefRestrictionData(indices=indices, signs=signs)
+
+    def restriction_device_offsets(self, r):
+        """The device component-0 offsets ``(num_elem * elem_size,)`` of ``r``, or None."""
+        return r.backend_data.indices
 
     def _device_offsets(self, offsets):
         """Device copy of host ``offsets``; those of a read-only array are uploaded once.
@@ -141,7 +191,7 @@ class RefBackend:
 
     def _expanded_indices(self, r):
         """(e_size,) L-vector index of every E-vector entry, for one application."""
-        offsets = r.backend_data["indices"]  # (num_elem * elem_size,) device, or None
+        offsets = r.backend_data.indices  # (num_elem * elem_size,) device, or None
         if offsets is None:  # host or strided
             return self.asarray(r.indices.ravel())
         offsets = offsets.reshape(r.num_elem, 1, r.elem_size)
@@ -150,7 +200,7 @@ class RefBackend:
     def restriction_apply(self, r, u, t_mode, signed=True):
         """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""
         xp = self.xp
-        signs = r.backend_data["signs"] if signed else None
+        signs = r.backend_data.signs if signed else None
         shape = (r.num_elem, r.num_comp, r.elem_size)
         if r.is_identity:  # the E-vector is the L-vector
             e = u.reshape(shape).copy() if t_mode is NOTRANSPOSE else u.astype(np.float64).ravel()
@@ -168,12 +218,11 @@ class RefBackend:
         """Move the basis matrices to the device."""
         xp = self.xp
         if b.is_tensor:
-            b.backend_data = {
-                "interp_1d": xp.asarray(b.interp_1d),
-                "grad_1d": xp.asarray(b.grad_1d),
-            }
+            b.backend_data = RefBasisData(
+                interp_1d=xp.asarray(b.interp_1d), grad_1d=xp.asarray(b.grad_1d)
+            )
         else:
-            b.backend_data = {"interp": xp.asarray(b.interp), "grad": xp.asarray(b.grad)}
+            b.backend_data = RefBasisData(interp=xp.asarray(b.interp), grad=xp.asarray(b.grad))
 
     def _contract(self, mat, u, axis):
         """Apply ``mat`` (m, n) along ``axis`` of ``u``: the one sum-factorization primitive."""
@@ -195,13 +244,13 @@ class RefBackend:
         data = b.backend_data
         num_elem = u.shape[0]
         if not b.is_tensor:
-            B, G = data["interp"], data["grad"]  # (Q, P), (dim, Q, P)
+            B, G = data.interp, data.grad  # (Q, P), (dim, Q, P)
             if eval_mode is EVAL_INTERP:
                 return u @ (B.T if t_mode is NOTRANSPOSE else B)
             if t_mode is NOTRANSPOSE:  # (E, 1, C, P) @ (1, dim, P, Q) -> (E, dim, C, Q)
                 return self.xp.matmul(u[:, None], G.transpose(0, 2, 1)[None])
             return self.xp.matmul(u, G[None]).sum(axis=1)  # (E, dim, C, Q) @ (1, dim, Q, P)
-        B, G = data["interp_1d"], data["grad_1d"]
+        B, G = data.interp_1d, data.grad_1d
         if t_mode is TRANSPOSE:
             B, G = B.T, G.T
         lead = (num_elem, b.num_comp)

@@ -105,7 +105,7 @@ def bench_restriction(ceed, p, dofs, repeat):
         modes.append(("scatter_" + scatter, run))
     for name, fn in modes:
         seconds = time_events(fn, repeat)
-        nbytes = 8 * (r.e_size + num_nodes) + r.backend_data["indices"].nbytes
+        nbytes = 8 * (r.e_size + num_nodes) + ceed.backend.restriction_device_offsets(r).nbytes
         emit(
             case="restriction",
             backend=ceed.resource,

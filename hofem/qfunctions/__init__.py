@@ -1,6 +1,7 @@
 """The QFunction gallery (libCEED's names and fields), registered on import.
 
-``Ceed.QFunctionByName`` imports this package on first lookup; nothing here
+Each module registers its entries in :mod:`hofem.qfunction_registry`, whose lookup
+(``Ceed.QFunctionByName``) imports this package the first time; nothing here
 is imported when ``hofem`` is.
 """
 

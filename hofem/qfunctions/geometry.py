@@ -17,7 +17,7 @@ each of 3 components (gradients ordered ``[dim][comp]``: ``du[d * 3 + c]``).
 """
 
 from hofem.constants import EVAL_GRAD, EVAL_INTERP, EVAL_WEIGHT
-from hofem.qfunction import register_gallery
+from hofem.qfunction_registry import register_gallery
 from hofem.qfunctions.mass import det_2d, det_3d
 from hofem.qfunctions.poisson import adjugate_products_2d, adjugate_products_3d
 

@@ -1,7 +1,7 @@
 """Generic QFunctions: ``Identity`` (copy) and ``Scale`` (multiply by ``ctx["scale"]``)."""
 
 from hofem.constants import EVAL_INTERP, EvalMode
-from hofem.qfunction import register_gallery
+from hofem.qfunction_registry import register_gallery
 
 
 def identity_apply(ctx, input, output):

@@ -5,7 +5,7 @@ Geometry inputs ``dx`` are gradients of the coordinate field, ordered
 """
 
 from hofem.constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
-from hofem.qfunction import register_gallery
+from hofem.qfunction_registry import register_gallery
 
 
 def mass_1d_build(ctx, dx, weights, qdata):

@@ -8,7 +8,7 @@ coordinates) per point: 1 value in 1D, 3 in 2D ``(00, 11, 01)``, 6 in 3D
 """
 
 from hofem.constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
-from hofem.qfunction import register_gallery
+from hofem.qfunction_registry import register_gallery
 from hofem.qfunctions.mass import det_2d
 
 

@@ -4,7 +4,7 @@ Vector gradients are ordered ``[dim][comp]``: ``du[d * 3 + c]``.
 """
 
 from hofem.constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE
-from hofem.qfunction import register_gallery
+from hofem.qfunction_registry import register_gallery
 
 from .poisson import QDATA_SIZE
 

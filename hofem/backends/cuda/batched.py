@@ -11,15 +11,19 @@ GEMMs, plain or strided batched as the tuning table picks
 Oriented restrictions and assembly are inherited from ``/gpu/cuda/ref``.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, NOTRANSPOSE, TRANSPOSE
 from ...restriction import index_dtype
+from ..contract import Array
+from ..ref import RefBasisData, RefRestrictionData
 from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
-__all__ = ["CudaBatchedBackend", "device_layout"]
+__all__ = ["BatchedBasisData", "BatchedRestrictionData", "CudaBatchedBackend", "device_layout"]
 
 # largest 1D size the tensor kernels are specialized for (registers grow with it)
 _MAX_T_1D = 16
@@ -42,6 +46,46 @@ def device_layout(r):
         64 bits, so this depends on neither the E-vector's size nor the components.
     """
     return r.is_identity, r.offsets_dtype
+
+
+@dataclass
+class BatchedRestrictionData(RefRestrictionData):
+    """A restriction's data on the batched CUDA backends (see :class:`RefRestrictionData`).
+
+    Attributes
+    ----------
+    identity : bool
+        The E-vector is the L-vector (:func:`device_layout`); ``indices`` is None.
+    index_dtype : numpy dtype class
+        Of ``indices``, the component-0 offsets ``(num_elem * elem_size,)`` on the device.
+    transpose_map : (t_nodes, t_offsets, t_entries) or None
+        Built on the first transpose that uses it (:meth:`CudaBatchedBackend._transpose_map`).
+    """
+
+    identity: bool = False
+    index_dtype: type = np.int32
+    transpose_map: tuple[Array, Array, Array] | None = None
+
+
+@dataclass
+class BatchedBasisData(RefBasisData):
+    """A basis's device matrices on the batched CUDA backends (see :class:`RefBasisData`).
+
+    Attributes
+    ----------
+    interp_1d_t, grad_1d_t : array (P_1d, Q_1d), or None
+        Contiguous transposes of a tensor basis's matrices.
+    kernels : bool
+        The tensor kernels are specialized for this basis's size.
+    collocated : array (Q_1d, Q_1d) or None
+        The collocated derivative (:func:`hofem.basis.collocated_grad`), where it
+        exists and the backend uses it (``CudaBatchedBackend.collocated``).
+    """
+
+    interp_1d_t: Array | None = None
+    grad_1d_t: Array | None = None
+    kernels: bool = False
+    collocated: Array | None = None
 
 
 def _entry_dtype(r):
@@ -84,15 +128,21 @@ class CudaBatchedBackend(CudaRefBackend):
     def restriction_setup(self, r):
         """Device indices in the kernels' index type; identity layouts are flagged and get none."""
         super().restriction_setup(r)
-        data = r.backend_data
-        data["identity"], data["index_dtype"] = device_layout(r)
-        if data["identity"]:
-            data["indices"] = None
-        elif data["indices"] is None:  # strided: the kernels read explicit offsets
+        identity, dtype = device_layout(r)
+        data = BatchedRestrictionData(
+            indices=r.backend_data.indices,
+            signs=r.backend_data.signs,
+            identity=identity,
+            index_dtype=dtype,
+        )
+        r.backend_data = data
+        if data.identity:
+            data.indices = None
+        elif data.indices is None:  # strided: the kernels read explicit offsets
             offsets = r.compact_indices()[0].ravel()  # (num_elem * elem_size,)
-            data["indices"] = self.asarray(offsets.astype(data["index_dtype"]))
+            data.indices = self.asarray(offsets.astype(data.index_dtype))
         else:  # (num_elem * elem_size,) component-0 offsets
-            data["indices"] = data["indices"].astype(data["index_dtype"], copy=False)
+            data.indices = data.indices.astype(data.index_dtype, copy=False)
 
     def _transpose_map(self, r):
         """Transpose map of the touched L-vector entries, built once on the host.
@@ -104,29 +154,31 @@ class CudaBatchedBackend(CudaRefBackend):
         t_entries : (e_size,) E-vector entries, grouped by L-vector index
         """
         data = r.backend_data
-        if "t_nodes" not in data:
+        if data.transpose_map is None:
             index_dtype = _entry_dtype(r)
             indices = r.indices.ravel()  # (e_size,) host
             entries = np.argsort(indices, kind="stable")  # (e_size,)
             nodes, counts = np.unique(indices[entries], return_counts=True)  # (n,), (n,)
             offsets = np.zeros(nodes.size + 1, dtype=index_dtype)  # (n + 1,)
             np.cumsum(counts, out=offsets[1:])
-            data["t_nodes"] = self.asarray(nodes.astype(index_dtype))
-            data["t_offsets"] = self.asarray(offsets)
-            data["t_entries"] = self.asarray(entries.astype(index_dtype))
-        return data["t_nodes"], data["t_offsets"], data["t_entries"]
+            data.transpose_map = (
+                self.asarray(nodes.astype(index_dtype)),
+                self.asarray(offsets),
+                self.asarray(entries.astype(index_dtype)),
+            )
+        return data.transpose_map
 
     def _gather(self, r, u):
         data = r.backend_data
-        if data["identity"]:
+        if data.identity:
             return u.reshape(r.num_elem, r.num_comp, r.elem_size)
         e = cupy.empty((r.num_elem, r.num_comp, r.elem_size))
-        self._by_node("gather", r, data["indices"], u, e)
+        self._by_node("gather", r, data.indices, u, e)
         return e
 
     def _by_node(self, name, r, offsets, src, dst):
         """Launch ``gather`` or ``scatter_atomic``: one thread per element node, all components."""
-        kernel = self._restriction_kernels(r.backend_data["index_dtype"]).get_function(name)
+        kernel = self._restriction_kernels(r.backend_data.index_dtype).get_function(name)
         num_nodes = r.num_elem * r.elem_size
         sizes = (np.int64(num_nodes), np.int32(r.elem_size), np.int32(r.num_comp))
         stride = np.int64(r.component_stride)
@@ -135,14 +187,14 @@ class CudaBatchedBackend(CudaRefBackend):
     def _scatter_add(self, r, e, v):
         """v (l_size,) += G^T e, e (num_elem, num_comp, elem_size) C-contiguous."""
         data = r.backend_data
-        if data["identity"]:
+        if data.identity:
             v += e.reshape(-1)
             return
         use_map = self.scatter == "map" or (
             self.scatter == "auto" and r.elem_size <= _MAP_MAX_ELEM_SIZE
         )
         if not use_map:
-            self._by_node("scatter_atomic", r, data["indices"], e, v)
+            self._by_node("scatter_atomic", r, data.indices, e, v)
             return
         t_nodes, t_offsets, t_entries = self._transpose_map(r)
         entry_dtype = t_entries.dtype.type
@@ -167,7 +219,7 @@ class CudaBatchedBackend(CudaRefBackend):
             return super().restriction_apply(r, u, t_mode, signed)
         if t_mode is NOTRANSPOSE:
             e = self._gather(r, u)
-            return e.copy() if r.backend_data["identity"] else e
+            return e.copy() if r.backend_data.identity else e
         v = cupy.zeros(r.l_size)
         self._scatter_add(r, cupy.ascontiguousarray(u), v)
         return v
@@ -176,16 +228,22 @@ class CudaBatchedBackend(CudaRefBackend):
     def basis_setup(self, b):
         """Device matrices; tensor bases also keep the transposes (P_1d, Q_1d) contiguous."""
         super().basis_setup(b)
-        data = b.backend_data
+        ref = b.backend_data
         if b.is_tensor:
-            data["interp_1d_t"] = cupy.ascontiguousarray(data["interp_1d"].T)
-            data["grad_1d_t"] = cupy.ascontiguousarray(data["grad_1d"].T)
-            data["kernels"] = max(b.P_1d, b.Q_1d) <= _MAX_T_1D
             D = collocated_grad(b.interp_1d, b.grad_1d) if self.collocated else None
-            data["collocated"] = None if D is None else cupy.asarray(D)  # (Q_1d, Q_1d)
+            b.backend_data = BatchedBasisData(
+                interp_1d=ref.interp_1d,
+                grad_1d=ref.grad_1d,
+                interp_1d_t=cupy.ascontiguousarray(ref.interp_1d.T),
+                grad_1d_t=cupy.ascontiguousarray(ref.grad_1d.T),
+                kernels=max(b.P_1d, b.Q_1d) <= _MAX_T_1D,
+                collocated=None if D is None else cupy.asarray(D),  # (Q_1d, Q_1d)
+            )
         else:  # the GEMMs need C-contiguous matrices
-            data["interp"] = cupy.ascontiguousarray(data["interp"])  # (Q, P)
-            data["grad"] = cupy.ascontiguousarray(data["grad"])  # (dim, Q, P)
+            b.backend_data = BatchedBasisData(
+                interp=cupy.ascontiguousarray(ref.interp),  # (Q, P)
+                grad=cupy.ascontiguousarray(ref.grad),  # (dim, Q, P)
+            )
 
     def _tensor_kernel(self, b, t_mode, eval_mode, src, dst, num_elem, q_strides):
         """Launch one tensor basis kernel; the Q side is addressed with ``q_strides``."""
@@ -195,12 +253,12 @@ class CudaBatchedBackend(CudaRefBackend):
         elems, block = kernels.basis_block(b.dim, b.P_1d, b.Q_1d)
         data = b.backend_data
         transpose = t_mode is not NOTRANSPOSE
-        B = data["interp_1d_t" if transpose else "interp_1d"]
+        B = data.interp_1d_t if transpose else data.interp_1d
         name, mats = "interp", (B,)
-        if eval_mode is EVAL_GRAD and data["collocated"] is not None:
-            name, mats = "grad_colloc", (B, data["collocated"])
+        if eval_mode is EVAL_GRAD and data.collocated is not None:
+            name, mats = "grad_colloc", (B, data.collocated)
         elif eval_mode is EVAL_GRAD:
-            name, mats = "grad", (B, data["grad_1d_t" if transpose else "grad_1d"])
+            name, mats = "grad", (B, data.grad_1d_t if transpose else data.grad_1d)
         name += "_t" if transpose else ""
         grid = (-(-num_elem // elems),)
         strides = tuple(np.int64(s) for s in q_strides)
@@ -216,14 +274,14 @@ class CudaBatchedBackend(CudaRefBackend):
             nodes, qpts = u, cupy.empty(shape)
         else:
             nodes, qpts = cupy.empty((E, C, b.num_nodes)), u  # (E, C, P), (E, [dim,] C, Q)
-        gemm.apply_basis(data["interp"], data["grad"], t_mode, eval_mode, nodes, qpts)
+        gemm.apply_basis(data.interp, data.grad, t_mode, eval_mode, nodes, qpts)
         return qpts if t_mode is NOTRANSPOSE else nodes
 
     def basis_apply(self, b, t_mode, eval_mode, u):
         """Interp/grad (and transposes): tensor kernels, non-tensor GEMMs; others inherited."""
         if not b.is_tensor:
             return self._nontensor_basis(b, t_mode, eval_mode, u)
-        if not b.backend_data["kernels"]:
+        if not b.backend_data.kernels:
             return super().basis_apply(b, t_mode, eval_mode, u)
         num_elem = u.shape[0]
         Q, P, C = b.num_qpts, b.num_nodes, b.num_comp
@@ -244,7 +302,7 @@ class CudaBatchedBackend(CudaRefBackend):
         return (
             field.eval_mode in (EVAL_INTERP, EVAL_GRAD)
             and b.is_tensor
-            and b.backend_data["kernels"]
+            and b.backend_data.kernels
             and not field.restriction.is_oriented
         )
 
@@ -266,9 +324,7 @@ class CudaBatchedBackend(CudaRefBackend):
             data = field.basis.backend_data
             e = cupy.ascontiguousarray(self._gather(field.restriction, lvec))  # (E, C, P)
             q = cupy.empty((field.size, E * Q))
-            gemm.apply_basis(
-                data["interp"], data["grad"], NOTRANSPOSE, field.eval_mode, e, q, qvec=True
-            )
+            gemm.apply_basis(data.interp, data.grad, NOTRANSPOSE, field.eval_mode, e, q, qvec=True)
             return q
         if not self._uses_kernels(field):
             return super().input_qvec(op, field, u)
@@ -336,9 +392,7 @@ class CudaBatchedBackend(CudaRefBackend):
             r, data = field.restriction, field.basis.backend_data
             e = cupy.empty((op.num_elem, r.num_comp, r.elem_size))
             q = cupy.ascontiguousarray(q)  # (size, E*Q)
-            gemm.apply_basis(
-                data["interp"], data["grad"], TRANSPOSE, field.eval_mode, e, q, qvec=True
-            )
+            gemm.apply_basis(data.interp, data.grad, TRANSPOSE, field.eval_mode, e, q, qvec=True)
             self._scatter_add(r, e, v)
             return
         if not self._uses_kernels(field):

@@ -34,14 +34,15 @@ the iteration is captured once as a CUDA graph and replayed.
 import functools
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
-from ...operator import CompositeOperator, Operator, SubOperator
+from ..contract import Array, DeviceCGTarget
 from . import kernels
-from .ref import cupy
+from .device import cupy
 
-__all__ = ["DeviceCG", "supports"]
+__all__ = ["DeviceCG"]
 
 # the state arrays of cg.cu
 S_RZ, S_ALPHA, S_BETA, S_RR, S_TOL, NUM_SCALARS = range(6)
@@ -75,33 +76,29 @@ def _solver_stream(device_id):
         return cupy.cuda.Stream(non_blocking=True)
 
 
-def supports(A):
-    """Whether :class:`DeviceCG` can solve with ``A`` (a square operator, or one restricted)."""
-    inner = A.op if isinstance(A, SubOperator) else A
-    if not isinstance(inner, (Operator, CompositeOperator)):
-        return False
-    out_size, in_size = inner.shape
-    return out_size == in_size
-
-
 class DeviceCG:
     """Conjugate gradients on the device for one operator.
 
     Parameters
     ----------
-    A : Operator, CompositeOperator, or SubOperator of one, on a CUDA backend
-        Square (see :func:`supports`).
+    backend : CudaRefBackend or a subclass
+        The backend of the operator (its ``cg_apply_dot``).
+    A : callable
+        Applies the solved operator to a vector of ``b``'s size (``A(x0)`` for the
+        initial residual): an operator, or a restricted one, on a CUDA backend.
+    target : DeviceCGTarget
+        What ``A`` tells of itself (:meth:`hofem.Operator.device_cg_target`): the
+        square operator each iteration applies on L-vectors, whether its backend may
+        fuse ``p . Ap`` into it, and a restricted operator's free DOFs.
     """
 
-    def __init__(self, A):
+    def __init__(self, backend, A: Callable[[Array], Array], target: DeviceCGTarget):
         self.A = A
-        if isinstance(A, SubOperator):
-            self.inner, self.free = A.op, A.free_dofs  # free: (n_free,) device indices
-        else:
-            self.inner, self.free = A, None
+        self.target = target
+        self.inner, self.free = target.operator, target.free_dofs  # free: (n_free,) or None
         self.n = self.inner.shape[0]
-        backend = A.ceed.backend
-        self.fused = backend.cg_apply_dot(self.inner)  # FusedOperator or None
+        # the fused kernel that also forms p . Ap, or None
+        self.fused = backend.cg_apply_dot(self.inner) if target.fusable else None
         self.module = kernels.cg_module()
         self.blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
 
@@ -150,8 +147,8 @@ class DeviceCG:
         if math.sqrt(rr) <= tol:
             return self._result(x, RUNNING, 0, math.sqrt(rr))
         # p and Ap: a restricted operator's work L-vectors (zero where constrained)
-        if self.free is not None:
-            p, Ap = self.A.work_vectors
+        if self.target.work_vectors is not None:
+            p, Ap = self.target.work_vectors
         else:
             p, Ap = cupy.empty(self.n), cupy.empty(self.n)
         p[...] = r if inv is None else inv * r  # z
@@ -208,7 +205,7 @@ class DeviceCG:
         # Ap = 0 on the constrained DOFs of a restricted operator (none: no launch)
         constrained = None
         if self.free is not None and self.free.size < self.n:
-            constrained = self.A.constrained_dofs  # (n - n_free,) int64
+            constrained = self.target.constrained_dofs()  # (n - n_free,) int64
         names = ("cg_dot", "cg_zero_entries", "cg_alpha", "cg_update_r", "cg_beta", "cg_update_px")
         dot, zero, alpha, update_r, beta, update_px = (m.get_function(k) for k in names)
         pointer = lambda a: _NULL if a is None else a  # noqa: E731

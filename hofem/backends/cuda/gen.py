@@ -41,12 +41,12 @@ class CudaGenBackend(CudaBatchedBackend):
         return self._traced(op, "gen", build)
 
     def cg_apply_dot(self, op):
-        """``op``'s fused kernel where it can also return ``u . Au`` (``dot_pairs``), or None."""
-        from ...operator import Operator
+        """``op``'s fused kernel where it can also return ``u . Au`` (``dot_pairs``), or None.
+
+        ``op`` is a single operator (``DeviceCGTarget.fusable``; ``operator_apply_dot``).
+        """
         from .operator_fuse import dot_pairs
 
-        if not isinstance(op, Operator):
-            return None
         run = self._fused_operator(op)
         return run if run is not None and dot_pairs(op) is not None else None
 

@@ -12,7 +12,7 @@ import functools
 import hashlib
 import pathlib
 
-from .ref import cupy
+from .device import cupy
 
 __all__ = [
     "basis_block",

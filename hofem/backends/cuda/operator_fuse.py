@@ -183,10 +183,9 @@ def _same_restriction(a, b):
     if layout(a) != layout(b) or a.is_oriented or b.is_oriented:
         return False
     da, db = a.backend_data, b.backend_data
-    if da.get("identity") and db.get("identity"):
+    if da.identity and db.identity:
         return True
-    indices = da.get("indices")
-    return indices is not None and indices is db.get("indices")
+    return da.indices is not None and da.indices is db.indices
 
 
 def dot_pairs(op):
@@ -608,7 +607,7 @@ def _collocated_derivative(bases):
     at most :data:`DIRECT_NODES` nodes are evaluated per thread without ``D``
     (a :func:`~hofem.cell_center` basis breaks it).
     """
-    D = bases[0].backend_data["collocated"]
+    D = bases[0].backend_data.collocated
     if D is None:
         return None
     host = cupy.asnumpy(D)  # (Q_1d, Q_1d)
@@ -660,8 +659,9 @@ class FusedOperator:
 
     def __init__(self, op, shape):
         bases, _ = _matrix_bases(op)
-        keys = ("interp_1d", "grad_1d", "interp_1d_t", "grad_1d_t")
-        matrices = [b.backend_data[key] for b in bases for key in keys]  # kernel_source's order
+        data = [b.backend_data for b in bases]
+        # kernel_source's order
+        matrices = [m for d in data for m in (d.interp_1d, d.grad_1d, d.interp_1d_t, d.grad_1d_t)]
         D = _collocated_derivative(bases)
         if D is not None:
             matrices.append(D)
@@ -706,9 +706,9 @@ class FusedOperator:
     @staticmethod
     def _indices(field):
         r = field.restriction
-        if r.backend_data["identity"]:
+        if r.backend_data.identity:
             return ()
-        return r.backend_data["indices"], np.int64(r.component_stride)  # (num_elem * elem_size,)
+        return r.backend_data.indices, np.int64(r.component_stride)  # (num_elem * elem_size,)
 
     def _args(self, u, v):
         op = self._op

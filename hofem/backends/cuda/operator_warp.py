@@ -134,7 +134,7 @@ def use_warp_layout(op, shape):
     rows = [sum(f.size for f in fields if _on_main_basis(f)) for fields in sides]
     if tuple(shape) not in warp_shapes(op) or max(rows) > MAX_POINT_ROWS:
         return False
-    if _has_grad(op) and _main_basis(op).backend_data.get("collocated") is None:
+    if _has_grad(op) and _main_basis(op).backend_data.collocated is None:
         return False  # the backend's collocated derivative turned off
     return int(cupy.cuda.Device().compute_capability) >= 80
 

@@ -11,27 +11,10 @@ import functools
 import numpy as np
 
 from ..ref import RefBackend
+from .device import cupy, require_device
+from .vector_ops import cupy_vector_ops
 
-try:
-    import cupy
-except ImportError:  # the backend reports it through check_available
-    cupy = None
-
-__all__ = ["CudaRefBackend", "require_device"]
-
-_INSTALL_HINT = "install CuPy with `pip install hofem[gpu]` (CUDA 12) or `hofem[gpu13]` (CUDA 13)"
-
-
-def require_device():
-    """Raise ImportError unless CuPy imports and sees at least one CUDA device."""
-    if cupy is None:
-        raise ImportError(f"CuPy is not installed; {_INSTALL_HINT}")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # CUDARuntimeError without a driver
-        raise ImportError(f"no CUDA device is visible to CuPy ({exc}); {_INSTALL_HINT}") from exc
-    if count < 1:
-        raise ImportError(f"no CUDA device is visible to CuPy; {_INSTALL_HINT}")
+__all__ = ["CudaRefBackend", "cupy", "require_device"]
 
 
 @functools.cache
@@ -77,15 +60,20 @@ class CudaRefBackend(RefBackend):
         """``v += w[index]`` in one kernel: no ``w[index]`` temporary (an n-vector per call)."""
         _gather_add_kernel()(w, index, v)
 
-    def device_cg(self, A):
-        """A :class:`~hofem.backends.cuda.cg.DeviceCG` for ``A``, or None where it cannot run.
+    def vector_ops(self):
+        """CG's vector work as fused CuPy kernels (:class:`.vector_ops.CupyVectorOps`)."""
+        return cupy_vector_ops()
 
-        :func:`hofem.cg` uses it for square operators (and restricted ones):
+    def device_cg(self, A, target):
+        """A :class:`~hofem.backends.cuda.cg.DeviceCG` solving with ``A``.
+
+        :func:`hofem.cg` uses it for square operators (and restricted ones), which
+        describe themselves in ``target`` (:class:`~hofem.backends.contract.DeviceCGTarget`):
         CG's scalars and convergence test on the device, no per-iteration sync.
         """
-        from .cg import DeviceCG, supports
+        from .cg import DeviceCG
 
-        return DeviceCG(A) if supports(A) else None
+        return DeviceCG(self, A, target)
 
     def cg_apply_dot(self, op):
         """The operator's ``apply_dot(u, v, partial, status)`` (``u . Au`` in its kernel), or None.
