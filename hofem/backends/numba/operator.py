@@ -2,7 +2,7 @@
 
 One generated kernel applies ``v += G^T B^T D B G u`` for a whole operator.
 Elements are processed in SIMD blocks of ``BLK`` (interleaved in a per-thread
-scratch, see :mod:`.numba_codegen`): gather every input field, apply its
+scratch, see :mod:`.codegen`): gather every input field, apply its
 basis, run the QFunction at every point, apply the transposes and add into
 ``v``.  No E-vector or Q-vector of the whole mesh is ever formed.
 
@@ -27,9 +27,9 @@ import sys
 
 import numpy as np
 
-from ..constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
-from ..qfunction_trace import PYTHON, Untraceable, trace_body
-from .numba_codegen import (
+from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
+from ...qfunction_trace import PYTHON, Untraceable, trace_body
+from .codegen import (
     BLK,
     JIT,
     JIT_SERIAL,
@@ -39,7 +39,7 @@ from .numba_codegen import (
     matrix_stack,
     temp_size,
 )
-from .numba_kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
+from .kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
 
 __all__ = [
     "colour_chunks",
@@ -54,11 +54,11 @@ _HEADER = (
     "import math",
     "import numba",
     "import numpy as np",
-    "from hofem.backends.numba_kernels import (",
+    "from hofem.backends.numba.kernels import (",
     "    block_dot, contract_program, gather_block, gather_lanes, gather_strided, scatter_block,",
     "    scatter_lanes,",
     ")",
-    f"# hofem.backends.numba_kernels sha1 {DIGEST}",
+    f"# hofem.backends.numba.kernels sha1 {DIGEST}",
 )
 # chunks per operator before colouring (independent of the thread count: determinism)
 NUM_CHUNKS = 128
@@ -402,7 +402,7 @@ def operator_kernel(op, dot=False):
     With ``dot=True`` (needs :func:`dot_fields`) the kernel also returns, per
     chunk, that chunk's part of ``u . Au`` (float64 (num_chunks,)): each block
     multiplies its gathered input E-vector by its output E-vector before the
-    scatter, in ``BLK`` lane sums (:func:`.numba_kernels.block_dot`).  The
+    scatter, in ``BLK`` lane sums (:func:`.kernels.block_dot`).  The
     chunks' sums do not depend on the thread count.
     """
     compile_contract()
@@ -605,7 +605,7 @@ def field_arrays(op, name, u):
 
 
 def standalone_program(b, transpose, eval_mode):
-    """A basis action on its own, for :func:`.numba_kernels.basis_program`.
+    """A basis action on its own, for :func:`.kernels.basis_program`.
 
     Returns
     -------
