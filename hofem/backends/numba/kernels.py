@@ -228,9 +228,8 @@ def gather_strided(s, dest, x, strides, size, num_pts, e0, nb):
 
     Where a full block's points are contiguous (``strides[0] == 1``), BLK points of the
     BLK lanes at a time: contiguous reads along each lane, one contiguous BLK x BLK tile
-    written (a transpose; on one core 1.02-1.14x faster than unrolled reads of the 8 lanes
-    and 1.08-1.17x in BP3's apply against lane-by-lane copies); the other points lane by
-    lane.
+    written (a transpose, which beats both unrolled reads of the 8 lanes and lane-by-lane
+    copies); the other points lane by lane.
 
     Parameters
     ----------
@@ -396,8 +395,7 @@ def cg_update_xr(alpha, p, Ap, x, r):
 
 
 # Each chunk works on slices of the vectors: indexing the whole array at ``start + i`` keeps
-# NumPy's negative-index wraparound in the loop, which stops LLVM from vectorizing it
-# (3-4x slower at one thread, 3e5 entries).
+# NumPy's negative-index wraparound in the loop, which stops LLVM from vectorizing it.
 
 
 @numba.njit(**_REDUCE)

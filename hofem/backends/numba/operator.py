@@ -24,6 +24,8 @@ import hashlib
 import inspect
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -64,9 +66,8 @@ _HEADER = (
 NUM_CHUNKS = 128
 # strided fields of at least this many values per point (stored q-data) are copied into the
 # scratch with the lanes interleaved, as gathered fields are, so that the inlined point loop
-# reads each value of the BLK lanes as one vector; smaller ones are read in place.  On one
-# core (3e5 DOFs, alternating): BP3 (6 values) 1.01-1.32x at p = 2..8 against reading in
-# place (with rows 4 KiB apart at p = 6 first copied, padded), BP1 (1 value) 0.92-0.97x
+# reads each value of the BLK lanes as one vector; smaller ones are read in place, where the
+# copy costs more than it saves
 COPY_STRIDED_SIZE = 2
 
 
@@ -212,7 +213,7 @@ def _hoist(lines):
     """Split traced lines into those that do not depend on the point, then the rest.
 
     Every value that changes with the point is read through ``q`` or ``j`` (see
-    :func:`_point_loop`'s ``lane``), so a temporary is the same at every point
+    :func:`_lane_reader`), so a temporary is the same at every point
     when its expression names neither, nor a temporary that does: on cell-constant
     inputs (the Jacobian of affine cells), the geometry's arithmetic runs once per
     block instead of at each point.  Stores stay in the loop.
@@ -239,31 +240,10 @@ def _strided_source(i, strides):
     return [f"X{i}, B{i}, ES{i}, RS{i}, QS{i} = x{i}, e0 * {s2}, {s2}, {s1}, {s0}"]
 
 
-def _point_loop(op, func, fields, body, strided, zero):
-    """Append the traced QFunction's point loop to ``body``; False if the body is untraceable.
-
-    ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
-    ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"c"`` a
-    ``(size, 1, BLK)`` one (a cell-constant input, the same at every point), ``"x"``
-    a strided field (``x{i}`` its L-vector; see :func:`_strided_source`), ``"b"``
-    one in the blocked backend layout (read in place like the scratch: ``X{i}[B{i}
-    + (r Q + q) nb + b]``, ``B{i}`` the block's start), ``"w"`` the ``(1, Q)`` weights.
-    A full block runs the body once per point on all ``BLK`` lanes: every row
-    is sliced once at the point and indexed with literal lanes (no wraparound
-    code, straight-line lanes for the SLP vectorizer).  A partial block runs
-    it per lane.  ``strided`` holds the lines of :func:`_strided_source`.
-    ``zero`` holds the lines zeroing the outputs' Q-data: a full block stores 0 in
-    the rows the body does not write instead, so only a partial block runs them
-    (its idle lanes must not hold stale values).
-    """
-    if func is not op.qf.func:  # a Numba dispatcher: not traced
-        return False
-    num_in = len(op.qf.inputs)
-    hoisted = []
-
-    def context_load(name):
-        hoisted.append(f"c{len(hoisted)} = ctx[0][{name!r}]")
-        return f"c{len(hoisted) - 1}"
+# --- stage 3, the QFunction inlined: its point loop --------------------------------------------
+def _scalar_reader(fields):
+    """Source text of value ``row`` of field ``k`` at point ``q`` of lane ``b`` (a partial
+    block, one lane at a time; ``fields`` as for :func:`_point_loop`)."""
 
     def scalar(k, row):
         kind, name = fields[k]
@@ -279,7 +259,13 @@ def _point_loop(op, func, fields, body, strided, zero):
             return f"s[{name}_0 + {row} * {BLK} + b]"
         return f"s[{name}_0 + {row} * QB + j]"
 
-    rows = {}  # slice name -> definition
+    return scalar
+
+
+def _lane_reader(fields, rows):
+    """Source text of value ``row`` of field ``k`` at point ``q`` of lane ``@`` (a full
+    block, written out per lane by :func:`_lanes`).  Each row is sliced once per block:
+    ``rows`` collects the slice name -> its definition."""
 
     def lane(k, row):
         kind, name = fields[k]
@@ -300,33 +286,50 @@ def _point_loop(op, func, fields, body, strided, zero):
         rows[sliced] = f"{sliced} = s[{name}_0 + {row} * QB:]"
         return f"{sliced}[j + @]"
 
-    try:
-        traced = {
-            mode: trace_body(
-                op.qf,
-                lambda k, row, at=at: at(k, row),
-                lambda k, row, at=at: at(num_in + k, row),
-                PYTHON,
-                context_load,
-                zero_unwritten=mode == "lane",
-            )
-            for mode, at in (("scalar", scalar), ("lane", lane))
-        }
-    except Untraceable:
-        return False
-    for line in hoisted + strided:
-        body(line)
-    body(f"QB = Q * {BLK}")
+    return lane
+
+
+def _trace(op, fields, rows, hoisted):
+    """The QFunction body traced for a partial block (``"scalar"``) and a full one
+    (``"lane"``); context loads are appended to ``hoisted``, the full block's row
+    slices to ``rows``.  Raises :class:`~hofem.qfunction_trace.Untraceable`."""
+    num_in = len(op.qf.inputs)
+
+    def context_load(name):
+        hoisted.append(f"c{len(hoisted)} = ctx[0][{name!r}]")
+        return f"c{len(hoisted) - 1}"
+
+    readers = (("scalar", _scalar_reader(fields)), ("lane", _lane_reader(fields, rows)))
+    return {
+        mode: trace_body(
+            op.qf,
+            lambda k, row, at=at: at(k, row),
+            lambda k, row, at=at: at(num_in + k, row),
+            PYTHON,
+            context_load,
+            zero_unwritten=mode == "lane",
+        )
+        for mode, at in readers
+    }
+
+
+def _full_block(body, rows, lines):
+    """Append a full block's point loop: the ``BLK`` lanes written out with literal indices
+    on rows sliced once (``rows``), the point-independent ``lines`` before the loop."""
     body(f"if nb == {BLK}:")
     for line in rows.values():
         body(f"    {line}")
-    hoisted, per_point = _hoist(traced["lane"])
+    hoisted, per_point = _hoist(lines)
     for line in _lanes(hoisted):
         body(f"    {line}")
     body("    for q in range(Q):")
     body(f"        j = q * {BLK}")
     for line in _lanes(per_point):
         body(f"        {line}")
+
+
+def _partial_block(body, zero, lines):
+    """Append a partial block's loop, lane by lane, after zeroing the outputs (``zero``)."""
     body("else:")
     for line in zero:
         body(f"    {line}")
@@ -334,8 +337,39 @@ def _point_loop(op, func, fields, body, strided, zero):
     body("        eb = e0 + b")
     body("        for q in range(Q):")
     body(f"            j = q * {BLK} + b")
-    for line in traced["scalar"]:
+    for line in lines:
         body(f"            {line}")
+
+
+def _point_loop(op, func, fields, body, strided, zero):
+    """Append the traced QFunction's point loop to ``body``; False if the body is untraceable.
+
+    ``fields`` holds ``(kind, name)`` per input then per output: ``"s"`` a
+    ``(size, Q, BLK)`` region of the scratch starting at ``{name}_0``, ``"c"`` a
+    ``(size, 1, BLK)`` one (a cell-constant input, the same at every point), ``"x"``
+    a strided field (``x{i}`` its L-vector; see :func:`_strided_source`), ``"b"``
+    one in the blocked backend layout (read in place like the scratch: ``X{i}[B{i}
+    + (r Q + q) nb + b]``, ``B{i}`` the block's start), ``"w"`` the ``(1, Q)`` weights.
+    A full block runs the body once per point on all ``BLK`` lanes: every row
+    is sliced once at the point and indexed with literal lanes (no wraparound
+    code, straight-line lanes for the SLP vectorizer).  A partial block runs
+    it per lane.  ``strided`` holds the lines of :func:`_strided_source`.
+    ``zero`` holds the lines zeroing the outputs' Q-data: a full block stores 0 in
+    the rows the body does not write instead, so only a partial block runs them
+    (its idle lanes must not hold stale values).
+    """
+    if func is not op.qf.func:  # a Numba dispatcher: not traced
+        return False
+    hoisted, rows = [], {}  # context loads; row slices of a full block
+    try:
+        traced = _trace(op, fields, rows, hoisted)
+    except Untraceable:
+        return False
+    for line in hoisted + strided:
+        body(line)
+    body(f"QB = Q * {BLK}")
+    _full_block(body, rows, traced["lane"])
+    _partial_block(body, zero, traced["scalar"])
     return True
 
 
@@ -371,20 +405,282 @@ def _same_entries(a, b):
     return same_signs and np.array_equal(a.compact_indices()[0], b.compact_indices()[0])
 
 
-def operator_kernel(op, dot=False):
+class _Kernel:
+    """The fused kernel of one operator while it is written, one emitter per stage.
+
+    Like libCEED's cuda-gen, :func:`operator_kernel` composes the stages in
+    order: per input the read (weights, a field read in place, or a gather
+    from its L-vector) and the basis action; the QFunction; per output the
+    transpose basis action and the scatter-add.  The emitters must run in that
+    order: each appends to the block's body and numbers its run-time sizes in
+    ``layout.meta`` as it goes.
+
+    Attributes
+    ----------
+    layout : _Layout
+        Scratch regions and run-time sizes.
+    body : Source
+        The block function's body.
+    args : list of str
+        The kernel's field arguments, in order (see :func:`field_arrays`).
+    static : dict
+        Arrays of the arguments that do not change between applies, by name.
+    fields : list of (str, str)
+        ``(kind, name)`` per input, then per output (see :func:`_point_loop`).
+    qf_args, views : list of str
+        A called QFunction's arguments, and the lines binding the scratch views
+        they slice.
+    bases : list of str
+        The lines binding each view's start in the scratch (inlined QFunction).
+    strided : list of str
+        Lines of :func:`_strided_source` (inlined QFunction).
+    temp : list of tuple
+        ``(basis, eval_mode, num_comp, transpose, in offset, out offset, program
+        name)`` per basis action; their programs are built last (:meth:`programs`).
+    e_refs : dict
+        Input index -> source ref of its gathered E-vector.
+    q_out, zero : list
+        Per output, ``(offset, ref)`` of its Q-data and the line zeroing it.
+    """
+
+    def __init__(self, op):
+        self.op = op
+        self.layout = _Layout(op.num_qpts)
+        self.body = Source()
+        self.body.indent()
+        self.body("Q = meta[0]")
+        self.args, self.static, self.fields = [], {}, []
+        self.qf_args, self.views, self.bases, self.strided = [], [], [], []
+        self.temp, self.e_refs = [], {}
+        self.q_out, self.zero = [], []
+
+    def view(self, name, size, ref, constant=False):
+        """Bind ``name`` to the ``(size, Q, BLK)`` scratch region at ``ref`` (``(size, 1,
+        BLK)`` when ``constant``), as the QFunction reads it."""
+        points, q = ("1", "0") if constant else ("Q", "q")
+        shape = f"({size}, {points}, {BLK})"
+        self.views.append(f"{name} = s[{ref}:{ref} + {size} * {points} * {BLK}].reshape({shape})")
+        self.qf_args.append(f"{name}[:, {q}, b]")
+        self.bases.append(f"{name}_0 = {ref}")
+        self.fields.append(("c" if constant else "s", name))
+
+    # --- stage 1: read the inputs -------------------------------------------------------------
+    def input(self, i, f):
+        """Emit input field ``i``: its read, then its basis action where it has one."""
+        r = f.restriction
+        if f.eval_mode is EVAL_WEIGHT:
+            self.weights(i, f)
+        elif f.eval_mode is EVAL_NONE and r.lanes > 1:
+            self.blocked_in_place(i, f)
+        elif f.eval_mode is EVAL_NONE and r.strides is not None:
+            if f.size >= COPY_STRIDED_SIZE:
+                self.strided_copy(i, f)
+            else:
+                self.strided_in_place(i, f)
+        else:
+            e_off = self.gather(i, r)
+            if f.eval_mode is EVAL_NONE:
+                self.view(f"q{i}", self.layout.value(f.size), self.e_refs[i])
+            else:
+                self.interp(i, f, e_off)
+
+    def weights(self, i, f):
+        """The basis' quadrature weights ``w{i}`` (1, Q), a static argument."""
+        self.args.append(f"w{i}")
+        self.static[f"w{i}"] = np.ascontiguousarray(f.basis.q_weight).reshape(1, -1)  # (1, Q)
+        self.qf_args.append(f"w{i}[:, q]")
+        self.fields.append(("w", f"w{i}"))
+
+    def blocked_in_place(self, i, f):
+        """A field in the blocked backend layout, read in place from its L-vector ``x{i}``."""
+        self.args.append(f"x{i}")
+        size = self.layout.value(f.size)
+        self.strided.append(f"X{i}, B{i} = x{i}, e0 * Q * {size}")
+        at = f"e0 * Q * {size} + q * nb + b"
+        self.qf_args.append(f"x{i}[{at}:{at} + {size} * Q * nb:Q * nb]")
+        self.fields.append(("b", f"x{i}"))
+
+    def strided_copy(self, i, f):
+        """A strided field of several values per point, copied into the scratch with its
+        lanes interleaved."""
+        r = f.restriction
+        self.args += [f"x{i}", f"st{i}"]
+        self.static[f"st{i}"] = np.array(r.strides, dtype=np.int64)  # (3,)
+        _, x_ref = self.layout.region(f.size * self.op.num_qpts)
+        size = self.layout.value(f.size)
+        self.body(f"gather_strided(s, {x_ref}, x{i}, st{i}, {size}, Q, e0, nb)")
+        self.view(f"q{i}", size, x_ref)
+
+    def strided_in_place(self, i, f):
+        """A strided field of one value per point, read in place through its strides."""
+        self.args.append(f"x{i}")
+        s0, s1, s2 = (self.layout.value(s) for s in f.restriction.strides)
+        self.strided += _strided_source(i, (s0, s1, s2))
+        at = f"(e0 + b) * {s2} + q * {s0}"
+        self.qf_args.append(f"x{i}[{at}:{at} + {f.size} * {s1}:{s1}]")
+        self.fields.append(("x", f"x{i}"))
+
+    def gather(self, i, r):
+        """Gather input ``i``'s E-vector from its L-vector ``l{i}`` through restriction
+        ``r``; its offset in doubles per element."""
+        e_off, e_ref = self.layout.region(r.num_comp * r.elem_size)
+        if r.lanes > 1:
+            self.args.append(f"l{i}")
+            size = self.layout.value(r.num_comp * r.elem_size)
+            self.body(f"gather_lanes(s, {e_ref}, l{i}, {size}, e0, nb)")
+        else:
+            sign = f"sg{i}" if r.signs is not None else "None"
+            self.args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
+            comps = self.layout.components(r)
+            self.body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
+        self.e_refs[i] = e_ref
+        return e_off
+
+    # --- stage 2: basis actions (interp, grad) ------------------------------------------------
+    def interp(self, i, f, e_off):
+        """Apply input ``i``'s basis to its E-vector at ``e_off`` (``M{i}``, ``P{i}``)."""
+        basis = _input_basis(f)  # a cell-constant basis: its first point only
+        q_off, q_ref = self.layout.region(f.size * basis.num_qpts)
+        self.args += [f"M{i}", f"P{i}"]
+        self.temp.append((basis, f.eval_mode, f.restriction.num_comp, False, e_off, q_off, f"P{i}"))
+        self.body(f"contract_program(s, M{i}, P{i})")
+        self.view(f"q{i}", self.layout.value(f.size), q_ref, constant=basis is not f.basis)
+
+    def output_points(self):
+        """The scratch regions of every output's values at the points."""
+        for o, f in enumerate(self.op.output_fields):
+            self.q_out.append(self.layout.region(f.size * self.op.num_qpts))
+            size = self.layout.value(f.size)
+            ref = self.q_out[o][1]
+            self.zero.append(f"s[{ref}:{ref} + {size} * Q * {BLK}] = 0.0")
+            self.view(f"o{o}", size, ref)
+
+    # --- stage 3: the QFunction ---------------------------------------------------------------
+    def qfunction(self, func):
+        """Emit the QFunction: inlined when its body traces, else called per point and lane.
+
+        Returns
+        -------
+        header : list of str
+            The module's first lines.
+        cache : bool
+            Whether the module can be cached on disk.
+        preamble : list of str
+            Lines the block function starts with.
+        traced : bool
+        """
+        # a record context travels as a 1-element array: records crash Numba's parfor lowering
+        if _point_loop(self.op, func, self.fields, self.body, self.strided, self.zero):
+            return [*_HEADER, "# compiled with the SLP vectorizer"], True, self.bases, True
+        header, cache = _qf_header(func)
+        for line in self.zero:
+            self.body(line)
+        ctx = "ctx" if self.op.qf.context is None else "ctx[0]"
+        self.body("for b in range(nb):")
+        self.body("    for q in range(Q):")
+        self.body(f"        qfunction({ctx}, {', '.join(self.qf_args)})")
+        return header, cache, self.views, False
+
+    # --- stage 4: transpose basis actions -----------------------------------------------------
+    def transpose(self, o, f):
+        """Apply output ``o``'s transpose basis (``Mo{o}``, ``Po{o}``); the source ref of
+        the E-vector to scatter (its values at the points without a basis)."""
+        r = f.restriction
+        if f.eval_mode is EVAL_NONE:
+            return self.q_out[o][1]
+        self.args += [f"Mo{o}", f"Po{o}"]
+        eo_off, source = self.layout.region(r.num_comp * r.elem_size)
+        self.temp.append(
+            (f.basis, f.eval_mode, r.num_comp, True, self.q_out[o][0], eo_off, f"Po{o}")
+        )
+        self.body(f"contract_program(s, Mo{o}, Po{o})")
+        return source
+
+    # --- stage 5: scatter-add -----------------------------------------------------------------
+    def scatter_args(self, o, r):
+        """Output ``o``'s restriction arguments (they lead the output's arguments)."""
+        if r.lanes == 1:
+            self.args += [f"ixo{o}"] + ([f"sgo{o}"] if r.signs is not None else [])
+
+    def scatter(self, o, r, source):
+        """Add the E-vector at ``source`` into ``v`` through output ``o``'s restriction."""
+        if r.lanes > 1:
+            size = self.layout.value(r.num_comp * r.elem_size)
+            self.body(f"scatter_lanes(s, {source}, v, {size}, e0, nb)")
+        else:
+            sign = f"sgo{o}" if r.signs is not None else "None"
+            comps = self.layout.components(r)
+            self.body(f"scatter_block(s, {source}, v, ixo{o}, {comps}, {sign}, e0, nb)")
+
+    def dot(self, i, r, source):
+        """The source text of the block's ``u . Au``: input ``i``'s gathered E-vector times
+        the output E-vector at ``source`` (restriction ``r``), in ``BLK`` lane sums."""
+        size = self.layout.value(r.num_comp * r.elem_size)
+        _, acc = self.layout.region(1)  # BLK lane sums
+        return f"block_dot(s, {self.e_refs[i]}, {source}, {size}, {acc}, nb)"
+
+    # --- after the stages ---------------------------------------------------------------------
+    def programs(self):
+        """The contraction programs of every basis action and ``meta``, into ``static``."""
+        t_off, _ = self.layout.region(  # temporaries, shared by every basis action
+            max([temp_size(b, nc, mode, tr) for b, mode, nc, tr, *_ in self.temp], default=0)
+        )
+        for b, mode, nc, transpose, in_off, out_off, name in self.temp:
+            self.static[name] = basis_program(b, nc, mode, transpose, in_off, out_off, t_off)
+        self.static["meta"] = self.layout.meta_array()
+
+
+def _module_source(header, preamble, body, args, dot):
+    """The generated module's text: ``block`` (one block of elements: ``body``, its
+    first line, then ``preamble``, then the rest) and ``apply_add`` (the chunks of
+    each colour in parallel, block after block)."""
+    arglist = ", ".join(args)
+    src = Source()
+    src.lines += header
+    src("")
+    src("")
+    src(f"@{JIT_SERIAL}")
+    src(f"def block(ctx, meta, s, e0, nb, {arglist}, v):")
+    src.lines += body[:1] + [f"    {line}" for line in preamble] + body[1:]
+    src("")
+    src("")
+    src(f"@{JIT}")
+    src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
+    if dot:
+        src("    partial = np.zeros(chunk_start.shape[0])  # (num_chunks,)")
+    src("    for colour in range(colour_ptr.shape[0] - 1):")
+    src("        for chunk in numba.prange(colour_ptr[colour], colour_ptr[colour + 1]):")
+    src("            s = np.empty(meta[1])")
+    src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {BLK}):")
+    src(f"                nb = min({BLK}, chunk_stop[chunk] - e0)")
+    call = f"block(ctx, meta, s, e0, nb, {arglist}, v)"
+    src(f"                partial[chunk] += {call}" if dot else f"                {call}")
+    if dot:
+        src("    return partial")
+    return src.text()
+
+
+def operator_kernel(
+    op: Any, dot: bool = False
+) -> tuple[Callable, list[str], dict[str, np.ndarray], bool]:
     """Generate and load the fused kernel of ``op``.
 
     A traceable QFunction body is inlined in the point loop (see the module
     docstring); otherwise the QFunction is called once per point and element,
-    on ``(size,)`` views.  (Calling it once per block on ``(size, Q * BLK)``
-    arrays, its vectorized form, was measured 10-25 % slower: Numba's array
-    expressions allocate.)
+    on ``(size,)`` views.  (Not once per block on ``(size, Q * BLK)`` arrays,
+    its vectorized form: Numba's array expressions allocate.)
 
     The generated source depends on the QFunction and on which fields have a
     basis, signs or strides, not on sizes, so operators of one QFunction share
     one compiled kernel.  The context argument ``ctx`` is None or the
     QFunction's context as a 1-element structured array; the kernel is
     generated for the context's :func:`context_key` at this call.
+
+    Parameters
+    ----------
+    op : hofem.Operator
+    dot : bool
+        Also return the chunks' parts of ``u . Au`` (see below).
 
     Returns
     -------
@@ -407,157 +703,27 @@ def operator_kernel(op, dot=False):
     """
     compile_contract()
     func = getattr(op.qf.func, "py_func", op.qf.func)
-    Q = op.num_qpts
-    layout = _Layout(Q)
-    static = {}
-    args, views, bases, qf_args = [], [], [], []
-    fields = []  # (kind, name) per input, then per output: see _point_loop
-    strided = []  # lines of _strided_source
-    body = Source()
-    body.indent()
-    body("Q = meta[0]")
-
-    def view(name, size, ref, constant=False):
-        points, q = ("1", "0") if constant else ("Q", "q")
-        shape = f"({size}, {points}, {BLK})"
-        views.append(f"{name} = s[{ref}:{ref} + {size} * {points} * {BLK}].reshape({shape})")
-        qf_args.append(f"{name}[:, {q}, b]")
-        bases.append(f"{name}_0 = {ref}")
-        fields.append(("c" if constant else "s", name))
-
-    temp = []  # (basis, eval_mode, num_comp, transpose, in offset, out offset, program name)
     pair = dot_fields(op) if dot else None
     if dot and pair is None:
         raise ValueError("dot=True needs one active input and output of one restriction")
-    e_refs = {}  # active input -> ref of its gathered E-vector
+    kernel = _Kernel(op)
     for i, f in enumerate(op.input_fields):
-        r = f.restriction
-        if f.eval_mode is EVAL_WEIGHT:
-            args.append(f"w{i}")
-            static[f"w{i}"] = np.ascontiguousarray(f.basis.q_weight).reshape(1, -1)  # (1, Q)
-            qf_args.append(f"w{i}[:, q]")
-            fields.append(("w", f"w{i}"))
-            continue
-        if f.eval_mode is EVAL_NONE and r.lanes > 1:  # the blocked layout, read in place
-            args.append(f"x{i}")
-            size = layout.value(f.size)
-            strided.append(f"X{i}, B{i} = x{i}, e0 * Q * {size}")
-            at = f"e0 * Q * {size} + q * nb + b"
-            qf_args.append(f"x{i}[{at}:{at} + {size} * Q * nb:Q * nb]")
-            fields.append(("b", f"x{i}"))
-            continue
-        if f.eval_mode is EVAL_NONE and r.strides is not None and f.size >= COPY_STRIDED_SIZE:
-            args += [f"x{i}", f"st{i}"]
-            static[f"st{i}"] = np.array(r.strides, dtype=np.int64)  # (3,)
-            _, x_ref = layout.region(f.size * Q)
-            size = layout.value(f.size)
-            body(f"gather_strided(s, {x_ref}, x{i}, st{i}, {size}, Q, e0, nb)")
-            view(f"q{i}", size, x_ref)
-            continue
-        if f.eval_mode is EVAL_NONE and r.strides is not None:
-            args.append(f"x{i}")
-            s0, s1, s2 = (layout.value(s) for s in r.strides)
-            strided += _strided_source(i, (s0, s1, s2))
-            at = f"(e0 + b) * {s2} + q * {s0}"
-            qf_args.append(f"x{i}[{at}:{at} + {f.size} * {s1}:{s1}]")
-            fields.append(("x", f"x{i}"))
-            continue
-        e_off, e_ref = layout.region(r.num_comp * r.elem_size)
-        if r.lanes > 1:
-            args.append(f"l{i}")
-            body(
-                f"gather_lanes(s, {e_ref}, l{i}, {layout.value(r.num_comp * r.elem_size)}, e0, nb)"
-            )
-        else:
-            sign = f"sg{i}" if r.signs is not None else "None"
-            args += [f"l{i}", f"ix{i}"] + ([sign] if r.signs is not None else [])
-            comps = layout.components(r)
-            body(f"gather_block(s, {e_ref}, l{i}, ix{i}, {comps}, {sign}, e0, nb)")
-        e_refs[i] = e_ref
-        if f.eval_mode is EVAL_NONE:
-            view(f"q{i}", layout.value(f.size), e_ref)
-            continue
-        basis = _input_basis(f)  # a cell-constant basis: its first point only
-        q_off, q_ref = layout.region(f.size * basis.num_qpts)
-        args += [f"M{i}", f"P{i}"]
-        temp.append((basis, f.eval_mode, r.num_comp, False, e_off, q_off, f"P{i}"))
-        body(f"contract_program(s, M{i}, P{i})")
-        view(f"q{i}", layout.value(f.size), q_ref, constant=basis is not f.basis)
-    qo = []  # (offset, ref) of each output's Q-data
-    zero = []  # the lines zeroing it
+        kernel.input(i, f)
+    kernel.output_points()
+    header, cache, preamble, traced = kernel.qfunction(func)
     for o, f in enumerate(op.output_fields):
-        qo.append(layout.region(f.size * Q))
-        size = layout.value(f.size)
-        zero.append(f"s[{qo[o][1]}:{qo[o][1]} + {size} * Q * {BLK}] = 0.0")
-        view(f"o{o}", size, qo[o][1])
-    # a record context travels as a 1-element array: records crash Numba's parfor lowering
-    traced = _point_loop(op, func, fields, body, strided, zero)
-    if traced:
-        header, cache, preamble = [*_HEADER, "# compiled with the SLP vectorizer"], True, bases
-    else:
-        (header, cache), preamble = _qf_header(func), views
-        for line in zero:
-            body(line)
-        ctx = "ctx" if op.qf.context is None else "ctx[0]"
-        body("for b in range(nb):")
-        body("    for q in range(Q):")
-        body(f"        qfunction({ctx}, {', '.join(qf_args)})")
-    for o, f in enumerate(op.output_fields):
-        r = f.restriction
-        sign = f"sgo{o}" if r.signs is not None else "None"
-        if r.lanes == 1:
-            args += [f"ixo{o}"] + ([sign] if r.signs is not None else [])
-        source = qo[o][1]
-        if f.eval_mode is not EVAL_NONE:
-            args += [f"Mo{o}", f"Po{o}"]
-            eo_off, source = layout.region(r.num_comp * r.elem_size)
-            temp.append((f.basis, f.eval_mode, r.num_comp, True, qo[o][0], eo_off, f"Po{o}"))
-            body(f"contract_program(s, Mo{o}, Po{o})")
-        if r.lanes > 1:
-            size = layout.value(r.num_comp * r.elem_size)
-            body(f"scatter_lanes(s, {source}, v, {size}, e0, nb)")
-        else:
-            comps = layout.components(r)
-            body(f"scatter_block(s, {source}, v, ixo{o}, {comps}, {sign}, e0, nb)")
+        kernel.scatter_args(o, f.restriction)
+        source = kernel.transpose(o, f)
+        kernel.scatter(o, f.restriction, source)
         if pair is not None and pair[1] == o:
-            size = layout.value(r.num_comp * r.elem_size)
-            _, acc = layout.region(1)  # BLK lane sums
-            product = f"block_dot(s, {e_refs[pair[0]]}, {source}, {size}, {acc}, nb)"
+            product = kernel.dot(pair[0], f.restriction, source)
     if pair is not None:
-        body(f"return {product}")
-    t_off, _ = layout.region(  # temporaries, shared by every basis action
-        max([temp_size(b, nc, mode, tr) for b, mode, nc, tr, *_ in temp], default=0)
-    )
-    for b, mode, nc, transpose, in_off, out_off, name in temp:
-        static[name] = basis_program(b, nc, mode, transpose, in_off, out_off, t_off)
-    static["meta"] = layout.meta_array()
-
-    arglist = ", ".join(args)
-    src = Source()
-    src.lines += header
-    src("")
-    src("")
-    src(f"@{JIT_SERIAL}")
-    src(f"def block(ctx, meta, s, e0, nb, {arglist}, v):")
-    src.lines += body.lines[:1] + [f"    {line}" for line in preamble] + body.lines[1:]
-    src("")
-    src("")
-    src(f"@{JIT}")
-    src(f"def apply_add(ctx, meta, colour_ptr, chunk_start, chunk_stop, {arglist}, v):")
-    if dot:
-        src("    partial = np.zeros(chunk_start.shape[0])  # (num_chunks,)")
-    src("    for colour in range(colour_ptr.shape[0] - 1):")
-    src("        for chunk in numba.prange(colour_ptr[colour], colour_ptr[colour + 1]):")
-    src("            s = np.empty(meta[1])")
-    src(f"            for e0 in range(chunk_start[chunk], chunk_stop[chunk], {BLK}):")
-    src(f"                nb = min({BLK}, chunk_stop[chunk] - e0)")
-    call = f"block(ctx, meta, s, e0, nb, {arglist}, v)"
-    src(f"                partial[chunk] += {call}" if dot else f"                {call}")
-    if dot:
-        src("    return partial")
+        kernel.body(f"return {product}")
+    kernel.programs()
+    src = _module_source(header, preamble, kernel.body.lines, kernel.args, dot)
     namespace = None if traced or cache else {"qfunction": _jit(func)}
-    module = load_module(src.text(), cache, namespace)
-    return module.apply_add, args, static, traced
+    module = load_module(src, cache, namespace)
+    return module.apply_add, kernel.args, kernel.static, traced
 
 
 def _input_basis(field):
