@@ -14,6 +14,7 @@ from .constants import (
     EVAL_WEIGHT,
     VECTOR_ACTIVE,
     VECTOR_NONE,
+    _Sentinel,
 )
 from .memory import chunk_ranges
 from .restriction import ElemRestriction, index_dtype
@@ -174,7 +175,13 @@ class Operator(_OperatorBase):
         self.backend_data = {}
 
     # --- fields -----------------------------------------------------------------------
-    def set_field(self, name, restriction, basis, vector):
+    def set_field(
+        self,
+        name: str,
+        restriction: ElemRestriction | _Sentinel,
+        basis: Basis | _Sentinel,
+        vector: object,
+    ) -> None:
         """Bind QFunction field ``name``.
 
         Parameters
@@ -206,6 +213,27 @@ class Operator(_OperatorBase):
         is_output = field in self.qf.outputs
         r = None if restriction is ELEMRESTRICTION_NONE else restriction
         b = None if basis is BASIS_NONE else basis
+        self._check_objects(where, restriction, basis, r, b)
+        if field.eval_mode is EVAL_WEIGHT:
+            num_qpts = _weight_points(where, r, b, vector)
+        else:
+            self._check_vector(where, name, r, vector, is_output)
+            if field.eval_mode is EVAL_NONE:
+                num_qpts = _points_without_basis(where, field, r, b)
+            else:
+                num_qpts = _points_of_basis(where, field, r, b)
+        self._check_like_fields_before(where, num_qpts, r)
+        if vector is VECTOR_ACTIVE:
+            self._check_active_size(where, r, is_output)
+        self.num_qpts = num_qpts
+        if r is not None:
+            self.num_elem = r.num_elem
+        self.fields[name] = OperatorField(name, field.size, field.eval_mode, r, b, vector)
+        self.backend_data.clear()
+
+    def _check_objects(self, where, restriction, basis, r, b):
+        """The restriction ``r`` and basis ``b`` (None for the NONE markers) are of their
+        types and of this operator's Ceed."""
         if r is not None and not isinstance(r, ElemRestriction):
             raise TypeError(
                 f"{where}: restriction must be an ElemRestriction or "
@@ -221,51 +249,24 @@ class Operator(_OperatorBase):
                     f"{where}: {type(obj).__name__} belongs to another Ceed "
                     f"({obj.ceed.resource}); create it on this operator's Ceed"
                 )
-        if field.eval_mode is EVAL_WEIGHT:
-            if r is not None or b is None or vector is not VECTOR_NONE:
-                raise ValueError(f"{where}: use (hf.ELEMRESTRICTION_NONE, basis, hf.VECTOR_NONE)")
-            num_qpts = b.num_qpts
-        else:
-            if r is None:
-                raise ValueError(f"{where}: needs an ElemRestriction")
-            if vector is VECTOR_NONE:
-                raise ValueError(
-                    f"{where}: hf.VECTOR_NONE is only for EVAL_WEIGHT fields; "
-                    "pass hf.VECTOR_ACTIVE or an L-vector"
-                )
-            if vector is not VECTOR_ACTIVE:
-                if is_output:
-                    raise ValueError(f"{where}: output fields must be hf.VECTOR_ACTIVE")
-                self.ceed.backend.check_vector(vector, f"vector of field {name!r}", (r.l_size,))
-            if field.eval_mode is EVAL_NONE:
-                if b is not None:
-                    raise ValueError(f"{where}: EVAL_NONE fields take hf.BASIS_NONE")
-                if r.num_comp != field.size:
-                    raise ValueError(
-                        f"{where}: restriction has num_comp={r.num_comp}, the "
-                        f"QFunction field size {field.size}"
-                    )
-                num_qpts = r.elem_size
-            else:
-                if b is None:
-                    raise ValueError(f"{where}: needs a Basis (BASIS_NONE is for EVAL_NONE)")
-                expected = b.eval_size(field.eval_mode)
-                if field.size != expected:
-                    raise ValueError(
-                        f"{where}: QFunction field size {field.size} does not match the basis "
-                        f"(num_comp={b.num_comp}, dim={b.dim} gives {expected})"
-                    )
-                if r.num_comp != b.num_comp:
-                    raise ValueError(
-                        f"{where}: restriction num_comp={r.num_comp} but basis "
-                        f"num_comp={b.num_comp}"
-                    )
-                if r.elem_size != b.num_nodes:
-                    raise ValueError(
-                        f"{where}: restriction elem_size={r.elem_size} but basis "
-                        f"has {b.num_nodes} nodes"
-                    )
-                num_qpts = b.num_qpts
+
+    def _check_vector(self, where, name, r, vector, is_output):
+        """A field read through restriction ``r`` has one, and an active or (inputs only) a
+        passive L-vector (l_size,) of this backend."""
+        if r is None:
+            raise ValueError(f"{where}: needs an ElemRestriction")
+        if vector is VECTOR_NONE:
+            raise ValueError(
+                f"{where}: hf.VECTOR_NONE is only for EVAL_WEIGHT fields; "
+                "pass hf.VECTOR_ACTIVE or an L-vector"
+            )
+        if vector is not VECTOR_ACTIVE:
+            if is_output:
+                raise ValueError(f"{where}: output fields must be hf.VECTOR_ACTIVE")
+            self.ceed.backend.check_vector(vector, f"vector of field {name!r}", (r.l_size,))
+
+    def _check_like_fields_before(self, where, num_qpts, r):
+        """The points per element and the restriction's ``num_elem`` match the fields set."""
         if self.num_qpts is not None and num_qpts != self.num_qpts:
             raise ValueError(
                 f"{where}: {num_qpts} quadrature points per element, the fields "
@@ -276,23 +277,20 @@ class Operator(_OperatorBase):
                 f"{where}: restriction has num_elem={r.num_elem}, the fields set "
                 f"before have {self.num_elem}"
             )
-        if vector is VECTOR_ACTIVE:
-            active = [
-                f
-                for f in self.fields.values()
-                if f.is_active and (f.name in self._output_names) == is_output
-            ]
-            if active and active[0].restriction.l_size != r.l_size:
-                raise ValueError(
-                    f"{where}: active {'output' if is_output else 'input'} fields "
-                    f"must share one L-vector size; {active[0].name!r} has "
-                    f"{active[0].restriction.l_size}, this one {r.l_size}"
-                )
-        self.num_qpts = num_qpts
-        if r is not None:
-            self.num_elem = r.num_elem
-        self.fields[name] = OperatorField(name, field.size, field.eval_mode, r, b, vector)
-        self.backend_data.clear()
+
+    def _check_active_size(self, where, r, is_output):
+        """An active field's L-vector size matches the active fields of its side set before."""
+        active = [
+            f
+            for f in self.fields.values()
+            if f.is_active and (f.name in self._output_names) == is_output
+        ]
+        if active and active[0].restriction.l_size != r.l_size:
+            raise ValueError(
+                f"{where}: active {'output' if is_output else 'input'} fields "
+                f"must share one L-vector size; {active[0].name!r} has "
+                f"{active[0].restriction.l_size}, this one {r.l_size}"
+            )
 
     @property
     def _output_names(self):
@@ -542,3 +540,45 @@ class SubOperator(_OperatorBase):
         """CSR matrix ``A[free][:, free]``."""
         A = self.op.linear_assemble()
         return A[self._free][:, self._free].tocsr()
+
+
+def _weight_points(where, r, b, vector):
+    """Quadrature points per element of an EVAL_WEIGHT field: its basis' (no restriction,
+    no vector)."""
+    if r is not None or b is None or vector is not VECTOR_NONE:
+        raise ValueError(f"{where}: use (hf.ELEMRESTRICTION_NONE, basis, hf.VECTOR_NONE)")
+    return b.num_qpts
+
+
+def _points_without_basis(where, field, r, b):
+    """Points per element of an EVAL_NONE field: its restriction's nodes, one value of
+    ``field.size`` components each."""
+    if b is not None:
+        raise ValueError(f"{where}: EVAL_NONE fields take hf.BASIS_NONE")
+    if r.num_comp != field.size:
+        raise ValueError(
+            f"{where}: restriction has num_comp={r.num_comp}, the QFunction field size {field.size}"
+        )
+    return r.elem_size
+
+
+def _points_of_basis(where, field, r, b):
+    """Points per element of a field through basis ``b``, whose sizes must match the
+    QFunction field's and the restriction's."""
+    if b is None:
+        raise ValueError(f"{where}: needs a Basis (BASIS_NONE is for EVAL_NONE)")
+    expected = b.eval_size(field.eval_mode)
+    if field.size != expected:
+        raise ValueError(
+            f"{where}: QFunction field size {field.size} does not match the basis "
+            f"(num_comp={b.num_comp}, dim={b.dim} gives {expected})"
+        )
+    if r.num_comp != b.num_comp:
+        raise ValueError(
+            f"{where}: restriction num_comp={r.num_comp} but basis num_comp={b.num_comp}"
+        )
+    if r.elem_size != b.num_nodes:
+        raise ValueError(
+            f"{where}: restriction elem_size={r.elem_size} but basis has {b.num_nodes} nodes"
+        )
+    return b.num_qpts

@@ -155,11 +155,11 @@ def test_cg_uses_backend_vector_ops(nb, monkeypatch, jacobi):
 @pytest.mark.parametrize("n", [1, 7, 63, 64, 513, 10_007])
 def test_cg_dot_lanes_match_numpy(n):
     """The chunked dot covers every entry (short chunks, remainders)."""
-    from hofem.backends import numba_kernels
+    from hofem.backends.numba import kernels
 
     rng = np.random.default_rng(n)
     a, b = rng.standard_normal(n), rng.standard_normal(n)  # (n,)
-    got = numba_kernels.cg_dot(a, b).sum()
+    got = kernels.cg_dot(a, b).sum()
     want = float(np.sum(np.abs(a * b)))
     assert abs(got - a @ b) <= 1e-14 * want
 
@@ -182,8 +182,8 @@ def test_gather_strided_interleaves_the_lanes(num_pts, nb, layout):
     """The copy of a strided field into the scratch: value r at point q of lane b at
     ``dest + (r * num_pts + q) * BLK + b``, idle lanes zero, whatever the strides (points
     contiguous: the 8 x 8 transposes and the remainder; elements contiguous: lane by lane)."""
-    from hofem.backends.numba_codegen import BLK
-    from hofem.backends.numba_kernels import gather_strided
+    from hofem.backends.numba.codegen import BLK
+    from hofem.backends.numba.kernels import gather_strided
 
     size, num_elem, e0, dest = 3, 20, 9, 5
     if layout == "points":
@@ -231,7 +231,7 @@ def test_apply_dot_inside_the_kernel(nb):
     """u . Au from the fused kernel's E-vectors (block tails included), bitwise the same
     for 1 and 2 threads; an output restriction with equal offsets pairs with the input,
     other offsets do not, and that operator applies, then takes the vector dot."""
-    from hofem.backends import numba_operator
+    from hofem.backends.numba import operator as numba_operator
 
     op, s = poisson_operator(nb, n=5, p=2, dim=3, warp=0.1)  # 125 elements: a tail block
     u = np.random.default_rng(6).standard_normal(op.shape[1])
@@ -269,7 +269,7 @@ def test_apply_dot_inside_the_kernel(nb):
 @pytest.mark.parametrize("n", [7, 40])
 def test_colour_chunks_race_free(nb, n):
     """Chunks of one colour share no output entry; the chunks cover every element once."""
-    from hofem.backends import numba_operator
+    from hofem.backends.numba import operator as numba_operator
     from hofem.meshes import box
 
     space = hf.H1Space(nb, box(n, dim=2), 2, num_comp=2)
@@ -293,7 +293,7 @@ def test_point_independent_lines_leave_the_point_loop():
     """Traced lines that read no point (``q``, ``j``), directly or through a temporary, run
     once per block (the geometry of affine cells); the rest, and every store, stay in the
     loop in their order."""
-    from hofem.backends.numba_operator import _hoist
+    from hofem.backends.numba.operator import _hoist
 
     lines = [
         "t0 = dxr0_@",

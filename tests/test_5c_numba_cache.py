@@ -29,7 +29,7 @@ KERNEL = textwrap.dedent(
 SCRIPT = textwrap.dedent(
     """\
     import pathlib, sys, time
-    from hofem.backends.numba_codegen import load_module
+    from hofem.backends.numba.codegen import load_module
 
     barrier = sys.argv[2:]  # files: touch the first, wait for all (a simultaneous start)
     if barrier:
@@ -72,8 +72,8 @@ def finish(process):
 UNWRITABLE = textwrap.dedent(
     """\
     import pathlib, sys
-    import hofem.backends.numba_kernels  # its tile module goes through the cache too
-    from hofem.backends.numba_codegen import load_module
+    import hofem.backends.numba.kernels  # its tile module goes through the cache too
+    from hofem.backends.numba.codegen import load_module
 
     source = pathlib.Path(sys.argv[1]).read_text()
     load_module(source + "# another kernel", cache=True)

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import hofem as hf
-from hofem.backends.numba_cpu import NumbaBackend
+from hofem.backends.numba.backend import NumbaBackend
 from hofem.bakeoff.structured import box_operator
 
 VARIANTS = {"blocked": NumbaBackend.STRIDES_LANES, "evector": 1}

@@ -49,7 +49,7 @@ def register(resource, module, cls, priority):
 
 
 register("/cpu/self/ref", "hofem.backends.ref", "RefBackend", 0)
-register("/cpu/self/numba", "hofem.backends.numba_cpu", "NumbaBackend", 10)
+register("/cpu/self/numba", "hofem.backends.numba.backend", "NumbaBackend", 10)
 register("/gpu/cuda/ref", "hofem.backends.cuda.ref", "CudaRefBackend", 0)
 register("/gpu/cuda/batched", "hofem.backends.cuda.batched", "CudaBatchedBackend", 10)
 register("/gpu/cuda/gen", "hofem.backends.cuda.gen", "CudaGenBackend", 20)

@@ -115,7 +115,7 @@ def _rows_in(a, b):
     return np.isin(np.ascontiguousarray(a).view(void).ravel(), np.ascontiguousarray(b).view(void))
 
 
-def distributed_numbering(comm, local_mesh, order):
+def distributed_numbering(comm, local_mesh, order: int) -> ParNumbering:
     """Number the order-``order`` H1 nodes of a distributed mesh consistently across ranks.
 
     Collective over ``comm``.
@@ -137,25 +137,76 @@ def distributed_numbering(comm, local_mesh, order):
         return box_numbering(comm, local_mesh, order)
     mesh, vertex_ids = local_mesh.mesh, np.asarray(local_mesh.vertex_ids, dtype=np.int64)
     base = h1_numbering(mesh, order)
-    offsets = base.offsets  # (num_cells, P)
-    weights = base.node_weights  # (P, num_corners)
-    num_corners = weights.shape[1]
-    support = np.count_nonzero(weights, axis=1)  # (P,)
-    max_weight = int(weights.max())
     num_nodes = base.num_nodes
+    neighbors, shared_with = _neighbour_table(comm, vertex_ids, mesh.num_points)
+    cand, keys, cand_with = _candidates(mesh, vertex_ids, base, shared_with)
+    holds = _held_by_neighbours(comm, neighbors, keys, cand_with)
+    owner, shared = _owners(comm, neighbors, keys, holds)
+    new_id, num_owned, recv_ranks, recv_counts = _local_order(
+        comm, num_nodes, cand[shared], owner[shared]
+    )
+    send_ranks, send_nodes = _send_lists(comm, neighbors, holds, owner, new_id[cand])
+    num_global = comm.allreduce(num_owned)
+    first_global = int(comm.exscan(num_owned) or 0)  # exscan gives None on rank 0
+    recv_ranks = recv_ranks.astype(np.int32)
+    local = H1Numbering(
+        mesh, base.order, new_id[base.offsets], num_nodes, base.node_lattice, base.node_weights
+    )
+    return ParNumbering(
+        local=local,
+        num_owned=num_owned,
+        num_nodes=num_nodes,
+        first_global=first_global,
+        num_global=int(num_global),
+        send_ranks=send_ranks,
+        send_nodes=send_nodes,
+        recv_ranks=recv_ranks,
+        recv_counts=recv_counts.astype(np.int64),
+        ghost_global=_ghost_global_ids(
+            comm, first_global, send_ranks, send_nodes, recv_ranks, recv_counts
+        ),
+    )
 
-    # one (cell, local node) occurrence of every node
-    first = np.empty(num_nodes, dtype=np.int64)
-    first[offsets.ravel()] = np.arange(offsets.size)
-    cell, lnode = np.divmod(first, offsets.shape[1])  # (num_nodes,)
 
+def _neighbour_table(comm, vertex_ids, num_points):
+    """The ranks sharing a vertex with this one, and which of them share each vertex.
+
+    Returns
+    -------
+    neighbors : int32 (nn,)
+        Sorted.
+    shared_with : bool (num_points, nn)
+        Local vertex ``v`` is held by ``neighbors[k]`` too.
+    """
     pairs = _vertex_sharers(comm, vertex_ids)  # (m, 2) local vertex, other rank
     neighbors = np.unique(pairs[:, 1]).astype(np.int32)  # (nn,)
-    shared_with = np.zeros((mesh.num_points, len(neighbors)), dtype=bool)
+    shared_with = np.zeros((num_points, len(neighbors)), dtype=bool)
     shared_with[pairs[:, 0], np.searchsorted(neighbors, pairs[:, 1])] = True
+    return neighbors, shared_with
 
-    # candidate nodes: every support vertex shared; their canonical keys (global vertex, weight)
+
+def _candidates(mesh, vertex_ids, base, shared_with):
+    """The nodes other ranks may hold (every support vertex shared), in canonical key order.
+
+    Returns
+    -------
+    cand : int64 (n_cand,)
+        Local node ids.
+    keys : int64 (n_cand, width)
+        Their canonical keys: sorted ``global vertex * (max weight + 1) + weight`` of
+        their support vertices, padded with -1.
+    cand_with : bool (n_cand, nn)
+        The neighbours sharing all of a candidate's support vertices.
+    """
+    offsets, weights = base.offsets, base.node_weights  # (num_cells, P), (P, num_corners)
+    num_corners = weights.shape[1]
+    support = np.count_nonzero(weights, axis=1)  # (P,)
+    # one (cell, local node) occurrence of every node
+    first = np.empty(base.num_nodes, dtype=np.int64)
+    first[offsets.ravel()] = np.arange(offsets.size)
+    cell, lnode = np.divmod(first, offsets.shape[1])  # (num_nodes,)
     width = max(int(support[support < num_corners].max(initial=1)), 1)
+    max_weight = int(weights.max())
     cand, keys, cand_with = [], [], []
     for s in range(1, num_corners):
         nodes = np.flatnonzero(support[lnode] == s)  # (n_s,) local node ids
@@ -181,68 +232,89 @@ def distributed_numbering(comm, local_mesh, order):
     else:
         cand = np.empty(0, dtype=np.int64)
         keys = np.empty((0, width), dtype=np.int64)
-        cand_with = np.empty((0, len(neighbors)), dtype=bool)
+        cand_with = np.empty((0, shared_with.shape[1]), dtype=bool)
     key_order = np.lexsort(keys.T[::-1])  # candidates in canonical key order
-    cand, keys, cand_with = cand[key_order], keys[key_order], cand_with[key_order]
+    return cand[key_order], keys[key_order], cand_with[key_order]
 
-    # which candidates each neighbour holds too
+
+def _held_by_neighbours(comm, neighbors, keys, cand_with):
+    """bool (n_cand, nn): ``neighbors[k]`` holds candidate ``c`` too (keys exchanged)."""
     theirs = _exchange_rows(comm, neighbors, [keys[cand_with[:, k]] for k in range(len(neighbors))])
     holds = np.zeros_like(cand_with)  # (n_cand, nn): the neighbour holds this node
     for k, rows in enumerate(theirs):
         mine = np.flatnonzero(cand_with[:, k])
         holds[mine, k] = _rows_in(keys[mine], rows)
+    return holds
 
-    # owner among the holders (this rank included) by a hash of the key
+
+def _owners(comm, neighbors, keys, holds):
+    """The owner of each candidate among its holders (this rank included), by a hash of
+    its key: the same choice on every rank.
+
+    Returns
+    -------
+    owner : int32 (n_cand,)
+    shared : bool (n_cand,)
+        Held by another rank too.
+    """
     ranks = np.append(neighbors, comm.rank).astype(np.int32)  # (nn + 1,)
     rank_order = np.argsort(ranks)
-    members = np.column_stack([holds, np.ones(len(cand), dtype=bool)])[:, rank_order]
+    members = np.column_stack([holds, np.ones(len(keys), dtype=bool)])[:, rank_order]
     count = members.sum(axis=1)  # (n_cand,)
+    width = keys.shape[1]
     h = _mix((keys.astype(np.uint64) * _HASH[np.arange(width) % len(_HASH)]).sum(axis=1))
     pick = (h % count.astype(np.uint64)).astype(np.int64)  # index among the sorted holders
     position = np.cumsum(members, axis=1) - 1
     owner_col = np.argmax(members & (position == pick[:, None]), axis=1)
-    owner = ranks[rank_order][owner_col]  # (n_cand,)
-    shared = count > 1
+    return ranks[rank_order][owner_col], count > 1
 
-    # local order: owned nodes (original order), then ghosts by owner, in key order
+
+def _local_order(comm, num_nodes, shared_nodes, shared_owner):
+    """Local ids: owned nodes (original order), then ghosts by owner, in key order.
+
+    Parameters
+    ----------
+    shared_nodes, shared_owner : (n_shared,)
+        The shared candidates in key order, and their owners.
+
+    Returns
+    -------
+    new_id : (num_nodes,)
+        Local id of each node.
+    num_owned : int
+    recv_ranks, recv_counts : (num_owners,)
+        The ghosts' owners, sorted, and how many ghosts each owns.
+    """
+    ghost = shared_owner != comm.rank
+    ghost_nodes, ghost_owner = shared_nodes[ghost], shared_owner[ghost]  # key order
     is_ghost = np.zeros(num_nodes, dtype=bool)
-    ghost = shared & (owner != comm.rank)
-    is_ghost[cand[ghost]] = True
+    is_ghost[ghost_nodes] = True
     num_owned = int(num_nodes - is_ghost.sum())
-    ghost_nodes = cand[ghost]  # key order
-    ghost_owner = owner[ghost]
     by_owner = np.argsort(ghost_owner, kind="stable")  # stable: key order within an owner
     ghost_nodes, ghost_owner = ghost_nodes[by_owner], ghost_owner[by_owner]
     new_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
     new_id[~is_ghost] = np.arange(num_owned)
     new_id[ghost_nodes] = num_owned + np.arange(len(ghost_nodes))
     recv_ranks, recv_counts = np.unique(ghost_owner, return_counts=True)
+    return new_id, num_owned, recv_ranks, recv_counts
 
+
+def _send_lists(comm, neighbors, holds, owner, cand_ids):
+    """Per neighbour holding nodes this rank owns: its rank, and the local ids
+    (``cand_ids``, one per candidate) of those nodes in key order.
+
+    Returns
+    -------
+    send_ranks : int32 (num_receivers,)
+    send_nodes : list of int64 (n_k,)
+    """
     send_ranks, send_nodes = [], []
     for k, q in enumerate(neighbors):
         mine = holds[:, k] & (owner == comm.rank)  # key order
         if mine.any():
             send_ranks.append(q)
-            send_nodes.append(new_id[cand[mine]].astype(np.int64))
-
-    num_global = comm.allreduce(num_owned)
-    first_global = int(comm.exscan(num_owned) or 0)  # exscan gives None on rank 0
-    send_ranks = np.array(send_ranks, dtype=np.int32)
-    recv_ranks = recv_ranks.astype(np.int32)
-    return ParNumbering(
-        local=H1Numbering(mesh, base.order, new_id[offsets], num_nodes, base.node_lattice, weights),
-        num_owned=num_owned,
-        num_nodes=num_nodes,
-        first_global=first_global,
-        num_global=int(num_global),
-        send_ranks=send_ranks,
-        send_nodes=send_nodes,
-        recv_ranks=recv_ranks,
-        recv_counts=recv_counts.astype(np.int64),
-        ghost_global=_ghost_global_ids(
-            comm, first_global, send_ranks, send_nodes, recv_ranks, recv_counts
-        ),
-    )
+            send_nodes.append(cand_ids[mine].astype(np.int64))
+    return np.array(send_ranks, dtype=np.int32), send_nodes
 
 
 def _ghost_global_ids(comm, first_global, send_ranks, send_nodes, recv_ranks, recv_counts):

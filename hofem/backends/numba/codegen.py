@@ -6,7 +6,7 @@ so every contraction runs on rows of ``BLK`` (or ``C * BLK``) contiguous
 doubles, like libCEED's ``/cpu/self/avx/blocked``.
 
 A basis action is a *program*: rows of integers, one per 1D contraction (see
-:func:`contraction_rows`), run by :func:`~.numba_kernels.contract_program`.
+:func:`contraction_rows`), run by :func:`~.kernels.contract_program`.
 Sizes travel in the program, not in the code, so the compiled kernels do not
 depend on dim, P_1d, Q_1d or num_comp: one kernel per QFunction.
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..basis import collocated_grad
-from ..constants import EVAL_GRAD, EVAL_INTERP
+from ...basis import collocated_grad
+from ...constants import EVAL_GRAD, EVAL_INTERP
 
 __all__ = [
     "BLK",

@@ -3,9 +3,9 @@
 Overrides the reference backend's restriction gather/transpose, basis actions
 and operator apply; assembly (diagonal, CSR) is inherited from
 :class:`~hofem.backends.ref.RefBackend` and so runs through the kernels here
-where it gathers or applies bases.  See :mod:`.numba_operator` for the fused
-kernel and its race-free parallel scatter, :mod:`.numba_codegen` for the
-sum-factorization programs and the on-disk module cache, :mod:`.numba_kernels`
+where it gathers or applies bases.  See :mod:`.operator` for the fused
+kernel and its race-free parallel scatter, :mod:`.codegen` for the
+sum-factorization programs and the on-disk module cache, :mod:`.kernels`
 for the shape-independent compiled kernels (contractions, gather, scatter).
 """
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE
-from ..vector_ops import VectorOps
-from .numba_codegen import BLK
-from .ref import RefBackend
+from ...constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE
+from ...vector_ops import VectorOps
+from ..ref import RefBackend
+from .codegen import BLK
 
 try:
     import numba
@@ -27,7 +27,8 @@ except ImportError:  # reported by check_available
 else:
     from numba.core.errors import NumbaError
 
-    from . import numba_kernels, numba_operator
+    from . import kernels as numba_kernels
+    from . import operator as numba_operator
 
 __all__ = ["NumbaBackend", "NumbaBasisData", "NumbaRestrictionData"]
 
@@ -78,7 +79,7 @@ class NumbaBackend(RefBackend):
 
     resource = "/cpu/self/numba"
     # hf.STRIDES_BACKEND interleaves the elements of each SIMD block, as the kernels hold them:
-    # stored quadrature data is read in place as whole vectors (numba_operator)
+    # stored quadrature data is read in place as whole vectors (see operator.py)
     STRIDES_LANES = BLK
 
     @classmethod
@@ -222,7 +223,7 @@ class NumbaBackend(RefBackend):
 
     def operator_apply_dot(self, op, u, v):
         """``v = A u`` and ``u . v``, the product formed inside the fused kernel where
-        :func:`.numba_operator.dot_fields` allows; else None (apply, then the vector dot)."""
+        :func:`.operator.dot_fields` allows; else None (apply, then the vector dot)."""
         data = op.backend_data
         if "numba-dot-fields" not in data:
             data["numba-dot-fields"] = numba_operator.dot_fields(op)

@@ -3,7 +3,7 @@
 None of these depends on dim, P_1d, Q_1d or num_comp, so they are
 ``@njit(cache=True)`` functions compiled once per machine (per argument
 types) and shared by every operator and basis.  The contraction's register
-tiles (:func:`.numba_codegen.tile_source`) are generated once into the cache
+tiles (:func:`.codegen.tile_source`) are generated once into the cache
 directory; :func:`compile_contract` compiles them with LLVM's SLP vectorizer,
 which Numba leaves off by default, before any kernel that calls them.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from ..restriction import index_dtype
-from .numba_codegen import BLK, Source, check_disk_cache, load_module
+from ...restriction import index_dtype
+from .codegen import BLK, Source, check_disk_cache, load_module
 
 __all__ = [
     "basis_program",
@@ -96,14 +96,14 @@ DIGEST = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()
 
 @numba.njit(**_SERIAL)
 def contract_program(s, mats, program):
-    """Run a contraction program (see :func:`.numba_codegen.basis_program`) on a scratch block.
+    """Run a contraction program (see :func:`.codegen.basis_program`) on a scratch block.
 
     Parameters
     ----------
     s : float64 (scratch_size,)
         Interleaved scratch of BLK elements.
     mats : float64 (num_mats, S, S)
-        The basis' :func:`~.numba_codegen.matrix_stack`.
+        The basis' :func:`~.codegen.matrix_stack`.
     program : int64 (num_steps, 8)
         Rows ``(mat, A, N, M, C, out, inp, add)``: ``s[out:]`` (A, M, C * BLK)
         (+)= ``mats[mat][:M, :N]`` applied along the middle axis of ``s[inp:]``
@@ -228,9 +228,8 @@ def gather_strided(s, dest, x, strides, size, num_pts, e0, nb):
 
     Where a full block's points are contiguous (``strides[0] == 1``), BLK points of the
     BLK lanes at a time: contiguous reads along each lane, one contiguous BLK x BLK tile
-    written (a transpose; on one core 1.02-1.14x faster than unrolled reads of the 8 lanes
-    and 1.08-1.17x in BP3's apply against lane-by-lane copies); the other points lane by
-    lane.
+    written (a transpose, which beats both unrolled reads of the 8 lanes and lane-by-lane
+    copies); the other points lane by lane.
 
     Parameters
     ----------
@@ -396,8 +395,7 @@ def cg_update_xr(alpha, p, Ap, x, r):
 
 
 # Each chunk works on slices of the vectors: indexing the whole array at ``start + i`` keeps
-# NumPy's negative-index wraparound in the loop, which stops LLVM from vectorizing it
-# (3-4x slower at one thread, 3e5 entries).
+# NumPy's negative-index wraparound in the loop, which stops LLVM from vectorizing it.
 
 
 @numba.njit(**_REDUCE)
