@@ -23,7 +23,6 @@ MODULES_WITH_ALL = [
     "hofem.meshes",
     "hofem.parallel",
     "hofem.bakeoff.problems",
-    "hofem.bakeoff.structured",
     "hofem.bakeoff.distributed",
 ]
 GALLERY = [f"hofem.qfunctions.{name}" for name in ("identity", "mass", "poisson", "vector")]

@@ -35,7 +35,6 @@ exclude_patterns = [
     "auto_tutorials/*.ipynb",
     "auto_tutorials/*.py",
     "**.zip",
-    "bakeoff/**",  # the plot command's figures and tables, shown from bakeoff.md
 ]
 myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3

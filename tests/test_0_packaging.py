@@ -27,6 +27,29 @@ def test_subpackages_come_from_one_hofem():
         assert Path(module.__file__).parent == home / name.split(".")[1], name
 
 
+LAB_STEMS = ("anchor_", "compare", "tune_", "ab_", "benchmark_cpu", "benchmark_gpu")
+LAB_SUFFIXES = (".jsonl", ".png", ".svg", ".txt", ".md")
+
+
+def lab_files(names):
+    """The names (paths) among ``names`` that belong to the laboratory, not the library."""
+    return [
+        name
+        for name in names
+        if Path(name).name.startswith(LAB_STEMS) or Path(name).suffix in LAB_SUFFIXES
+    ]
+
+
+def test_the_package_holds_no_laboratory():
+    """Anchors, comparisons, tuning sweeps, A/B scripts and results files live in the
+    repository's ``bakeoff/``, outside the package (and so outside the wheel)."""
+    home = Path(hofem.__file__).parent
+    files = [f for f in home.rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+    names = [str(f.relative_to(home)) for f in files]
+    assert "bakeoff/sweep.py" in names  # what users run stays
+    assert not lab_files(names)
+
+
 def test_import_does_not_pull_optional_extras():
     code = (
         "import sys, hofem; bad = [m for m in ('numba', 'cupy', 'meshio', 'mpi4py', "
@@ -60,6 +83,8 @@ def test_wheel_installs_every_subpackage(tmp_path):
     wheel = next((tmp_path / "dist").glob("hofem-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "hofem/meshes/__init__.py" in names and "hofem/qfunctions/mass.py" in names
+    assert not [name for name in names if name.startswith("bakeoff/")]
+    assert not lab_files(name for name in names if name.startswith("hofem/"))
     cuda = ROOT / "hofem" / "backends" / "cuda"
     data = [f.name for pattern in ("*.cu", "*.cuh", "*.json") for f in cuda.glob(pattern)]
     missing = [name for name in data if f"hofem/backends/cuda/{name}" not in names]

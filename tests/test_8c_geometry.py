@@ -283,8 +283,9 @@ def test_constant_matrix_copies_follow_the_budget():
     copies, taken while they fit the budget in the order the source is generated (inputs,
     outputs, direct evaluations at the points); the other axes, and every axis in 1D, read
     the shared copies.  Needs no device."""
+    from box import box_operator
+
     from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
-    from hofem.bakeoff.structured import box_operator
 
     ceed = hf.Ceed("/cpu/self/ref")
 
@@ -324,9 +325,10 @@ def test_warp_kernels_weigh_from_the_1d_weights():
     lane's product of the other two in its operand table); the slab kernel reads the
     tensor-product table.  Weight fields of different 1D weights are not warp-fusable.  Needs
     no device."""
+    from box import box_operator
+
     from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
-    from hofem.bakeoff.structured import box_operator
 
     ceed = hf.Ceed("/cpu/self/ref")
     op = box_operator(ceed, "mass", 2, 3, geometry="on_the_fly")[0]  # weights: input 2

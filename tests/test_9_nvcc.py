@@ -6,10 +6,10 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from box import box_operator
 
 import hofem as hf
 from hofem import meshes
-from hofem.bakeoff.structured import box_operator
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")

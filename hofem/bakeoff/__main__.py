@@ -9,14 +9,10 @@ Commands (``python -m hofem.bakeoff COMMAND --help`` for each):
 
   sweep           problems x orders x sizes x backends, one JSON line per case
   plot            figures and a markdown table from a sweep's results file
-  bench-cpu       CPU operator apply and fixed-iteration CG throughput
-  bench-gpu       GPU kernels, operators and CG (CUDA events)
   bench-parallel  distributed weak/strong scaling (under mpiexec)
-  tune-gemm       GPU GEMM tuning table for simplex bases
-  anchor-libceed  libCEED's own BP1/BP3 on the same boxes
-  anchor-mfem     MFEM partial assembly BP1/BP3 on the same boxes
-  compare-cpu     /cpu/self/numba, libCEED and MFEM side by side (alternating)
-  compare-gpu     hofem's CUDA backends and libCEED's side by side (alternating)
+
+The comparisons with libCEED and MFEM, the kernel benchmarks and the tuning
+sweeps are the repository's laboratory, ``python -m bakeoff`` from a checkout.
 """
 
 import importlib
@@ -43,14 +39,7 @@ EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot
 COMMANDS = {
     "sweep": "sweep",
     "plot": "plot",
-    "bench-cpu": "benchmark_cpu",
-    "bench-gpu": "benchmark_gpu",
     "bench-parallel": "benchmark_parallel",
-    "tune-gemm": "tune_gemm",
-    "anchor-libceed": "anchor_libceed",
-    "anchor-mfem": "anchor_mfem",
-    "compare-cpu": "compare_cpu",
-    "compare-gpu": "compare_gpu",
 }
 
 

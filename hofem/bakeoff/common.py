@@ -1,15 +1,15 @@
-"""Helpers shared by the bake-off commands: argument types, timing, run metadata.
+"""Helpers shared by the bake-off commands: argument types, run metadata.
 
-Every command of ``python -m hofem.bakeoff`` parses its options with
-:class:`Parser` and the types below, so that problems, orders, backends and
-sizes are written one way everywhere and a bad value ends the command with
-one line on stderr and exit status 2.
+Every command of ``python -m hofem.bakeoff`` (and of the repository's
+laboratory, ``python -m bakeoff``) parses its options with :class:`Parser` and
+the types below, so that problems, orders, backends and sizes are written one
+way everywhere and a bad value ends the command with one line on stderr and
+exit status 2.
 """
 
 import argparse
 import datetime
 import functools
-import json
 import os
 import platform
 import subprocess
@@ -24,7 +24,7 @@ from hofem.geometry import GEOMETRY_MODES
 
 from .problems import PROBLEMS, median_seconds
 
-__all__ = ["median_seconds"]  # re-exported for the benchmark commands
+__all__ = ["median_seconds"]  # re-exported for the commands of the repository's bakeoff/
 
 MAX_ORDER = 8  # the bake-off's orders are 1..8 (BAKEOFF.md)
 RESOURCES = tuple(sorted({*backends.registered(), "/cpu/self", "/gpu/cuda"}))
@@ -113,18 +113,6 @@ def add_problem_arguments(parser, problems, orders, choices=tuple(PROBLEMS)):
     )
 
 
-STRUCTURED = ("bp1", "bp3")  # the problems of the structured-box benchmarks
-
-
-def add_case_arguments(parser):
-    """``--problems --orders --dofs --repeat`` of the structured-box benchmarks (CPU, libCEED)."""
-    add_problem_arguments(parser, STRUCTURED, range(1, MAX_ORDER + 1), choices=STRUCTURED)
-    parser.add_argument(
-        "--dofs", type=positive_float, nargs="+", default=[3e5, 2e6], help="target DOFs"
-    )
-    parser.add_argument("--repeat", type=positive_int, default=10, help="timed calls per case")
-
-
 def add_geometry_argument(parser, many=False):
     """``--geometry`` of the forms (:mod:`hofem.geometry`), default ``auto`` as in the library.
 
@@ -164,37 +152,6 @@ def tet_shape(p):
     """
     b = hf.Ceed("/cpu/self/ref").BasisH1Lagrange(hf.TET, 1, p, 2 * (p + 2) - 1)
     return b.num_nodes, b.num_qpts
-
-
-def time_events(fn, repeat, warmup=3):
-    """Median seconds of ``fn()`` by CUDA events, after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    return event_seconds(fn, repeat)
-
-
-def event_seconds(fn, repeat):
-    """Median seconds of ``repeat`` calls of ``fn()``, each between two CUDA events.
-
-    The events go on CuPy's current stream; on the legacy default stream (CuPy's
-    and libCEED's) they also wait for work that other libraries launched there.
-    """
-    import cupy
-
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
-
-
-def emit(**record):
-    """Print ``record`` as one JSON line on stdout."""
-    print(json.dumps(record), flush=True)
 
 
 def threads():

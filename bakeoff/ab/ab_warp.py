@@ -4,10 +4,10 @@ per block, for BP1, BP2 or BP3.
 
 Usage (on a GPU)::
 
-    python docs/bakeoff/h200/ab_warp.py 3 4 5 6
-    python docs/bakeoff/h200/ab_warp.py --form diffusion --geometry on_the_fly 2 3 4 5 6
-    python docs/bakeoff/h200/ab_warp.py --form vector-mass --variants table 3 4 5 6
-    python docs/bakeoff/h200/ab_warp.py --variants warps 2 3 4 5 6
+    python -m bakeoff.ab.ab_warp 3 4 5 6
+    python -m bakeoff.ab.ab_warp --form diffusion --geometry on_the_fly 2 3 4 5 6
+    python -m bakeoff.ab.ab_warp --form vector-mass --variants table 3 4 5 6
+    python -m bakeoff.ab.ab_warp --variants warps 2 3 4 5 6
 
 ``--form``: ``mass`` (BP1, the default), ``vector-mass`` (BP2, three components),
 ``diffusion`` (BP3) or ``diffusion-gll`` (BP5: ``p + 1`` Gauss-Lobatto points), with
@@ -37,11 +37,10 @@ import statistics
 import cupy
 
 import hofem as hf
+from bakeoff.common import box_operator, time_events
 from hofem import meshes
 from hofem.backends.cuda import operator_fuse as of
 from hofem.backends.cuda import operator_warp as ow
-from hofem.bakeoff.common import time_events
-from hofem.bakeoff.structured import box_operator
 
 FORMS = ("mass", "vector-mass", "diffusion", "diffusion-gll")
 # the module attributes a variant sets: PREFETCH_SIZE, the blocks per SM in every table,

@@ -1,10 +1,10 @@
 """Side by side on ``/cpu/self/numba``: stored q-data in the blocked backend layout (8 lanes,
 read in place as vectors) against the E-vector layout (read through its strides, or copied
-into the scratch with the lanes interleaved), on the bake-off's structured box.
+into the scratch with the lanes interleaved), on the bake-off's box.
 
 Usage::
 
-    NUMBA_NUM_THREADS=1 python docs/bakeoff/ab_lanes.py 3e5 bp1:2,3,4,5,6,7,8 bp3:2,3,4,5,6,7,8
+    NUMBA_NUM_THREADS=1 python -m bakeoff.ab.ab_lanes 3e5 bp1:2,3,4,5,6,7,8 bp3:2,3,4,5,6,7,8
 
 Prints one Markdown row per case: apply and CG rates (MDOF/s, MDOF x iterations / s) of the
 blocked layout, and the median of 7 alternating rounds' per-round ratios over the E-vector
@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 import hofem as hf
+from bakeoff.common import box_operator
 from hofem.backends.numba.backend import NumbaBackend
-from hofem.bakeoff.structured import box_operator
 
 VARIANTS = {"blocked": NumbaBackend.STRIDES_LANES, "evector": 1}
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    PYTHONPATH=/path/to/pymfem python -m hofem.bakeoff anchor-mfem
+    PYTHONPATH=/path/to/pymfem python -m bakeoff anchor-mfem
         [--problems bp1 bp3] [--orders 1 ... 8] [--dofs 3e5 2e6] [--repeat N]
 
 Builds BP1 (``MassIntegrator``) and BP3 (``DiffusionIntegrator``) as MFEM
@@ -10,9 +10,9 @@ Builds BP1 (``MassIntegrator``) and BP3 (``DiffusionIntegrator``) as MFEM
 points, sum-factorized tensor kernels) on an ``n^3`` Cartesian hex mesh of the
 unit box, continuous Q_p on Gauss-Lobatto nodes, ``q = p + 2`` Gauss points
 per direction (the rule of order ``2 q - 1``), no boundary conditions: the
-problem of :mod:`hofem.bakeoff.structured`.  Prints one JSON line per case
+problem of :func:`bakeoff.common.box_operator`.  Prints one JSON line per case
 with the apply DOFs/s (median of ``--repeat`` timed ``Mult`` after a
-warm-up), in the format of ``python -m hofem.bakeoff bench-cpu``.
+warm-up), in the format of ``python -m bakeoff bench-cpu``.
 
 MFEM is optional: PyMFEM (``pip install mfem``, the serial wheel), e.g. in a
 separate environment whose ``site-packages`` is put on ``PYTHONPATH``.
@@ -22,7 +22,9 @@ import json
 
 import numpy as np
 
-from .common import Parser, add_case_arguments, box_side, median_seconds
+from hofem.bakeoff.common import Parser, box_side, median_seconds
+
+from .common import add_case_arguments
 
 __all__ = ["bp_operator", "run_case"]
 
@@ -83,7 +85,7 @@ def run_case(bp, p, dofs, repeat):
 
 
 def main(argv=None):
-    parser = Parser(prog="python -m hofem.bakeoff anchor-mfem", description=__doc__)
+    parser = Parser(prog="python -m bakeoff anchor-mfem", description=__doc__)
     add_case_arguments(parser)
     args = parser.parse_args(argv)
     for dofs in args.dofs:

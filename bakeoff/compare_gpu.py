@@ -2,13 +2,13 @@
 
 Usage::
 
-    PYTHONPATH=/path/to/libceed-with-cuda python -m hofem.bakeoff compare-gpu
+    PYTHONPATH=/path/to/libceed-with-cuda python -m bakeoff compare-gpu
         [--problems bp1 bp3] [--orders 2 ... 8] [--dofs 1e7] [--rounds 5] [--batch 5]
         [--ceed /gpu/cuda/gen /gpu/cuda/batched] [--geometry stored on_the_fly]
         [--anchors /gpu/cuda/gen /gpu/cuda/shared] [--cg-iters 50]
 
-For each problem, order and size: hofem's operators on the structured box
-(:mod:`hofem.bakeoff.structured`), one per backend of ``--ceed`` and
+For each problem, order and size: hofem's operators on the box
+(:func:`bakeoff.common.box_operator`), one per backend of ``--ceed`` and
 ``--geometry`` (:func:`operator_pairs`: on-the-fly geometry only where the
 backend computes it in its kernel, ``/gpu/cuda/gen``), and libCEED's BP operators
 (:mod:`.anchor_libceed`: its gallery QFunctions, stored q-data) on the same
@@ -28,26 +28,26 @@ import sys
 import numpy as np
 
 import hofem as hf
+from hofem.bakeoff.common import Parser, box_side, positive_int
 from hofem.geometry import MACHINE_BALANCE
 
-from .common import Parser, box_side, event_seconds, positive_int
+from .common import box_form, box_space, event_seconds
 from .compare import add_compare_arguments, alternate, summarize
-from .structured import box_operator
 
 __all__ = ["available_anchors", "libceed_applies", "operator_pairs", "run_case"]
 
 ANCHORS = ("/gpu/cuda/gen", "/gpu/cuda/shared")
 
 
-def libceed_applies(resources, bp, n, p, u):
+def libceed_applies(resources, bp, space, u):
     """libCEED's operator of each resource (see :func:`available_anchors`).
 
     Parameters
     ----------
     resources : sequence of str
     bp : str
-    n, p : int
-        Elements per side and order of the box.
+    space : H1Space
+        The box: its offsets and node coordinates.
     u : ndarray (num_nodes,), float64
         Input of every apply.
 
@@ -60,7 +60,9 @@ def libceed_applies(resources, bp, n, p, u):
     from . import anchor_libceed as lc
 
     return {
-        "libceed " + resource.rsplit("/", 1)[1]: lc.bp_apply(lc.open_ceed((resource,)), bp, n, p, u)
+        "libceed " + resource.rsplit("/", 1)[1]: lc.bp_apply(
+            lc.open_ceed((resource,)), bp, space, u
+        )
         for resource in resources
     }
 
@@ -105,13 +107,16 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
     import cupy
 
     n = box_side(dofs, p)
-    num_nodes = (n * p + 1) ** 3
     form = "mass" if bp == "bp1" else "diffusion"
+    spaces = {}  # one box per backend
+    for ceed, _ in pairs:
+        spaces.setdefault(ceed.resource, box_space(ceed, n, p))
+    num_nodes = next(iter(spaces.values())).num_dofs
     u_host = np.random.default_rng(0).standard_normal(num_nodes)  # (num_nodes,)
     u = cupy.asarray(u_host)
     applies, outputs, cgs = {}, {}, {}
     for ceed, g in pairs:
-        op, _ = box_operator(ceed, form, n, p, geometry=g)
+        op, _ = box_form(spaces[ceed.resource], form, geometry=g)
         v = cupy.empty_like(u)
         b = op(u)
         name = f"{ceed.resource.rsplit('/', 1)[1]} {g}"
@@ -119,7 +124,8 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
         outputs[name] = lambda v=v: cupy.asnumpy(v)
         cgs[name] = lambda op=op, b=b: hf.cg(op, b, rtol=1e-30, maxiter=cg_iters)
     ours = list(applies)
-    for name, (apply, output) in libceed_applies(anchors, bp, n, p, u_host).items():
+    space = next(iter(spaces.values()))
+    for name, (apply, output) in libceed_applies(anchors, bp, space, u_host).items():
         applies[name], outputs[name] = apply, output
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, event_seconds)
     result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
@@ -136,7 +142,7 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
 
 
 def main(argv=None):
-    parser = Parser(prog="python -m hofem.bakeoff compare-gpu", description=__doc__)
+    parser = Parser(prog="python -m bakeoff compare-gpu", description=__doc__)
     add_compare_arguments(parser, 1e7, 5, 5, ("stored", "on_the_fly"))
     parser.add_argument("--cg-iters", type=positive_int, default=50, help="CG iterations (50)")
     parser.add_argument(

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m hofem.bakeoff bench-cpu [--problems bp1 bp3] [--orders 1 2 ... 8]
+    python -m bakeoff bench-cpu [--problems bp1 bp3] [--orders 1 2 ... 8]
         [--dofs 3e5 2e6] [--ceed /cpu/self/numba] [--repeat N]
         [--geometry {stored,on_the_fly,auto}]
 
@@ -15,11 +15,11 @@ timed applies after a warm-up) and CG DOFs x iterations/s (20 iterations,
 ``OPENBLAS_NUM_THREADS=1`` with several Numba threads (OpenBLAS threads
 spinning after CG's dot products compete with Numba's for the cores).
 
-The libCEED anchor on the same boxes is ``python -m hofem.bakeoff anchor-libceed``.
+The libCEED anchor on the same boxes is ``python -m bakeoff anchor-libceed``.
 
 The problem is a 3D hex box of continuous Q_p elements (p + 1 Gauss-Lobatto
-nodes, q = p + 2 Gauss points per direction), built directly from the
-algebra layer on a structured grid (:mod:`hofem.bakeoff.structured`).
+nodes, q = p + 2 Gauss points per direction) on ``hofem.meshes.box``, built
+through ``hf.mass``/``hf.diffusion`` (:func:`bakeoff.common.box_operator`).
 """
 
 import json
@@ -28,27 +28,26 @@ import time
 import numpy as np
 
 import hofem as hf
-
-from .common import (
+from hofem.bakeoff.common import (
     Parser,
-    add_case_arguments,
     add_ceed_argument,
     add_geometry_argument,
     box_side,
     median_seconds,
     threads,
 )
-from .structured import box_operator
+
+from .common import add_case_arguments, box_operator
 
 CG_ITERATIONS = 20
 
 
-def run_case(ceed, bp, p, dofs, repeat, geometry="stored"):
+def run_case(ceed, bp, p, dofs, repeat, geometry="auto"):
     """Time one case; return the result line and the compile line (dicts)."""
     n = box_side(dofs, p)
     form = "mass" if bp == "bp1" else "diffusion"
-    op, parts = box_operator(ceed, form, n, p, geometry=geometry)
-    num_nodes, num_elem = parts["num_nodes"], parts["offsets"].shape[0]
+    op, space, geometry_used = box_operator(ceed, form, n, p, geometry=geometry)
+    num_nodes, num_elem = space.num_dofs, space.num_elem
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
     v = ceed.xp.zeros(num_nodes)
     start = time.perf_counter()
@@ -63,7 +62,7 @@ def run_case(ceed, bp, p, dofs, repeat, geometry="stored"):
     )
     common = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": num_elem}
     common.update(backend=ceed.resource, threads=threads(), geometry=geometry)
-    common["geometry_used"] = parts["geometry"]
+    common["geometry_used"] = geometry_used
     result = dict(common, apply_dofs_per_s=num_nodes / apply_time)
     result["cg_dofs_iter_per_s"] = num_nodes * CG_ITERATIONS / cg_time
     result["cg_over_apply"] = result["cg_dofs_iter_per_s"] / result["apply_dofs_per_s"]
@@ -71,7 +70,7 @@ def run_case(ceed, bp, p, dofs, repeat, geometry="stored"):
 
 
 def main(argv=None):
-    parser = Parser(prog="python -m hofem.bakeoff bench-cpu", description=__doc__)
+    parser = Parser(prog="python -m bakeoff bench-cpu", description=__doc__)
     add_case_arguments(parser)
     add_ceed_argument(parser, "/cpu/self/numba")
     add_geometry_argument(parser)

@@ -3,7 +3,7 @@ constant-memory copies and the REGISTER_CAP_FROM rule (after); apply and device-
 
 Usage (on a GPU)::
 
-    python docs/bakeoff/h200/ab_constants.py bp1:stored:1,2,3,4,5,6,7,8 \
+    python -m bakeoff.ab.ab_constants bp1:stored:1,2,3,4,5,6,7,8 \
         bp3:stored:2,3,4,5,6,7,8 bp3:on_the_fly:2,3,4,5,6,7,8
 
 Prints one Markdown row per case: registers of the apply and dot kernels, GDOF/s and the
@@ -18,9 +18,8 @@ import sys
 import cupy
 
 import hofem as hf
+from bakeoff.common import box_operator, time_events
 from hofem.backends.cuda import operator_fuse as of
-from hofem.bakeoff.common import time_events
-from hofem.bakeoff.structured import box_operator
 
 SOURCE, CAP = of.kernel_source, of.register_cap
 

@@ -1,9 +1,10 @@
-"""Structured boxes built directly from the algebra layer (no mesh module).
+"""Operators of the algebra tests, assembled by hand from restrictions, bases and QFunctions.
 
-The benchmarks and the algebra tests need BP operators on an ``n^dim`` box
-without the cost of general mesh numbering: nodes of order p are numbered
-lexicographically over the whole box (x fastest), which is also the
-memory-friendly ordering libCEED's benchmarks use.
+The tests of the algebra layer (restrictions, bases, operators, backends)
+build BP operators on an ``n^dim`` box without meshes, spaces or forms, as a
+libCEED user would: nodes of order p are numbered lexicographically over the
+whole box (x fastest).  Users and the benchmarks build operators through
+:mod:`hofem.forms` instead.
 """
 
 import numpy as np

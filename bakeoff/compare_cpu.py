@@ -3,12 +3,12 @@
 Usage::
 
     PYTHONPATH=/path/to/site-packages NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 \\
-        python -m hofem.bakeoff compare-cpu [--problems bp1 bp3] [--orders 2 ... 8]
+        python -m bakeoff compare-cpu [--problems bp1 bp3] [--orders 2 ... 8]
         [--dofs 3e5] [--rounds 10] [--batch 3] [--geometry stored on_the_fly]
 
 For each problem, order and size the operators are built once: hofem's on
-the structured box (:mod:`hofem.bakeoff.structured`, one per ``--geometry``),
-libCEED 0.12 ``/cpu/self/avx/blocked`` (:mod:`.anchor_libceed`) and MFEM
+the box (:func:`bakeoff.common.box_operator`, one per ``--geometry``),
+libCEED 0.12 ``/cpu/self/avx/blocked`` (:mod:`.anchor_libceed`, same space) and MFEM
 partial assembly (:mod:`.anchor_mfem`), when importable.  Then ``--rounds``
 rounds time each of them in turn (the median of ``--batch`` applies, and for
 hofem one 20-iteration CG), so that a slow phase of a shared machine hits
@@ -23,18 +23,23 @@ import json
 import numpy as np
 
 import hofem as hf
+from hofem.bakeoff.common import Parser, box_side, median_seconds
 
-from .common import Parser, box_side, median_seconds
+from .common import box_form, box_space
 from .compare import add_compare_arguments, alternate, summarize
-from .structured import box_operator
 
 __all__ = ["anchors", "run_case"]
 
 CG_ITERATIONS = 20
 
 
-def anchors(bp, n, p):
-    """``name -> apply()`` of the anchors that import (libCEED, MFEM); others left out."""
+def anchors(bp, space):
+    """``name -> apply()`` of the anchors that import (libCEED, MFEM); others left out.
+
+    libCEED's operator reads ``space``'s offsets and node coordinates; MFEM builds
+    its own ``n^3`` box of the same order.
+    """
+    n, p = space.mesh.box_shape[0], space.order
     out = {}
     try:
         from . import anchor_libceed as lc
@@ -43,8 +48,8 @@ def anchors(bp, n, p):
     except SystemExit:
         ceed = None
     if ceed is not None:
-        u = np.random.default_rng(0).standard_normal((n * p + 1) ** 3)
-        out["libceed"] = lc.bp_apply(ceed, bp, n, p, u)[0]
+        u = np.random.default_rng(0).standard_normal(space.num_dofs)
+        out["libceed"] = lc.bp_apply(ceed, bp, space, u)[0]
     try:
         from . import anchor_mfem
 
@@ -58,17 +63,18 @@ def run_case(ceed, bp, p, dofs, geometries, rounds, batch):
     """Alternate the operators of one case for ``rounds`` rounds; the result line (dict)."""
     n = box_side(dofs, p)
     form = "mass" if bp == "bp1" else "diffusion"
-    applies, cgs, num_nodes = {}, {}, None
+    space = box_space(ceed, n, p)
+    num_nodes = space.num_dofs
+    applies, cgs = {}, {}
     for g in geometries:
-        op, parts = box_operator(ceed, form, n, p, geometry=g)
-        num_nodes = parts["num_nodes"]
+        op, _ = box_form(space, form, geometry=g)
         u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
         v = ceed.xp.zeros(num_nodes)
         b = op(u)
         hf.cg(op, b, rtol=0.0, maxiter=2)  # compiles the kernels and CG's vector updates
         applies[g] = lambda op=op, u=u, v=v: op.apply(u, v)
         cgs[g] = lambda op=op, b=b: hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS)
-    applies.update(anchors(bp, n, p))
+    applies.update(anchors(bp, space))
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, median_seconds)
     result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
     result.update(backend=ceed.resource, rounds=rounds, batch=batch)
@@ -77,7 +83,7 @@ def run_case(ceed, bp, p, dofs, geometries, rounds, batch):
 
 
 def main(argv=None):
-    parser = Parser(prog="python -m hofem.bakeoff compare-cpu", description=__doc__)
+    parser = Parser(prog="python -m bakeoff compare-cpu", description=__doc__)
     add_compare_arguments(parser, 3e5, 10, 3, ("stored", "on_the_fly", "auto"))
     parser.add_argument("--ceed", default="/cpu/self/numba", help="hofem backend")
     args = parser.parse_args(argv)

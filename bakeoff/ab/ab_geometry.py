@@ -3,7 +3,7 @@ apply and for CG, for BP1, BP2 or BP3 on the box's affine cells.
 
 Usage (on a GPU)::
 
-    python docs/bakeoff/h200/ab_geometry.py --form vector-mass 4 5 6
+    python -m bakeoff.ab.ab_geometry --form vector-mass 4 5 6
 
 ``--form``: ``mass`` (BP1, the default), ``vector-mass`` (BP2, three components) or
 ``diffusion`` (BP3).  Prints one line per order: each geometry's GDOF/s (apply) and
@@ -16,10 +16,10 @@ import argparse
 import statistics
 
 import cupy
-from ab_warp import FORMS, operator
 
 import hofem as hf
-from hofem.bakeoff.common import time_events
+from bakeoff.ab.ab_warp import FORMS, operator
+from bakeoff.common import time_events
 
 GEOMETRIES = ("stored", "on_the_fly")
 CG_ITERS = 50

@@ -3,7 +3,7 @@
 
 Usage (on a GPU)::
 
-    python docs/bakeoff/h200/ab_tensor_cores.py bp1:stored:1,2,3,4,5,6,7,8 \
+    python -m bakeoff.ab.ab_tensor_cores bp1:stored:1,2,3,4,5,6,7,8 \
         bp3:stored:2,3,4,5,6,7,8 bp3:on_the_fly:2,3,4,5,6,7,8
 
 Variants, whatever ``operator_fuse.use_tensor_cores`` would pick: ``scalar``, ``mma`` (the
@@ -22,9 +22,8 @@ import sys
 import cupy
 
 import hofem as hf
+from bakeoff.common import box_operator, time_events
 from hofem.backends.cuda import operator_fuse as of
-from hofem.bakeoff.common import time_events
-from hofem.bakeoff.structured import box_operator
 
 VARIANTS = ("scalar", "mma", "mma-cap", "mma-cap-2")
 

@@ -1,14 +1,14 @@
 """Side by side: stored q-data, geometry on the fly on affine cells (the Jacobian once per
 element, ``hofem.cell_center``) and on the fly at every point (the trilinear map's
-gradient), on the structured box of the bake-off.
+gradient), on the bake-off's box (:func:`bakeoff.common.box_operator`).
 
 Usage::
 
     # one core
-    NUMBA_NUM_THREADS=1 python docs/bakeoff/ab_affine.py /cpu/self/numba 3e5 \
+    NUMBA_NUM_THREADS=1 python -m bakeoff.ab.ab_affine /cpu/self/numba 3e5 \
         bp3:2,3,4,5,6,7,8 bp1:2,3,4,5,6,7,8
     # a GPU
-    python docs/bakeoff/ab_affine.py /gpu/cuda/gen 1e7 bp3:2,3,4,5,6,7,8 bp1:2,4,6,8
+    python -m bakeoff.ab.ab_affine /gpu/cuda/gen 1e7 bp3:2,3,4,5,6,7,8 bp1:2,4,6,8
 
 Prints one Markdown row per case: apply and CG (device loop on a GPU) rates, and the median
 of 7 alternating rounds' per-round ratios over stored (3 applies, 20 CG iterations each on
@@ -24,26 +24,27 @@ import time
 import numpy as np
 
 import hofem as hf
-import hofem.bakeoff.structured as structured
+import hofem.forms
+from bakeoff.common import box_operator
 
 VARIANTS = ("stored", "affine", "trilinear")
 
 
 def build(ceed, form, n, p, variant):
-    centre = structured.cell_center
+    centre = hofem.forms.cell_center
     if variant == "trilinear":  # the vertex basis itself: the Jacobian at every point
-        structured.cell_center = lambda basis: basis
+        hofem.forms.cell_center = lambda basis: basis
     try:
         geometry = "stored" if variant == "stored" else "on_the_fly"
-        return structured.box_operator(ceed, form, n, p, geometry=geometry)[0]
+        return box_operator(ceed, form, n, p, geometry=geometry)[0]
     finally:
-        structured.cell_center = centre
+        hofem.forms.cell_center = centre
 
 
 def timer(ceed):
     """``seconds(fn, repeat)``: CUDA events on a GPU, the wall clock on the CPU."""
     if ceed.resource.startswith("/gpu"):
-        from hofem.bakeoff.common import time_events
+        from bakeoff.common import time_events
 
         return lambda fn, repeat: time_events(fn, repeat, 1)
 

@@ -1,9 +1,10 @@
 """GPU benchmark: basis kernels (GB/s), restrictions, BP1/BP3 operator apply and CG.
 
 Prints one JSON line per case.  Timings are CUDA events around the timed call
-after warm-up, the median of ``--repeat`` repeats.  Problems are structured
-3D hex boxes of order p with Q = p + 2 Gauss points, built with the algebra
-layer only.  The ``tet`` case (not in the default set) applies BP1/BP3 on a
+after warm-up, the median of ``--repeat`` repeats.  Problems are 3D hex
+boxes of order p with Q = p + 2 Gauss points (``hofem.meshes.box``,
+``H1Space``, ``hf.mass``/``hf.diffusion``: :func:`bakeoff.common.box_operator`).
+The ``tet`` case (not in the default set) applies BP1/BP3 on a
 tetrahedral box mesh (``hofem.meshes.box(..., simplex=True)``, ``H1Space``,
 ``hf.mass``/``hf.diffusion``, the bake-off rule: simplex quadrature exact to
 degree 2p + 3) of about ``--dofs`` DOFs, fewer where the mesh would exceed
@@ -11,7 +12,7 @@ degree 2p + 3) of about ``--dofs`` DOFs, fewer where the mesh would exceed
 
 Usage::
 
-    python -m hofem.bakeoff bench-gpu [--ceed /gpu/cuda/batched] [--orders 1 2 ... 8]
+    python -m bakeoff bench-gpu [--ceed /gpu/cuda/batched] [--orders 1 2 ... 8]
         [--problems bp1 bp3] [--dofs 1.2e7] [--repeat 10]
         [--cases copy basis restriction operator cg tet] [--tet-points 1.2e8]
         [--cg-loops device host] [--geometry stored on_the_fly]
@@ -21,20 +22,17 @@ import math
 import time
 
 import hofem as hf
-
-from .common import (
-    STRUCTURED,
+from hofem.bakeoff.common import (
     Parser,
     add_ceed_argument,
     add_geometry_argument,
     add_problem_arguments,
-    emit,
     positive_float,
     positive_int,
     tet_shape,
-    time_events,
 )
-from .structured import box_offsets, box_operator
+
+from .common import STRUCTURED, box_operator, box_space, emit, time_events
 
 CASES = ("copy", "basis", "restriction", "operator", "cg")
 EXTRA_CASES = ("tet",)  # run only when asked for
@@ -89,8 +87,8 @@ def bench_restriction(ceed, p, dofs, repeat):
     import cupy
 
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
-    offsets, num_nodes = box_offsets(n, p)
-    r = ceed.ElemRestriction(offsets.shape[0], offsets.shape[1], 1, 1, num_nodes, offsets)
+    space = box_space(ceed, n, p)
+    r, num_nodes = space.restriction, space.num_nodes
     u = cupy.random.standard_normal(num_nodes)
     e = r.apply(u)
     backend = ceed.backend
@@ -120,18 +118,18 @@ def bench_restriction(ceed, p, dofs, repeat):
         backend.scatter = type(backend).scatter
 
 
-def bench_operator(ceed, bp, p, dofs, repeat, cg_iters, geometry="stored", loops=("device",)):
+def bench_operator(ceed, bp, p, dofs, repeat, cg_iters, geometry="auto", loops=("device",)):
     import cupy
 
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
     form = "mass" if bp == "bp1" else "diffusion"
-    op, parts = box_operator(ceed, form, n, p, geometry=geometry)
-    num_dofs = parts["num_nodes"]
+    op, space, geometry_used = box_operator(ceed, form, n, p, geometry=geometry)
+    num_dofs = space.num_dofs
     u = cupy.random.default_rng(1).standard_normal(num_dofs)
     v = cupy.empty_like(u)
     seconds = time_events(lambda: op.apply(u, v), repeat)
     base = dict(backend=ceed.resource, bp=bp, p=p, q=p + 2, num_elem=n**3, dofs=num_dofs)
-    base.update(geometry=geometry, geometry_used=parts["geometry"])
+    base.update(geometry=geometry, geometry_used=geometry_used)
     emit(case="operator", **base, seconds=seconds, dofs_per_s=num_dofs / seconds)
     apply_rate = num_dofs / seconds
     b = op(u) if cg_iters else None
@@ -205,7 +203,7 @@ def bench_tet(ceed, bps, p, dofs, max_points, repeat):
 
 
 def parse_args(argv):
-    parser = Parser(prog="python -m hofem.bakeoff bench-gpu", description=__doc__)
+    parser = Parser(prog="python -m bakeoff bench-gpu", description=__doc__)
     add_ceed_argument(parser, "/gpu/cuda/batched")
     add_geometry_argument(parser, many=True)
     add_problem_arguments(parser, STRUCTURED, range(1, 9), choices=STRUCTURED)

@@ -2,15 +2,15 @@
 
 Usage::
 
-    PYTHONPATH=/path/to/libceed python -m hofem.bakeoff anchor-libceed
+    PYTHONPATH=/path/to/libceed python -m bakeoff anchor-libceed
         [--problems bp1 bp3] [--orders 1 ... 8] [--dofs 3e5 2e6] [--repeat N]
         [--ceed /cpu/self/avx/blocked]
 
 Builds BP1 (mass) and BP3 (Poisson) with libCEED's own gallery QFunctions
-on the structured box of :mod:`hofem.bakeoff.structured` (same offsets,
-coordinates, p + 2 Gauss points) and prints one JSON line per case with the
-apply DOFs/s (median of ``--repeat`` timed applies after a warm-up), in the
-format of ``python -m hofem.bakeoff bench-cpu``.  The resource falls back to
+on the box of :func:`bakeoff.common.box_space` (the same offsets and node
+coordinates as hofem's operators, p + 2 Gauss points) and prints one JSON line
+per case with the apply DOFs/s (median of ``--repeat`` timed applies after a
+warm-up), in the format of ``python -m bakeoff bench-cpu``.  The resource falls back to
 ``/cpu/self/opt/blocked`` when AVX is unavailable; the line reports the one used.
 
 libCEED is optional (``pip install libceed==0.12.0``, e.g. into a separate
@@ -24,8 +24,10 @@ import sys
 
 import numpy as np
 
-from .common import Parser, add_case_arguments, box_side, median_seconds
-from .structured import box_coordinates, box_offsets
+import hofem as hf
+from hofem.bakeoff.common import Parser, box_side, median_seconds
+
+from .common import add_case_arguments, box_space
 
 _QFUNCTIONS = {"bp1": ("Mass3DBuild", "MassApply", 1, "u", "v"),
                "bp3": ("Poisson3DBuild", "Poisson3DApply", 6, "du", "dv")}  # fmt: skip
@@ -77,15 +79,19 @@ def vector(ceed, array):
     return vec
 
 
-def bp_operator(ceed, bp, n, p):
-    """libCEED operator of BP1 or BP3 on the ``n^3`` box of order ``p``, and its size."""
+def bp_operator(ceed, bp, space):
+    """libCEED operator of BP1 or BP3 on the scalar hex ``space`` (an ``H1Space``), and its size.
+
+    The restriction reads ``space.offsets`` and the q-data is built from
+    ``space.node_coordinates()``: the operator is the matrix of hofem's on ``space``.
+    """
     libceed = _libceed()
     build_name, apply_name, qdata_size, name_in, name_out = _QFUNCTIONS[bp]
+    p, num_nodes = space.order, space.num_nodes
     q = p + 2
-    offsets, num_nodes = box_offsets(n, p)  # (num_elem, (p+1)^3)
+    offsets = space.offsets.astype(np.int32)  # (num_elem, (p+1)^3)
     num_elem, P = offsets.shape
     Q = q**3
-    offsets = offsets.astype(np.int32)
     r_x = ceed.ElemRestriction(num_elem, P, 3, num_nodes, 3 * num_nodes, offsets)
     r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
     strides = np.array([1, Q, Q * qdata_size], dtype=np.int32)
@@ -98,7 +104,8 @@ def bp_operator(ceed, bp, n, p):
     build.set_field("qdata", r_q, libceed.BASIS_NONE, libceed.VECTOR_ACTIVE)
     qdata = ceed.Vector(num_elem * Q * qdata_size)
     qdata.set_value(0.0)
-    build.apply(vector(ceed, box_coordinates(n, p)), qdata)
+    x = space.node_coordinates().T.ravel()  # (3 * num_nodes,) component-major
+    build.apply(vector(ceed, x), qdata)
     op = ceed.Operator(ceed.QFunctionByName(apply_name))
     op.set_field(name_in, r_u, basis, libceed.VECTOR_ACTIVE)
     op.set_field("qdata", r_q, libceed.BASIS_NONE, qdata)
@@ -107,16 +114,16 @@ def bp_operator(ceed, bp, n, p):
     return op, num_nodes, num_elem, (r_x, r_u, r_q, geo, basis, qdata)
 
 
-def bp_apply(ceed, bp, n, p, u):
+def bp_apply(ceed, bp, space, u):
     """libCEED's BP operator of :func:`bp_operator` bound to an input.
 
     Parameters
     ----------
     ceed : libceed.Ceed
     bp : str
-    n, p : int
-        Elements per side and order of the box.
-    u : ndarray ((n p + 1)^3,), float64
+    space : H1Space
+        Scalar, on a hex mesh (:func:`bakeoff.common.box_space`).
+    u : ndarray (space.num_nodes,), float64
         Input of every apply (copied into a libCEED vector).
 
     Returns
@@ -124,9 +131,9 @@ def bp_apply(ceed, bp, n, p, u):
     apply : callable
         ``apply()`` applies the operator to ``u``.
     output : callable
-        ``output()``: the last result, a NumPy array ((n p + 1)^3,).
+        ``output()``: the last result, a NumPy array (space.num_nodes,).
     """
-    op, num_nodes, _, keep = bp_operator(ceed, bp, n, p)
+    op, num_nodes, _, keep = bp_operator(ceed, bp, space)
     u_lc, v_lc = vector(ceed, u), ceed.Vector(num_nodes)
 
     def apply(keep=keep):  # holds the restrictions, bases and q-data with the operator
@@ -142,8 +149,9 @@ def bp_apply(ceed, bp, n, p, u):
 def run_case(ceed, bp, p, dofs, repeat):
     """Median apply time of one case; the result line (dict)."""
     n = box_side(dofs, p)
-    num_nodes = (n * p + 1) ** 3
-    apply, _ = bp_apply(ceed, bp, n, p, np.random.default_rng(0).standard_normal(num_nodes))
+    space = box_space(hf.Ceed("/cpu/self/ref"), n, p)  # the numbering and coordinates only
+    num_nodes = space.num_nodes
+    apply, _ = bp_apply(ceed, bp, space, np.random.default_rng(0).standard_normal(num_nodes))
     apply()  # warm-up
     seconds = median_seconds(apply, repeat)
     result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
@@ -153,7 +161,7 @@ def run_case(ceed, bp, p, dofs, repeat):
 
 
 def main(argv=None):
-    parser = Parser(prog="python -m hofem.bakeoff anchor-libceed", description=__doc__)
+    parser = Parser(prog="python -m bakeoff anchor-libceed", description=__doc__)
     add_case_arguments(parser)
     parser.add_argument(
         "--ceed", choices=RESOURCES, default=RESOURCES[0], help="libCEED resource (falls back)"

@@ -14,7 +14,7 @@ when it beats the plain GEMM by ``--margin``.
 
 Usage::
 
-    python -m hofem.bakeoff tune-gemm [--out PATH] [--repeat N] [--max-bytes B]
+    python -m bakeoff tune-gemm [--out PATH] [--repeat N] [--max-bytes B]
 """
 
 import datetime
@@ -23,8 +23,9 @@ import sys
 
 import hofem as hf
 from hofem.backends.cuda import gemm
+from hofem.bakeoff.common import Parser, positive_float, positive_int, tet_shape
 
-from .common import Parser, emit, positive_float, positive_int, tet_shape, time_events
+from .common import emit, time_events
 
 SEED_SHAPES = ((27, 64), (125, 216), (729, 1000))  # (P, Q) of the seeds, tuned at SEED_COLUMNS
 SEED_COLUMNS = 10_000
@@ -126,7 +127,7 @@ def metadata(args, argv):
         "cuda_runtime": runtime.runtimeGetVersion(),
         "cuda_driver": runtime.driverGetVersion(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python -m hofem.bakeoff tune-gemm " + " ".join(argv),
+        "command": "python -m bakeoff tune-gemm " + " ".join(argv),
         "repeat": args.repeat,
         "margin": args.margin,
         "max_bytes": args.max_bytes,
@@ -146,7 +147,7 @@ def write_table(path, meta, entries):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = Parser(prog="python -m hofem.bakeoff tune-gemm", description=__doc__)
+    parser = Parser(prog="python -m bakeoff tune-gemm", description=__doc__)
     parser.add_argument("--out", default=str(gemm.TABLE_PATH), help="table file to write")
     parser.add_argument(
         "--repeat", type=positive_int, default=10, help="timed calls per configuration"

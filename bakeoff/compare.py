@@ -9,7 +9,9 @@ over rounds.
 
 import statistics
 
-from .common import MAX_ORDER, STRUCTURED, add_problem_arguments, positive_float, positive_int
+from hofem.bakeoff.common import MAX_ORDER, add_problem_arguments, positive_float, positive_int
+
+from .common import STRUCTURED
 
 __all__ = ["add_compare_arguments", "alternate", "summarize"]
 

@@ -1,0 +1,112 @@
+"""What the laboratory's commands share: box operators built through :mod:`hofem.forms`,
+the structured-box options, CUDA-event timing and JSON lines.
+
+Every operator the laboratory times is built the way a user builds one:
+:func:`hofem.meshes.box`, an :class:`hofem.H1Space` and :func:`hofem.mass` or
+:func:`hofem.diffusion`.  The anchors (libCEED) read the same space's offsets and
+node coordinates, so every side-by-side run compares the same matrix.
+"""
+
+import json
+
+import numpy as np
+
+import hofem as hf
+from hofem import meshes
+from hofem.bakeoff.common import MAX_ORDER, add_problem_arguments, positive_float, positive_int
+
+__all__ = [
+    "STRUCTURED",
+    "add_case_arguments",
+    "box_form",
+    "box_operator",
+    "box_space",
+    "emit",
+    "event_seconds",
+    "time_events",
+]
+
+STRUCTURED = ("bp1", "bp3")  # the problems of the box benchmarks: mass and Poisson
+FORMS = {"mass": hf.mass, "diffusion": hf.diffusion}
+
+
+def add_case_arguments(parser):
+    """``--problems --orders --dofs --repeat`` of the box benchmarks (CPU, libCEED, MFEM)."""
+    add_problem_arguments(parser, STRUCTURED, range(1, MAX_ORDER + 1), choices=STRUCTURED)
+    parser.add_argument(
+        "--dofs", type=positive_float, nargs="+", default=[3e5, 2e6], help="target DOFs"
+    )
+    parser.add_argument("--repeat", type=positive_int, default=10, help="timed calls per case")
+
+
+def box_space(ceed, n, p, dim=3, distort=0.0):
+    """The order-``p`` scalar :class:`hofem.H1Space` on ``meshes.box(n, dim)``: hexes in 3D.
+
+    ``distort`` bends the interior (:func:`hofem.meshes.box`), so that Jacobians
+    vary from point to point; 0 keeps the cells affine.
+    """
+    return hf.H1Space(ceed, meshes.box(n, dim, distort=distort), p)
+
+
+def box_form(space, form, geometry="auto", q=None, quad_mode=hf.GAUSS):
+    """Mass or diffusion on ``space``, through :mod:`hofem.forms`.
+
+    Parameters
+    ----------
+    space : H1Space
+    form : {"mass", "diffusion"}
+    geometry : {"auto", "stored", "on_the_fly"}
+        As for :func:`hofem.mass`.
+    q : int, optional
+        Quadrature points per direction (default ``p + 2``).
+    quad_mode : hofem.GAUSS or hofem.GAUSS_LOBATTO
+
+    Returns
+    -------
+    op : Operator
+        Square, ``space.num_dofs``; no boundary conditions.
+    geometry_used : {"stored", "on_the_fly"}
+        What ``geometry`` became (:func:`hofem.resolve_geometry`).
+    """
+    q_extra = 1 if q is None else q - space.order - 1
+    options = {"q_extra": q_extra, "quad_mode": quad_mode, "geometry": geometry}
+    used = hf.resolve_geometry(space, form, **options)
+    return FORMS[form](space, **options), used
+
+
+def box_operator(ceed, form, n, p, geometry="auto", q=None, quad_mode=hf.GAUSS, distort=0.0):
+    """:func:`box_form` on :func:`box_space`: ``(op, space, geometry_used)``."""
+    space = box_space(ceed, n, p, distort=distort)
+    op, used = box_form(space, form, geometry, q, quad_mode)
+    return op, space, used
+
+
+def time_events(fn, repeat, warmup=3):
+    """Median seconds of ``fn()`` by CUDA events, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    return event_seconds(fn, repeat)
+
+
+def event_seconds(fn, repeat):
+    """Median seconds of ``repeat`` calls of ``fn()``, each between two CUDA events.
+
+    The events go on CuPy's current stream; on the legacy default stream (CuPy's
+    and libCEED's) they also wait for work that other libraries launched there.
+    """
+    import cupy
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times = []
+    for _ in range(repeat):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(times))
+
+
+def emit(**record):
+    """Print ``record`` as one JSON line on stdout."""
+    print(json.dumps(record), flush=True)
