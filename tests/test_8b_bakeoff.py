@@ -358,7 +358,7 @@ def test_a_missing_gpu_is_one_line_not_a_traceback(capsys):
     else:
         pytest.skip("CuPy is installed")
     for argv in (["--ceed", "/gpu/cuda/gen"], ["bench-gpu", "--cases", "basis"]):
-        assert cli.main(argv) == 1
+        assert cli.main(argv) == 2
         (line,) = capsys.readouterr().err.splitlines()
         assert line.startswith("python -m hofem.bakeoff: ") and "gpu" in line
 

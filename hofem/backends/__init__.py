@@ -15,7 +15,7 @@ as ``/cpu/self`` resolves to the available backend of highest priority.
 
 import importlib
 
-__all__ = ["BackendUnavailable", "available", "register", "registered", "resolve"]
+__all__ = ["BackendUnavailable", "available", "prefixes", "register", "registered", "resolve"]
 
 
 class BackendUnavailable(RuntimeError):
@@ -69,6 +69,22 @@ def registered():
     return sorted(_REGISTRY)
 
 
+def prefixes():
+    """Return the prefixes that name the best available backend under them.
+
+    Returns
+    -------
+    list of str
+        Every proper prefix of a registered resource (``"/cpu"``, ``"/cpu/self"``,
+        ``"/gpu"``, ``"/gpu/cuda"``), sorted.
+    """
+    found = set()
+    for resource in _REGISTRY:
+        parts = resource.split("/")[1:-1]  # "/cpu/self/ref" -> ["cpu", "self"]
+        found.update("/" + "/".join(parts[: k + 1]) for k in range(len(parts)))
+    return sorted(found)
+
+
 def available():
     """Return the resource names of the backends that can run here.
 
@@ -100,7 +116,7 @@ def resolve(resource):
     Raises
     ------
     ValueError
-        Unknown resource; the message lists the registered ones.
+        Unknown resource; the message lists the registered ones and the prefixes.
     BackendUnavailable
         The backend (or every backend under the prefix) cannot run here; the
         message says why and lists the available ones.
@@ -117,6 +133,7 @@ def resolve(resource):
     if not candidates:
         raise ValueError(
             f"unknown resource {resource!r}; registered backends: {', '.join(sorted(_REGISTRY))}"
+            f"; or a prefix for the best available one: {', '.join(prefixes())}"
         )
     reasons = []
     for candidate in candidates:
