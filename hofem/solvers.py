@@ -77,10 +77,10 @@ def _check_shapes(A, b, x0, M):
     Only operators and matrices with a 2-D ``shape`` are checked here; callables
     are checked by the shape of what they return.
     """
-    shape = getattr(A, "shape", None)
-    if shape is not None and len(shape) == 2 and getattr(b, "shape", None) != (shape[0],):
+    shape = getattr(A, "shape", None)  # a non-square A is reported by the loop's matvec
+    if shape is not None and len(shape) == 2 and shape[0] == shape[1] and b.shape != (shape[0],):
         raise ValueError(f"b must have shape ({shape[0]},) to match A, got {b.shape}")
-    if x0 is not None and getattr(x0, "shape", None) != b.shape:
+    if x0 is not None and getattr(x0, "shape", b.shape) != b.shape:
         raise ValueError(f"x0 must have shape {b.shape} to match b, got {x0.shape}")
     n = b.shape[0]
     if isinstance(M, Jacobi):
@@ -163,11 +163,11 @@ def cg(
         Shapes that disagree, non-positive ``maxiter``/``check_every``,
         negative tolerances; ``device_loop=True`` where it does not apply.
     """
-    if getattr(b, "ndim", None) != 1:
-        raise ValueError(f"b must be a 1-D array, got {getattr(b, 'shape', type(b).__name__)}")
-    _check_shapes(A, b, x0, M)
     ops = vector_ops(A, b)
     xp = ops.xp
+    if b.ndim != 1:
+        raise ValueError(f"b must be 1-D, got shape {b.shape}")
+    _check_shapes(A, b, x0, M)
     n = b.shape[0]
     if rtol < 0 or atol < 0:
         raise ValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
