@@ -9,13 +9,22 @@ restriction) is not counted twice. :func:`peak_rss_bytes` is the process's
 peak resident host memory.
 """
 
+import os
 import resource
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["chunk_ranges", "memory_report", "owning_array", "peak_rss_bytes"]
+__all__ = [
+    "available_host_memory",
+    "cgroup_memory_room",
+    "chunk_ranges",
+    "memory_report",
+    "owning_array",
+    "peak_rss_bytes",
+]
 
 _SKIP = ("ceed", "comm", "backend", "qf", "qfunction")  # shared context, not per-object data
 # a backend's record for an object (hofem.backends.contract) counts toward that object
@@ -41,6 +50,90 @@ def peak_rss_bytes():
         pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def _read_int(path):
+    """The integer in a one-line file, or None (missing, unreadable, ``max``)."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_dirs(root=Path("/sys/fs/cgroup"), proc_cgroup=Path("/proc/self/cgroup")):
+    """The memory cgroup directories of this process and their ancestors, as
+    ``(directory, limit file, usage file)``: v2 (``memory.max``) and v1
+    (``memory/memory.limit_in_bytes``)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, files = root, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            base, files = root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        here = base / path.lstrip("/")
+        # inside a container the namespace's root is the process's cgroup: its path
+        # as /proc names it may not exist under the mount, the mount's root does
+        for directory in (here, *here.parents):
+            found.append((directory, *files))
+            if directory == base:
+                break
+    return found
+
+
+def cgroup_memory_room(root=Path("/sys/fs/cgroup"), proc_cgroup=Path("/proc/self/cgroup")):
+    """Bytes this process's memory cgroups still allow (the least over them and their
+    ancestors of limit minus usage), or None where no limit is set.
+
+    Parameters
+    ----------
+    root, proc_cgroup : pathlib.Path
+        The cgroup mount and the process's cgroup file (tests point them elsewhere).
+    """
+    room = None
+    for directory, limit_file, usage_file in _cgroup_dirs(root, proc_cgroup):
+        limit = _read_int(directory / limit_file)
+        if limit is None or limit >= 1 << 60:  # "max", or v1's "unlimited"
+            continue
+        usage = _read_int(directory / usage_file) or 0
+        room = limit - usage if room is None else min(room, limit - usage)
+    return None if room is None else max(room, 0)
+
+
+def _mem_available():
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (free pages elsewhere)."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def available_host_memory():
+    """Bytes of host memory a new allocation may take.
+
+    Where a memory cgroup limits this process, its limit minus its usage (the
+    least over the cgroup and its ancestors, v2 ``memory.max`` or v1
+    ``memory.limit_in_bytes``): that limit is what the kernel enforces, and on
+    virtual machines whose RAM is added as it is used, ``MemAvailable``
+    starts far below it. Elsewhere ``MemAvailable`` of ``/proc/meminfo``.
+
+    Returns
+    -------
+    int
+    """
+    room = cgroup_memory_room()
+    return _mem_available() if room is None else room
 
 
 def owning_array(array):

@@ -110,6 +110,26 @@ def _vector_ops(A, b) -> VectorOps:
     return backend.vector_ops()
 
 
+def _check_shapes(A, b, x0, M):
+    """Raise ValueError naming the argument whose shape does not match ``A`` (or ``b``).
+
+    Only operators and matrices with a 2-D ``shape`` are checked here; callables
+    are checked by the shape of what they return.
+    """
+    shape = getattr(A, "shape", None)  # a non-square A is reported by the loop's matvec
+    if shape is not None and len(shape) == 2 and shape[0] == shape[1] and b.shape != (shape[0],):
+        raise ValueError(f"b must have shape ({shape[0]},) to match A, got {b.shape}")
+    if x0 is not None and getattr(x0, "shape", b.shape) != b.shape:
+        raise ValueError(f"x0 must have shape {b.shape} to match b, got {x0.shape}")
+    n = b.shape[0]
+    if isinstance(M, Jacobi):
+        m_shape = (M.inv_diag.shape[0],) * 2
+    else:
+        m_shape = getattr(M, "shape", None)
+    if m_shape is not None and tuple(m_shape) != (n, n):
+        raise ValueError(f"M must have shape ({n}, {n}) to match b, got {tuple(m_shape)}")
+
+
 def cg(
     A: Any,
     b: npt.NDArray[np.float64],
@@ -184,6 +204,7 @@ def cg(
         negative tolerances; ``device_loop=True`` where it does not apply.
     """
     ops, maxiter = _checked_arguments(A, b, rtol, atol, maxiter, check_every)
+    _check_shapes(A, b, x0, M)
     device = _device_cg(A, b, x0, M, callback, device_loop)
     if device is not None:
         inv_diag = None if M is None else M.inv_diag

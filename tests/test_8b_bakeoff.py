@@ -345,6 +345,6 @@ def test_a_missing_gpu_is_one_line_not_a_traceback(capsys):
         pass
     else:
         pytest.skip("CuPy is installed")
-    assert cli.main(["--ceed", "/gpu/cuda/gen"]) == 1
+    assert cli.main(["--ceed", "/gpu/cuda/gen"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("python -m hofem.bakeoff: ") and "gpu" in line

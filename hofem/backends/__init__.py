@@ -19,6 +19,7 @@ __all__ = [
     "BackendUnavailable",
     "array_backend",
     "available",
+    "prefixes",
     "register",
     "registered",
     "resolve",
@@ -76,6 +77,22 @@ def registered():
     return sorted(_REGISTRY)
 
 
+def prefixes():
+    """Return the prefixes that name the best available backend under them.
+
+    Returns
+    -------
+    list of str
+        Every proper prefix of a registered resource (``"/cpu"``, ``"/cpu/self"``,
+        ``"/gpu"``, ``"/gpu/cuda"``), sorted.
+    """
+    found = set()
+    for resource in _REGISTRY:
+        parts = resource.split("/")[1:-1]  # "/cpu/self/ref" -> ["cpu", "self"]
+        found.update("/" + "/".join(parts[: k + 1]) for k in range(len(parts)))
+    return sorted(found)
+
+
 def available():
     """Return the resource names of the backends that can run here.
 
@@ -107,7 +124,7 @@ def resolve(resource):
     Raises
     ------
     ValueError
-        Unknown resource; the message lists the registered ones.
+        Unknown resource; the message lists the registered ones and the prefixes.
     BackendUnavailable
         The backend (or every backend under the prefix) cannot run here; the
         message says why and lists the available ones.
@@ -124,6 +141,7 @@ def resolve(resource):
     if not candidates:
         raise ValueError(
             f"unknown resource {resource!r}; registered backends: {', '.join(sorted(_REGISTRY))}"
+            f"; or a prefix for the best available one: {', '.join(prefixes())}"
         )
     reasons = []
     for candidate in candidates:

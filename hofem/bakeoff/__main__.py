@@ -24,7 +24,10 @@ from hofem import meshes
 from hofem.backends import BackendUnavailable
 
 from .common import (
+    EXIT_STATUS_EPILOG,
+    MAX_ORDER,
     Parser,
+    UsageError,
     add_ceed_argument,
     add_geometry_argument,
     bp_name,
@@ -33,8 +36,10 @@ from .common import (
     positive_int,
 )
 from .distributed import launched_under_mpi, setup_distributed
+from .estimate import case_estimate
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
+PROG = "python -m hofem.bakeoff"
 EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot"}
 COMMANDS = {
     "sweep": "sweep",
@@ -45,7 +50,7 @@ COMMANDS = {
 
 def parse_args(argv):
     """Options of the single-case command."""
-    parser = Parser(prog="python -m hofem.bakeoff", description=__doc__)
+    parser = Parser(prog=PROG, description=__doc__, epilog=EXIT_STATUS_EPILOG)
     parser.add_argument(
         "bp",
         nargs="?",
@@ -55,7 +60,9 @@ def parse_args(argv):
         metavar="BP",
         help="problem bp1..bp6 or 1..6 (default bp3: Poisson, Dirichlet)",
     )
-    parser.add_argument("--order", "-p", type=order, default=4, help="polynomial order (default 4)")
+    parser.add_argument(
+        "--order", "-p", type=order, default=4, help=f"polynomial order 1..{MAX_ORDER} (default 4)"
+    )
     parser.add_argument(
         "--elements",
         "-n",
@@ -93,6 +100,11 @@ def parse_args(argv):
         help="under mpiexec, how halos move (default auto: NCCL between GPUs when available)",
     )
     add_geometry_argument(parser)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="run even where the memory estimate says the case will not fit",
+    )
     return parser.parse_args(argv)
 
 
@@ -108,7 +120,8 @@ def report(result, extra=()):
         f"{result['host_peak_bytes'] / 1e9:.2f} GB, solve footprint "
         f"{result['footprint_bytes'] / result['dofs']:.0f} B/DOF"
     )
-    print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
+    if result["kernels_compiled"]:
+        print(f"compiling kernels, first run only: {result['compile_s']:.1f} s")
     for line in extra:
         print(line)
     print(
@@ -124,9 +137,21 @@ def run_distributed(args):
     from hofem import parallel as par
 
     comm = par.world()
-    if args.ceed.startswith("/gpu"):
-        par.bind_device(comm)
-    ceed = hf.Ceed(args.ceed)
+    error, ceed = None, None
+    try:  # the same on every rank: one line from rank 0, exit status 2
+        if args.ceed.startswith("/gpu"):
+            par.bind_device(comm)
+        ceed = hf.Ceed(args.ceed)
+    except (BackendUnavailable, ImportError) as exc:
+        error = exc
+    par.check_all(comm, error)
+    if not args.force and args.mesh is None:
+        _, refusal = case_estimate(
+            args.bp, ceed, args.order, elements=args.elements, simplex=args.simplex,
+            distort=args.distort, geometry=args.geometry, jacobi=args.jacobi, comm=comm,
+        )  # fmt: skip
+        if refusal is not None:
+            raise par.ParallelError(refusal)
     problem = setup_distributed(
         args.bp,
         ceed,
@@ -164,6 +189,14 @@ def run_distributed(args):
     return 0 if result["converged"] else 1
 
 
+def read_mesh(path):
+    """``meshes.read(path)``; a file it cannot read is a :class:`UsageError`."""
+    try:
+        return meshes.read(path)
+    except (OSError, ValueError, ImportError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def solve_one(argv):
     """Build the mesh, set up and solve one case, print the summary; exit status 0/1.
 
@@ -173,12 +206,18 @@ def solve_one(argv):
     if launched_under_mpi():
         from hofem.parallel import abort_on_error
 
-        with abort_on_error(prog="python -m hofem.bakeoff"):
+        with abort_on_error(prog=PROG):
             return run_distributed(args)
     ceed = hf.Ceed(args.ceed)
-    if args.mesh:
-        mesh = meshes.read(args.mesh)
-    else:
+    mesh = read_mesh(args.mesh) if args.mesh else None
+    if not args.force:
+        _, refusal = case_estimate(
+            args.bp, ceed, args.order, elements=args.elements, mesh=mesh, simplex=args.simplex,
+            distort=args.distort, geometry=args.geometry, jacobi=args.jacobi,
+        )  # fmt: skip
+        if refusal is not None:
+            raise UsageError(refusal)
+    if mesh is None:  # built only once it is known to fit
         mesh = meshes.box(args.elements, 3, simplex=args.simplex, distort=args.distort)
     problem = setup(args.bp, ceed, args.order, mesh, geometry=args.geometry)
     result = solve(
@@ -194,8 +233,10 @@ def solve_one(argv):
 def main(argv=None):
     """Dispatch to a command of :data:`COMMANDS`, or solve one case.
 
-    A backend or an optional package that this machine lacks ends the
-    command with one line on stderr and exit status 1.
+    Exit status 0, or 1 where a case did not converge. A usage error
+    (:class:`~hofem.bakeoff.common.UsageError`), a backend or an optional
+    package that this machine lacks end the command with one line on stderr
+    and exit status 2, as bad option values do.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -203,17 +244,14 @@ def main(argv=None):
             command = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
             return command.main(argv[1:])
         return solve_one(argv)
-    except BackendUnavailable as exc:
-        print(f"python -m hofem.bakeoff: {exc}", file=sys.stderr)
+    except (UsageError, BackendUnavailable) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
     except ModuleNotFoundError as exc:
         if exc.name not in EXTRAS:
             raise
         extra = EXTRAS[exc.name]
-        print(
-            f"python -m hofem.bakeoff: this needs {exc.name}: pip install hofem[{extra}]",
-            file=sys.stderr,
-        )
-    return 1
+        print(f"{PROG}: error: this needs {exc.name}: pip install hofem[{extra}]", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ import json
 import time
 
 import hofem as hf
+from hofem.backends import BackendUnavailable
 from hofem.memory import peak_rss_bytes
 
 from .common import (
+    EXIT_STATUS_EPILOG,
     Parser,
     add_ceed_argument,
     add_geometry_argument,
@@ -30,11 +32,14 @@ from .common import (
     positive_int,
 )
 from .distributed import setup_distributed
+from .estimate import case_estimate
 from .problems import solve_footprint
+
+PROG = "python -m hofem.bakeoff bench-parallel"
 
 
 def parse_args(argv=None):
-    parser = Parser(prog="python -m hofem.bakeoff bench-parallel", description=__doc__)
+    parser = Parser(prog=PROG, description=__doc__, epilog=EXIT_STATUS_EPILOG)
     add_problem_arguments(parser, ("bp1", "bp3"), (4, 6))
     parser.add_argument("--dofs", nargs="+", type=positive_float, default=[1e6])
     parser.add_argument("--per-rank", action="store_true", help="--dofs is per rank (weak)")
@@ -42,12 +47,22 @@ def parse_args(argv=None):
     parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
     add_geometry_argument(parser)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="run even where the memory estimate says a case will not fit",
+    )
     return parser.parse_args(argv)
+
+
+def box_elements(dofs, p):
+    """Elements per direction of the box with about ``dofs`` DOFs at order ``p``."""
+    return max(1, round((dofs ** (1 / 3) - 1) / p))
 
 
 def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
     """One timed case (collective); the result dict on every rank."""
-    elements = max(1, round((dofs ** (1 / 3) - 1) / p))
+    elements = box_elements(dofs, p)
     baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
     problem = setup_distributed(
         bp, ceed, p, comm, elements=elements, transport=transport, geometry=geometry
@@ -94,22 +109,42 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
     }
 
 
+def check_cases(comm, ceed, args, cases):
+    """Raise :class:`~hofem.parallel.ParallelError` (on every rank) where a case of
+    ``cases`` (``(bp, p, total DOFs)``) would not fit in memory (collective)."""
+    from hofem import parallel as par
+
+    for bp, p, dofs in cases:
+        _, refusal = case_estimate(
+            bp, ceed, p, elements=box_elements(dofs, p), geometry=args.geometry, comm=comm,
+            hint="use fewer --dofs or more ranks (or --force to try anyway)",
+        )  # fmt: skip
+        if refusal is not None:
+            raise par.ParallelError(refusal)
+
+
 def main(argv=None):
     from hofem import parallel as par
 
     args = parse_args(argv)
     comm = par.world()
-    with par.abort_on_error(prog="python -m hofem.bakeoff bench-parallel"):
-        if args.ceed.startswith("/gpu"):
-            par.bind_device(comm)
-        ceed = hf.Ceed(args.ceed)
-        for bp in args.problems:
-            for p in args.orders:
-                for dofs in args.dofs:
-                    total = dofs * comm.size if args.per_rank else dofs
-                    result = run_case(
-                        comm, ceed, bp, p, total, args.iterations, args.transport, args.geometry
-                    )
-                    if comm.rank == 0:
-                        print(json.dumps(result), flush=True)
+    with par.abort_on_error(prog=PROG):
+        error, ceed = None, None
+        try:  # the same on every rank: one line from rank 0, exit status 2
+            if args.ceed.startswith("/gpu"):
+                par.bind_device(comm)
+            ceed = hf.Ceed(args.ceed)
+        except (BackendUnavailable, ImportError) as exc:
+            error = exc
+        par.check_all(comm, error)
+        scale = comm.size if args.per_rank else 1
+        cases = [(bp, p, d * scale) for bp in args.problems for p in args.orders for d in args.dofs]
+        if not args.force:
+            check_cases(comm, ceed, args, cases)
+        for bp, p, total in cases:
+            result = run_case(
+                comm, ceed, bp, p, total, args.iterations, args.transport, args.geometry
+            )
+            if comm.rank == 0:
+                print(json.dumps(result), flush=True)
     return 0

@@ -30,6 +30,28 @@ MAX_ORDER = 8  # the bake-off's orders are 1..8 (BAKEOFF.md)
 RESOURCES = tuple(sorted({*backends.registered(), "/cpu/self", "/gpu/cuda"}))
 
 
+class UsageError(Exception):
+    """A command cannot run as asked (a mesh it cannot read, a case that does not fit, a
+    results file it cannot write): ``python -m hofem.bakeoff`` prints the message as one
+    line on stderr and exits with status 2."""
+
+
+def check_writable(path):
+    """Raise :class:`UsageError` unless ``path`` can be appended to (created if missing).
+
+    Checked by opening it, before any case runs, so that no result is lost to a path
+    that cannot take it; a file that did not exist is removed again.
+    """
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write the results file {path}: {exc.strerror or exc}") from None
+    if not existed:
+        os.remove(path)
+
+
 class Parser(argparse.ArgumentParser):
     """``ArgumentParser`` whose errors are one line on stderr, exit status 2, no usage dump."""
 
@@ -39,6 +61,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+EXIT_STATUS_EPILOG = """exit status:
+  0  done (every case converged)
+  1  a case did not converge or failed: a result, reported on stdout
+  2  usage: a bad option value, a mesh file that cannot be read, a backend or an
+     optional package missing here, a case that does not fit in memory, a results
+     file that cannot be written; one line on stderr, nothing run"""
 
 
 def bp_name(text):
@@ -195,22 +225,6 @@ def git_hash():
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
-
-
-def available_memory(ceed):
-    """Bytes free for a case: the GPU's free memory, else the host's ``MemAvailable``."""
-    if ceed.resource.startswith("/gpu"):
-        import cupy
-
-        return cupy.cuda.runtime.memGetInfo()[0]
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def utc_now():

@@ -4,8 +4,11 @@ See ``../shared/BAKEOFF.md``. All problems live on the unit box (or a mesh
 file), with continuous order-p Lagrange elements on Gauss-Lobatto nodes.
 """
 
+import contextlib
 import math
+import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -17,12 +20,10 @@ from hofem.memory import memory_report, peak_rss_bytes
 __all__ = [
     "BP",
     "DEFAULT_RTOL",
-    "FUSED_BACKENDS",
     "PROBLEMS",
     "BakeoffProblem",
     "assemble",
     "median_seconds",
-    "memory_estimate",
     "resolve_geometry",
     "setup",
     "solve",
@@ -206,6 +207,52 @@ def assemble(bp, space, mass, diffusion, geometry="auto"):
     return op, rhs, exact, free
 
 
+class CompileWatch:
+    """Context manager: did the code inside compile any kernel?
+
+    ``compiled`` is True after the block when Numba compiled a function in it (its
+    ``numba:compile`` event fires on a real compilation only, not when a kernel
+    comes from its disk cache) or CuPy wrote a new kernel into its compile cache
+    (``cupy.cuda.compiler.get_cache_dir()``: a kernel found there or in memory is
+    not compiled again). Only libraries already imported are watched: one that
+    is imported later has compiled nothing before.
+    """
+
+    def __init__(self):
+        self.compiled = False
+        self._stack = contextlib.ExitStack()
+        self._recorder = self._cupy_dir = self._cupy_files = None
+
+    def __enter__(self):
+        if "numba" in sys.modules:
+            from numba.core import event
+
+            self._recorder = self._stack.enter_context(event.install_recorder("numba:compile"))
+        if "cupy" in sys.modules:
+            from cupy.cuda import compiler
+
+            self._cupy_dir = compiler.get_cache_dir()
+            self._cupy_files = _files(self._cupy_dir)
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stack.close()
+        numba_compiled = self._recorder is not None and len(self._recorder.buffer) > 0
+        cupy_compiled = self._cupy_dir is not None and bool(
+            _files(self._cupy_dir) - self._cupy_files
+        )
+        self.compiled = numba_compiled or cupy_compiled
+        return False
+
+
+def _files(directory):
+    """Names of the files in ``directory`` (empty if it does not exist)."""
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
+
+
 def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     """Solve with CG and verify against the exact solution.
 
@@ -230,7 +277,8 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         bp, p, q, cell, elements, dofs, backend, geometry_used, ranks (MPI ranks: 1 when
         serial), rtol,
         preconditioner, iterations, converged, setup_s, compile_s (the
-        warm-up, first-run JIT compilation included), solve_s,
+        warm-up, first-run JIT compilation included), kernels_compiled (whether
+        the warm-up compiled kernels, :class:`CompileWatch`), solve_s,
         dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error,
         host_peak_bytes (the process's peak resident memory, before the
         error computation), footprint_bytes (:func:`solve_footprint`); on
@@ -253,9 +301,10 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
 
     synchronize()
     start = time.perf_counter()
-    M = hf.jacobi(op) if preconditioner == "jacobi" else None
-    hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M)  # warm-up: compiles all the solve runs
-    synchronize()
+    with CompileWatch() as watch:
+        M = hf.jacobi(op) if preconditioner == "jacobi" else None
+        hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M)  # warm-up: compiles all the solve runs
+        synchronize()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M)
@@ -291,6 +340,7 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         "converged": info == 0,
         "setup_s": problem.setup_seconds,
         "compile_s": compile_s,
+        "kernels_compiled": watch.compiled,
         "solve_s": seconds,
         "dofs_x_iter_per_s": space.num_dofs * info.iterations / seconds if seconds else math.nan,
         "rel_residual": residual,
@@ -355,49 +405,3 @@ def time_apply(problem, repeat=5):
 
     seconds = median_seconds(apply, repeat)
     return {"apply_s": seconds, "apply_dofs_per_s": problem.space.num_dofs / seconds}
-
-
-# backends whose apply runs G, B, D, B^T, G^T per element, never holding whole-mesh
-# E- or Q-vectors (the others materialize them: memory_estimate counts those)
-FUSED_BACKENDS = ("/cpu/self/numba", "/gpu/cuda/gen")
-
-
-def memory_estimate(bp_name, num_elem, num_nodes, nodes_per_elem, points_per_elem, fused=False):
-    """Bytes a bake-off case needs at its peak, estimated before allocating.
-
-    Counts, in 8-byte words: the stored q-data (``size`` per point); 8 per
-    element node (mesh cells, numbering, restriction indices and transposes,
-    and their set-up temporaries); ``3 + 12 num_comp`` per node (coordinates,
-    right-hand side, solution, CG and work vectors); 24 per point of one set-up
-    chunk (:attr:`hofem.H1Space.CHUNK_POINTS`: points, weights, function
-    values, E-vectors); without ``fused``, the whole-mesh element vectors and
-    quadrature-point vectors of an apply (2 E-vectors, 4 Q-vectors). Plus
-    0.2 GB for the interpreter and its libraries, all times 1.25. Measured
-    peaks (maximum resident set, ``/cpu/self/ref`` and ``/cpu/self/numba``,
-    hex and tet, p = 1, 2, 1e5 and 1e6 DOFs) were 0.5 to 0.9 times this
-    (docs/performance.md, "Tetrahedral set-up").
-
-    Parameters
-    ----------
-    bp_name : str
-    num_elem, num_nodes : int
-        Elements and (scalar) nodes of the mesh's space.
-    nodes_per_elem, points_per_elem : int
-        Basis nodes and quadrature points per element.
-    fused : bool
-        The backend applies operators element by element (:data:`FUSED_BACKENDS`).
-
-    Returns
-    -------
-    int
-    """
-    bp = PROBLEMS[bp_name]
-    comp = bp.num_comp
-    qdata = 1 if bp.form == "mass" else 6
-    grad = 1 if bp.form == "mass" else 3
-    points = num_elem * points_per_elem
-    words = points * qdata + num_elem * nodes_per_elem * 8 + num_nodes * (3 + 12 * comp)
-    words += 24 * min(points, hf.H1Space.CHUNK_POINTS)
-    if not fused:
-        words += num_elem * comp * (2 * nodes_per_elem + 4 * grad * points_per_elem)
-    return int(1.25 * (8 * words + 0.2e9))

@@ -38,35 +38,31 @@ import hofem as hf
 from hofem import meshes
 
 from .common import (
+    EXIT_STATUS_EPILOG,
     Parser,
+    UsageError,
     add_ceed_argument,
     add_geometry_argument,
     add_problem_arguments,
-    available_memory,
     box_side,
+    check_writable,
     positive_float,
     positive_int,
     run_metadata,
-    tet_shape,
     utc_now,
 )
 from .distributed import launched_under_mpi, setup_distributed
-from .problems import (
-    DEFAULT_RTOL,
-    FUSED_BACKENDS,
-    PROBLEMS,
-    memory_estimate,
-    setup,
-    solve,
-    time_apply,
-)
+from .estimate import box_shape, case_estimate, estimate_memory
+from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve, time_apply
 from .results import SCHEMA, SCHEMA_VERSION, case_key, rate_lines, read_results
 
 CELLS = ("hex", "tet")
 
 
 def parse_args(argv):
-    parser = Parser(prog="python -m hofem.bakeoff sweep", description=__doc__)
+    parser = Parser(
+        prog="python -m hofem.bakeoff sweep", description=__doc__, epilog=EXIT_STATUS_EPILOG
+    )
     add_problem_arguments(parser, sorted(PROBLEMS), range(1, 5))
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument(
@@ -148,18 +144,19 @@ def cases(args, ranks=1):
     return out
 
 
-def base_record(case, resource=None):
+def base_record(case):
     """A results line for ``case`` with what is known before running it (results None).
 
-    ``resource``: the resolved backend (``ceed.resource``), which the memory
-    estimate depends on; default the case's ``ceed`` as given.
+    The memory estimate takes stored q-data where the geometry is ``auto`` (the
+    larger); :func:`run_case` replaces it with the estimate of what will run.
     """
     bp, p, n = PROBLEMS[case["bp"]], case["p"], case["elements_1d"]
-    if case["cell"] == "tet":
-        num_elem, (P, Q) = 6 * n**3, tet_shape(p)
-    else:
-        num_elem, P, Q = n**3, (p + 1) ** 3, (p + 1 + bp.q_extra) ** 3
-    num_nodes = (n * p + 1) ** 3  # hex and Kuhn tets of order p alike
+    num_elem, num_nodes, P, Q = box_shape(case["bp"], p, n, case["cell"] == "tet")
+    geometry = "stored" if case["geometry"] == "auto" else case["geometry"]
+    estimate = estimate_memory(
+        case["bp"], num_elem, num_nodes, P, Q, resource=case["ceed"], geometry=geometry,
+        ranks=case["ranks"], jacobi=case["preconditioner"] == "jacobi",
+    )  # fmt: skip
     record = dict.fromkeys(SCHEMA)
     record.update(
         {k: case[k] for k in ("bp", "p", "cell", "elements_1d", "ceed", "geometry", "ranks")}
@@ -170,9 +167,7 @@ def base_record(case, resource=None):
         q=p + 1 + bp.q_extra,
         elements=num_elem,
         dofs=num_nodes * bp.num_comp,
-        memory_estimate_bytes=memory_estimate(
-            case["bp"], num_elem, num_nodes, P, Q, fused=resource in FUSED_BACKENDS
-        ),
+        memory_estimate_bytes=estimate.total,
     )
     record.update(run_metadata(None))
     return record
@@ -182,27 +177,25 @@ def run_case(case, max_memory=None, comm=None):
     """Set up, solve, verify and time one case; its results line (dict).
 
     The case is skipped (status "skipped", with the reason) when its memory
-    estimate exceeds the free memory or ``max_memory`` bytes. With ``comm``
-    (under ``mpiexec``) every rank of it runs the case together, distributed
+    estimate (:func:`~hofem.bakeoff.estimate.case_estimate`, host and device)
+    exceeds the free memory or ``max_memory`` bytes. With ``comm`` (under
+    ``mpiexec``) every rank of it runs the case together, distributed
     (:func:`~hofem.bakeoff.distributed.setup_distributed`); the estimate is
     then per rank.
     """
     ceed = hf.Ceed(case["ceed"])
-    record = base_record(case, ceed.resource)
+    record = base_record(case)
     record.update(run_metadata(ceed), backend=ceed.resource)
-    free = available_memory(ceed)
-    budget = free if max_memory is None else min(free, max_memory)
-    ranks = 1 if comm is None else comm.size
-    if comm is not None:  # the same decision on every rank
-        budget = min(comm.allgather(budget))
-    if record["memory_estimate_bytes"] / ranks > budget:
-        record.update(
-            status="skipped",
-            reason=f"needs about {record['memory_estimate_bytes'] / 1e9:.3g} GB, "
-            f"{budget / 1e9:.3g} GB available",
-        )
-        return record
     simplex = case["cell"] == "tet"
+    estimate, refusal = case_estimate(
+        case["bp"], ceed, case["p"], elements=case["elements_1d"], simplex=simplex,
+        geometry=case["geometry"], jacobi=case["preconditioner"] == "jacobi", comm=comm,
+        max_memory=max_memory, hint="skipped",
+    )  # fmt: skip
+    record.update(memory_estimate_bytes=estimate.total)
+    if refusal is not None:
+        record.update(status="skipped", reason=refusal.removesuffix("; skipped"))
+        return record
     if comm is None:
         mesh = meshes.box(case["elements_1d"], 3, simplex)
         problem = setup(case["bp"], ceed, case["p"], mesh, case["geometry"])
@@ -365,6 +358,7 @@ def main(argv=None):
     args = parse_args(argv)
     if launched_under_mpi():
         return main_distributed(args)
+    check_writable(args.out)
     done = {
         case_key(r)
         for r in read_results(args.out)
@@ -411,8 +405,15 @@ def main_distributed(args):
 
     comm = par.world()
     with par.abort_on_error(prog="python -m hofem.bakeoff sweep"):
-        if any(c.startswith("/gpu") for c in args.ceed):
-            par.bind_device(comm)
+        error = None
+        try:
+            if comm.rank == 0:
+                check_writable(args.out)
+            if any(c.startswith("/gpu") for c in args.ceed):
+                par.bind_device(comm)
+        except (UsageError, ImportError) as exc:
+            error = exc
+        par.check_all(comm, error)
         everything = cases(args, comm.size)
         todo = None
         if comm.rank == 0:

@@ -6,13 +6,14 @@ Pure NumPy (+ meshio for files); imports nothing from the rest of hofem.
 from pathlib import Path
 
 from .box import box, box_block
-from .io import read, write
+from .io import MeshFileError, read, write
 from .mesh import Mesh, boundary_facets
 from .numbering import H1Numbering, h1_numbering
 
 __all__ = [
     "H1Numbering",
     "Mesh",
+    "MeshFileError",
     "boundary_facets",
     "box",
     "box_block",

@@ -16,6 +16,11 @@ from . import reference as ref
 from .mesh import Mesh
 from .numbering import h1_numbering
 
+
+class MeshFileError(ValueError):
+    """A file that is not a mesh hofem can read; the message names the file and why."""
+
+
 # VTK corner m is hofem corner _VTK_CORNERS[cell_type][m]
 _VTK_CORNERS = {
     "vertex": [0],
@@ -107,7 +112,7 @@ def _meshio_read(meshio, path):
         [_FORMATS[suffix]] if suffix in _FORMATS else meshio.extension_to_filetypes.get(suffix)
     )
     if not formats:
-        raise ValueError(
+        raise MeshFileError(
             f"{path} is not a mesh file: no meshio format has the suffix {suffix or '(none)'!r} "
             "(Gmsh .msh, VTK .vtu and .vtk, or another meshio format by its suffix)"
         )
@@ -122,7 +127,7 @@ def _meshio_read(meshio, path):
             reasons.append(f"{fmt}: {printed[0] if printed else 'invalid, meshio gives no detail'}")
         except Exception as err:
             reasons.append(f"{fmt}: {type(err).__name__}: {err}")
-    raise ValueError(
+    raise MeshFileError(
         f"{path} is not a mesh file meshio can read ({'; '.join(reasons)}); "
         f"formats tried: {', '.join(formats)}"
     )
@@ -153,8 +158,11 @@ def read(path):
         ``path`` does not exist.
     IsADirectoryError
         ``path`` is a directory.
-    ValueError
-        Not a mesh file (meshio's reason and the formats tried), mixed or unsupported cell types
+    PermissionError
+        ``path`` cannot be read.
+    MeshFileError
+        A ``ValueError``: an empty file, not a mesh file (meshio's reason and the
+        formats tried), mixed or unsupported cell types
         (supported: line, line3, triangle, triangle6, quad, quad9, tetra,
         tetra10, hexahedron, hexahedron27), or invalid cells (e.g. inverted);
         the message names the file.
@@ -166,6 +174,13 @@ def read(path):
         raise IsADirectoryError(f"{path} is a directory, not a mesh file")
     if not path.is_file():
         raise FileNotFoundError(f"mesh file not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            empty = not f.read(1)
+    except OSError as err:
+        raise type(err)(f"cannot read the mesh file {path}: {err.strerror or err}") from None
+    if empty:
+        raise MeshFileError(f"{path} is empty, not a mesh file")
     m = _meshio_read(_meshio(), path)
 
     dim = max((b.dim for b in m.cells), default=-1)
@@ -173,12 +188,12 @@ def read(path):
     types = sorted({b.type for b in volume})
     if len(types) != 1:
         found = ", ".join(types) if types else "no cells"
-        raise ValueError(
+        raise MeshFileError(
             f"{path}: expected one cell type of dimension {dim}, found {found}; "
             f"supported cell types: {_SUPPORTED}"
         )
     if types[0] not in _MESHIO_TYPES:
-        raise ValueError(
+        raise MeshFileError(
             f"{path}: unsupported cell type {types[0]!r}; supported cell types: {_SUPPORTED}"
         )
     cell_type, order, _ = _MESHIO_TYPES[types[0]]
@@ -199,15 +214,17 @@ def read(path):
     if facets is not None:
         facets = vertex_of[facets]  # (num_facets, corners_per_facet)
         if np.any(facets < 0):
-            raise ValueError(f"{path}: a tagged facet has a node that is no cell corner")
+            raise MeshFileError(f"{path}: a tagged facet has a node that is no cell corner")
         tag_names = {
             name: int(value[0])
             for name, value in m.field_data.items()
             if np.shape(value) == (2,) and int(value[1]) == dim - 1
         }
-    return Mesh(
-        raw[vertices, :gdim], cell_type, cells, facets, tags, tag_names, geometry, source=str(path)
-    )
+    points = raw[vertices, :gdim]  # (num_vertices, gdim)
+    try:
+        return Mesh(points, cell_type, cells, facets, tags, tag_names, geometry, source=str(path))
+    except ValueError as err:  # invalid cells (e.g. inverted): say which file
+        raise MeshFileError(f"{path}: {err}") from None
 
 
 def _read_facets(m, dim, cell_type, path):
@@ -221,7 +238,7 @@ def _read_facets(m, dim, cell_type, path):
             continue
         linear = _FACET_TYPES.get(block.type)
         if linear != ref.FACET_TYPE[cell_type]:
-            raise ValueError(
+            raise MeshFileError(
                 f"{path}: facet cells of type {block.type!r} do not bound {cell_type} cells"
             )
         num_corners = len(_VTK_CORNERS[linear])

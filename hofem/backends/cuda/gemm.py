@@ -11,7 +11,7 @@ batch_count`` columns each (``J`` has batch stride 0), plus one plain GEMM over
 the ``n % batch_count`` columns left over.
 
 Which one is fastest depends on the shape and the GPU; ``python -m
-hofem.bakeoff tune-gemm`` measures it and writes the table
+bakeoff tune-gemm`` measures it and writes the table
 ``gemm_table.json`` beside this file, and :func:`select` reads it.  The table
 part of this module is pure Python (CI tests it without CuPy); CuPy is imported
 only by the functions that run GEMMs.
@@ -53,7 +53,7 @@ def _table_path(table):
 def _bad_table(path, what):
     return ValueError(
         f"GEMM tuning table {path} is malformed: {what}; regenerate it with "
-        f"`python -m hofem.bakeoff tune-gemm --out {path}` or set {TABLE_ENV}=none"
+        f"`python -m bakeoff tune-gemm --out {path}` or set {TABLE_ENV}=none"
     )
 
 
