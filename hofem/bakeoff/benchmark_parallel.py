@@ -25,9 +25,11 @@ from .common import (
     Parser,
     add_ceed_argument,
     add_geometry_argument,
+    add_preconditioner_argument,
     add_problem_arguments,
     positive_float,
     positive_int,
+    preconditioner_of,
 )
 from .distributed import setup_distributed
 from .problems import solve_footprint
@@ -41,12 +43,16 @@ def parse_args(argv=None):
     add_ceed_argument(parser, "/cpu/self")
     parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
+    add_preconditioner_argument(parser)
     add_geometry_argument(parser)
     return parser.parse_args(argv)
 
 
-def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
-    """One timed case (collective); the result dict on every rank."""
+def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", preconditioner=None):
+    """One timed case (collective); the result dict on every rank.
+
+    ``preconditioner``: None, "jacobi" or "pmg"; its set-up is timed on its own.
+    """
     elements = max(1, round((dofs ** (1 / 3) - 1) / p))
     baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
     problem = setup_distributed(
@@ -54,11 +60,17 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
     )
     host_peak = peak_rss_bytes() - baseline
     op, b = problem.operator, problem.rhs
-    hf.cg(op, b, rtol=0.0, maxiter=2)  # warm-up: compilation, NCCL/MPI set-up
+    comm.Barrier()
+    start = time.perf_counter()
+    M = {None: lambda A: None, "jacobi": hf.jacobi, "pmg": hf.pmg}[preconditioner](op)
+    ceed.backend.synchronize()
+    comm.Barrier()
+    precond_setup_s = time.perf_counter() - start
+    hf.cg(op, b, rtol=0.0, maxiter=2, M=M)  # warm-up: compilation, NCCL/MPI set-up
     ceed.backend.synchronize()
     comm.Barrier()
     start = time.perf_counter()
-    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations)
+    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations, M=M)
     ceed.backend.synchronize()
     comm.Barrier()
     seconds = time.perf_counter() - start
@@ -82,6 +94,8 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
         "backend": ceed.resource,
         "geometry_used": problem.geometry,
         "transport": space.exchange.transport,
+        "preconditioner": preconditioner,
+        "precond_setup_s": precond_setup_s,
         "iterations": info.iterations,
         "solve_s": seconds,
         "dofs_x_iter_per_s": rate,
@@ -108,8 +122,9 @@ def main(argv=None):
                 for dofs in args.dofs:
                     total = dofs * comm.size if args.per_rank else dofs
                     result = run_case(
-                        comm, ceed, bp, p, total, args.iterations, args.transport, args.geometry
-                    )
+                        comm, ceed, bp, p, total, args.iterations, args.transport,
+                        args.geometry, preconditioner_of(args),
+                    )  # fmt: skip
                     if comm.rank == 0:
                         print(json.dumps(result), flush=True)
     return 0

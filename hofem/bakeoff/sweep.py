@@ -41,11 +41,13 @@ from .common import (
     Parser,
     add_ceed_argument,
     add_geometry_argument,
+    add_preconditioner_argument,
     add_problem_arguments,
     available_memory,
     box_side,
     positive_float,
     positive_int,
+    preconditioner_of,
     run_metadata,
     tet_shape,
     utc_now,
@@ -92,7 +94,7 @@ def parse_args(argv):
         "--rtol", type=positive_float, default=DEFAULT_RTOL, help=f"CG (default {DEFAULT_RTOL:g})"
     )
     parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
-    parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
+    add_preconditioner_argument(parser)
     parser.add_argument("--repeat", type=positive_int, default=5, help="timed applies (5)")
     parser.add_argument(
         "--timeout", type=positive_float, default=600.0, help="seconds per case (600)"
@@ -140,7 +142,7 @@ def cases(args, ranks=1):
                                 "geometry": args.geometry,
                                 "ranks": ranks,
                                 "rtol": args.rtol,
-                                "preconditioner": "jacobi" if args.jacobi else None,
+                                "preconditioner": preconditioner_of(args),
                                 "maxiter": args.maxiter,
                                 "repeat": args.repeat,
                             }
