@@ -351,4 +351,3 @@ def _coarse_free(fine, coarse, fine_free):
 
 
 register_hierarchy(Operator, multigrid_hierarchy)
-register_hierarchy(SubOperator, multigrid_hierarchy)

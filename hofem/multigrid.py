@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .operator import SubOperator
+
 __all__ = [
     "PMG",
     "AMGCycle",
@@ -76,7 +78,8 @@ class Hierarchy:
 
 
 def register_hierarchy(cls: type, builder: Callable) -> None:
-    """Make ``builder(A, orders) -> Hierarchy`` the hierarchy of operators of type ``cls``."""
+    """Make ``builder(A, orders) -> Hierarchy`` the hierarchy of operators of type ``cls``
+    (and of :func:`hofem.restrict_dofs` of them)."""
     _HIERARCHIES.insert(0, (cls, builder))
 
 
@@ -465,7 +468,8 @@ def pmg(
     start = time.perf_counter()
     import_pyamg()
     _check_options(degree, bounds, eig_steps, coarse_cycles)
-    builder = next((b for cls, b in _HIERARCHIES if isinstance(A, cls)), None)
+    inner = A.op if isinstance(A, SubOperator) else A  # restrict_dofs: the wrapped operator's
+    builder = next((b for cls, b in _HIERARCHIES if isinstance(inner, cls)), None)
     if builder is None:
         raise ValueError(
             f"pmg needs an operator made by hofem.mass or hofem.diffusion (or restrict_dofs of "
