@@ -1,6 +1,10 @@
 """p-multigrid: transfers (exactness, adjointness), Galerkin coarse operators, PCG with hf.pmg."""
 
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,3 +181,25 @@ def test_bad_input(ref, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyamg", None)
     with pytest.raises(ImportError, match=r"pip install 'hofem\[amg\]'"):
         hf.pmg(A)
+
+
+MPIEXEC = shutil.which(
+    "mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
+@pytest.mark.parametrize("n", [2, 3])
+def test_distributed_pmg_equals_serial(n):
+    """BP3 hex p = 4 and tet p = 2 under mpiexec: the serial solution, iterations within one."""
+    pytest.importorskip("mpi4py")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    cases = root / "tests" / "mpi" / "cases.py"
+    run = subprocess.run(
+        [MPIEXEC, "-n", str(n), sys.executable, str(cases), "pmg", "/cpu/self/ref"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=root,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "OK pmg"
