@@ -10,6 +10,7 @@ from .ceed import Ceed
 from .constants import *  # noqa: F403
 from .constants import __all__ as _constants
 from .forms import diffusion, mass, resolve_geometry, restrict_dofs
+from .multigrid import PMG, pmg
 from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
@@ -29,6 +30,7 @@ __all__ = [
     "Jacobi",
     "ElemRestriction",
     "Operator",
+    "PMG",
     "QFunction",
     "available",
     "cell_center",
@@ -38,6 +40,7 @@ __all__ = [
     "jacobi",
     "lobatto_quadrature",
     "mass",
+    "pmg",
     "resolve_geometry",
     "restrict_dofs",
     "simplex_quadrature",

@@ -10,6 +10,8 @@ meshes) and the quadrature weights instead
 (``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``, see :mod:`hofem.geometry`).
 """
 
+import weakref
+
 import numpy as np
 
 from .basis import cell_center
@@ -25,9 +27,22 @@ from .constants import (
     VECTOR_NONE,
 )
 from .geometry import check_geometry, choose_geometry, geometry_costs
-from .operator import SubOperator
+from .memory import chunk_ranges
+from .multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
+from .operator import Operator, SubOperator
+from .space import free_indices
+from .transfer import interpolation_basis
 
-__all__ = ["diffusion", "mass", "resolve_geometry", "restrict_dofs"]
+__all__ = [
+    "diffusion",
+    "form_space",
+    "mass",
+    "multigrid_hierarchy",
+    "resolve_geometry",
+    "restrict_dofs",
+]
+
+_SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
@@ -182,6 +197,7 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
         op.set_field("qdata", r_q, BASIS_NONE, qdata)
     op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
+    _SPACES[op] = space
     return op
 
 
@@ -250,3 +266,88 @@ def restrict_dofs(op, free_dofs):
         Sorted, unique L-vector indices (e.g. ``space.free_dofs()``).
     """
     return SubOperator(op, free_dofs)
+
+
+def form_space(op):
+    """The :class:`~hofem.H1Space` :func:`mass` or :func:`diffusion` built ``op`` on, or None."""
+    return _SPACES.get(op) if isinstance(op, Operator) else None
+
+
+def multigrid_hierarchy(A, orders=None):
+    """The p-multigrid levels of a form (or :func:`restrict_dofs` of one), for :func:`hofem.pmg`.
+
+    Each coarser level is ``multigrid_level`` of the one above with the
+    restriction of the space of the coarser order (:meth:`H1Space.with_order`):
+    the same QFunction and quadrature, so the coarse operators are the Galerkin
+    products ``Pᵀ A P``.  A restricted operator's coarse levels keep free the
+    coarse DOFs whose interpolation touches no constrained fine DOF: on a
+    facet-wise Dirichlet boundary, exactly the coarse space's free DOFs.
+
+    Parameters
+    ----------
+    A : Operator (from :func:`mass` / :func:`diffusion`) or SubOperator of one
+    orders : sequence of int, optional
+        See :func:`hofem.multigrid.coarse_orders`.
+
+    Returns
+    -------
+    hofem.multigrid.Hierarchy
+
+    Raises
+    ------
+    ValueError
+        ``A`` not made by a form; a bad schedule.
+    """
+    restricted = isinstance(A, SubOperator)
+    op = A.op if restricted else A
+    space = form_space(op)
+    if space is None:
+        raise ValueError(
+            "pmg needs an operator made by hofem.mass or hofem.diffusion (or restrict_dofs of "
+            f"one); got {op!r}, built otherwise: use op.multigrid_level to build levels yourself"
+        )
+    orders = coarse_orders(space.order, orders)
+    levels, prolong, restrict = [A], [], []
+    fine_free = A.free_dofs if restricted else None
+    for order in orders[1:]:
+        coarse_space = space.with_order(order)
+        coarse, P, R = op.multigrid_level(coarse_space.restriction)
+        if restricted:
+            free = coarse.ceed.asarray(_coarse_free(space, coarse_space, fine_free))
+            P, R = RestrictedTransfer(P, fine_free, free), RestrictedTransfer(R, free, fine_free)
+            levels.append(SubOperator(coarse, free))
+            fine_free = levels[-1].free_dofs
+        else:
+            levels.append(coarse)
+        prolong.append(P)
+        restrict.append(R)
+        op, space = coarse, coarse_space
+
+    def coarse_solver(make):
+        matrix = levels[-1].linear_assemble()
+        xp = levels[-1].ceed.xp
+        return make(matrix if xp is np else matrix.get(), xp)
+
+    return Hierarchy(levels, prolong, restrict, orders, coarse_solver)
+
+
+def _coarse_free(fine, coarse, fine_free):
+    """Free DOFs of ``coarse``: those whose interpolation at ``fine``'s nodes misses every
+    constrained fine DOF (host, sorted).
+
+    A coarse node off a facet has a trace that vanishes on it, so its values at
+    that facet's fine nodes are round-off; a node on a facet reaches some of them.
+    """
+    ceed = fine.ceed
+    constrained = np.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
+    constrained[ceed.to_numpy(fine_free)] = False
+    weights = np.abs(interpolation_basis(fine.basis(1), coarse.order).interp)  # (P_f, P_c)
+    hit = np.zeros(coarse.num_dofs, dtype=bool)  # (coarse num_dofs,)
+    for c in range(fine.num_comp):
+        for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
+            touched = constrained[c * fine.num_nodes + fine.offsets[a:b]] @ weights  # (b-a, P_c)
+            hit[c * coarse.num_nodes + coarse.offsets[a:b][touched > 1e-8]] = True
+    return free_indices(coarse.num_dofs, np.flatnonzero(hit))
+
+
+register_hierarchy(Operator, multigrid_hierarchy)

@@ -379,6 +379,89 @@ class Operator(_OperatorBase):
     def __repr__(self):
         return f"Operator({self.qf.name}, fields={list(self.fields)})"
 
+    def multigrid_level(self, restriction_coarse, basis_coarse=None, weight=None):
+        """Coarse operator and transfers, libCEED's ``CeedOperatorMultigridLevelCreate``.
+
+        The coarse operator has this operator's QFunction and passive fields
+        (q-data, coordinates, weights) and, on its active fields, the coarse
+        restriction and a Lagrange basis of lower order on the same quadrature
+        points.  The prolongation interpolates coarse element values at the
+        fine nodes, scaled by the fine nodes' inverse multiplicity
+        (:mod:`hofem.transfer`); the restriction is exactly its transpose.
+
+        Parameters
+        ----------
+        restriction_coarse : ElemRestriction
+            The coarse numbering: same elements and ``num_comp`` as the active
+            restriction, ``elem_size`` of a Lagrange element of lower order.
+        basis_coarse : Basis, optional
+            Default: the Lagrange basis of the coarse order on this operator's
+            quadrature (:func:`hofem.transfer.coarse_basis`).
+        weight : array (fine l_size,), optional
+            ``1 / multiplicity`` of the fine nodes; default from the active
+            restriction (a distributed caller passes the global one).
+
+        Returns
+        -------
+        op_coarse : Operator
+        prolong : hofem.transfer.Transfer
+            ``(fine l_size, coarse l_size)``.
+        restrict : hofem.transfer.Transfer
+            ``(coarse l_size, fine l_size)``, the transpose of ``prolong``.
+
+        Raises
+        ------
+        ValueError
+            Active fields without one shared H1 Lagrange basis and restriction;
+            a coarse restriction of other elements, components, or not of a lower order.
+        """
+        from .transfer import (
+            Transfer,
+            coarse_basis,
+            interpolation_basis,
+            lagrange_order,
+            order_of_size,
+        )
+
+        self.check_ready()
+        active = [f for f in self.fields.values() if f.is_active]
+        r_f, b_f = active[0].restriction, active[0].basis
+        order = None if b_f is None else lagrange_order(b_f)
+        if order is None or any((f.restriction, f.basis) != (r_f, b_f) for f in active):
+            raise ValueError(
+                "multigrid_level needs an operator whose active fields share one H1 Lagrange "
+                f"basis (BasisTensorH1Lagrange or BasisH1Lagrange); got {b_f!r}"
+            )
+        r_c = restriction_coarse
+        order_c = order_of_size(b_f, r_c.elem_size) if isinstance(r_c, ElemRestriction) else None
+        if (
+            order_c is None
+            or order_c >= order
+            or (r_c.num_elem, r_c.num_comp)
+            != (
+                r_f.num_elem,
+                r_f.num_comp,
+            )
+        ):
+            raise ValueError(
+                f"restriction_coarse must be an ElemRestriction of a Lagrange order below {order} "
+                f"on {r_f.num_elem} elements, {r_f.num_comp} components; got {r_c!r}"
+            )
+        b_c = coarse_basis(b_f, order_c) if basis_coarse is None else basis_coarse
+        coarse = Operator(self.ceed, self.qf)
+        for spec in self.qf.inputs + self.qf.outputs:
+            f = self.fields[spec.name]
+            if f.is_active:
+                coarse.set_field(f.name, r_c, b_c, VECTOR_ACTIVE)
+            else:
+                r = ELEMRESTRICTION_NONE if f.restriction is None else f.restriction
+                coarse.set_field(f.name, r, BASIS_NONE if f.basis is None else f.basis, f.vector)
+        weight = 1.0 / r_f.multiplicity() if weight is None else weight
+        interp = interpolation_basis(b_f, order_c)
+        prolong = Transfer(r_c, r_f, interp, weight)
+        restrict = Transfer(r_c, r_f, interp, weight, transpose=True)
+        return coarse, prolong, restrict
+
 
 class CompositeOperator(_OperatorBase):
     """Sum of operators acting on the same L-vectors.

@@ -252,6 +252,25 @@ class H1Space:
         cells._shared = shared["coordinate_links"]  # one coordinate L-vector for all subsets
         return cells
 
+    def with_order(self, order):
+        """This space's mesh, cells and ``num_comp`` at another order (e.g. a multigrid level).
+
+        Parameters
+        ----------
+        order : int
+            ``>= 1``.
+
+        Returns
+        -------
+        H1Space
+            With its own numbering (:func:`hofem.meshes.h1_numbering`); a subset of
+            the mesh's cells where this space is one (:meth:`element_subset`).
+        """
+        whole = H1Space(self.ceed, self.mesh, order, num_comp=self.num_comp)
+        if (self.first_cell, self.num_elem) == (0, whole.num_elem):
+            return whole
+        return whole.element_subset(self.first_cell, self.first_cell + self.num_elem)
+
     # --- pieces ----------------------------------------------------------------------------
     def make_restriction(self, num_comp):
         """Restriction of a ``num_comp``-component field on this space's nodes."""

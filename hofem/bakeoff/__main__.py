@@ -30,17 +30,19 @@ from .common import (
     UsageError,
     add_ceed_argument,
     add_geometry_argument,
+    add_preconditioner_argument,
     bp_name,
     order,
     positive_float,
     positive_int,
+    preconditioner_of,
 )
 from .distributed import launched_under_mpi, setup_distributed
 from .estimate import case_estimate
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
 PROG = "python -m hofem.bakeoff"
-EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot"}
+EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot", "pyamg": "amg"}
 COMMANDS = {
     "sweep": "sweep",
     "plot": "plot",
@@ -86,7 +88,7 @@ def parse_args(argv):
         help=f"CG relative tolerance (default {DEFAULT_RTOL:g}: reaches the discretization error)",
     )
     parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
-    parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
+    add_preconditioner_argument(parser)
     parser.add_argument(
         "--partition",
         choices=("rcb", "metis"),
@@ -128,6 +130,11 @@ def report(result, extra=()):
         f"CG {status} in {result['iterations']} iterations, {result['solve_s']:.3f} s "
         f"({result['dofs_x_iter_per_s'] / 1e6:.2f} MDOF x iterations / s)"
     )
+    if result["preconditioner"]:
+        print(
+            f"preconditioner {result['preconditioner']}: set-up {result['precond_setup_s']:.3f} s, "
+            f"time to solution {result['time_to_solution_s']:.3f} s"
+        )
     print(f"relative residual {result['rel_residual']:.2e}, L2 error {result['l2_error']:.3e}")
     print(json.dumps(result))
 
@@ -169,7 +176,7 @@ def run_distributed(args):
         problem,
         rtol=args.rtol,
         maxiter=args.maxiter,
-        preconditioner="jacobi" if args.jacobi else None,
+        preconditioner=preconditioner_of(args),
     )
     balance = problem.space.balance()
     result["element_balance"] = balance["element_balance"]
@@ -224,7 +231,7 @@ def solve_one(argv):
         problem,
         rtol=args.rtol,
         maxiter=args.maxiter,
-        preconditioner="jacobi" if args.jacobi else None,
+        preconditioner=preconditioner_of(args),
     )
     report(result)
     return 0 if result["converged"] else 1

@@ -27,13 +27,15 @@ from .common import (
     Parser,
     add_ceed_argument,
     add_geometry_argument,
+    add_preconditioner_argument,
     add_problem_arguments,
     positive_float,
     positive_int,
+    preconditioner_of,
 )
 from .distributed import setup_distributed
 from .estimate import case_estimate
-from .problems import solve_footprint
+from .problems import make_preconditioner, solve_footprint
 
 PROG = "python -m hofem.bakeoff bench-parallel"
 
@@ -46,6 +48,7 @@ def parse_args(argv=None):
     add_ceed_argument(parser, "/cpu/self")
     parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
+    add_preconditioner_argument(parser)
     add_geometry_argument(parser)
     parser.add_argument(
         "--force",
@@ -60,8 +63,11 @@ def box_elements(dofs, p):
     return max(1, round((dofs ** (1 / 3) - 1) / p))
 
 
-def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
-    """One timed case (collective); the result dict on every rank."""
+def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", preconditioner=None):
+    """One timed case (collective); the result dict on every rank.
+
+    ``preconditioner``: None, "jacobi" or "pmg"; its set-up is timed on its own.
+    """
     elements = box_elements(dofs, p)
     baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
     problem = setup_distributed(
@@ -69,11 +75,17 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
     )
     host_peak = peak_rss_bytes() - baseline
     op, b = problem.operator, problem.rhs
-    hf.cg(op, b, rtol=0.0, maxiter=2)  # warm-up: compilation, NCCL/MPI set-up
+    comm.Barrier()
+    start = time.perf_counter()
+    M = make_preconditioner(preconditioner, op)
+    ceed.backend.synchronize()
+    comm.Barrier()
+    precond_setup_s = time.perf_counter() - start
+    hf.cg(op, b, rtol=0.0, maxiter=2, M=M)  # warm-up: compilation, NCCL/MPI set-up
     ceed.backend.synchronize()
     comm.Barrier()
     start = time.perf_counter()
-    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations)
+    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations, M=M)
     ceed.backend.synchronize()
     comm.Barrier()
     seconds = time.perf_counter() - start
@@ -97,6 +109,8 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto"):
         "backend": ceed.resource,
         "geometry_used": problem.geometry,
         "transport": space.exchange.transport,
+        "preconditioner": preconditioner,
+        "precond_setup_s": precond_setup_s,
         "iterations": info.iterations,
         "solve_s": seconds,
         "dofs_x_iter_per_s": rate,
@@ -143,7 +157,15 @@ def main(argv=None):
             check_cases(comm, ceed, args, cases)
         for bp, p, total in cases:
             result = run_case(
-                comm, ceed, bp, p, total, args.iterations, args.transport, args.geometry
+                comm,
+                ceed,
+                bp,
+                p,
+                total,
+                args.iterations,
+                args.transport,
+                args.geometry,
+                preconditioner_of(args),
             )
             if comm.rank == 0:
                 print(json.dumps(result), flush=True)

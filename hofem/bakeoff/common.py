@@ -158,6 +158,27 @@ def add_geometry_argument(parser, many=False):
     )
 
 
+PRECONDITIONERS = ("none", "jacobi", "pmg")
+
+
+def add_preconditioner_argument(parser):
+    """``--preconditioner none|jacobi|pmg`` and its alias ``--jacobi``; read with
+    :func:`preconditioner_of`."""
+    parser.add_argument(
+        "--preconditioner",
+        choices=PRECONDITIONERS,
+        default="none",
+        help="CG preconditioner: none, jacobi, or pmg (p-multigrid, hf.pmg; needs pyamg)",
+    )
+    parser.add_argument("--jacobi", action="store_true", help="alias of --preconditioner jacobi")
+
+
+def preconditioner_of(args):
+    """The preconditioner the arguments ask for: None, "jacobi" or "pmg"."""
+    name = "jacobi" if args.jacobi else args.preconditioner
+    return None if name == "none" else name
+
+
 def add_ceed_argument(parser, default, many=False):
     """``--ceed`` resource(s), one of :data:`RESOURCES`."""
     parser.add_argument(

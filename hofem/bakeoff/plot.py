@@ -14,6 +14,9 @@ one panel per problem and one line per order p:
   CG iteration (the strong-scaling view: where does the line fall off);
 - ``ratio_{cell}_{backend}_over_{baseline}.png``: this backend's throughput
   over the baseline backend's on the same cases;
+- ``time_to_solution_{cell}_{backend}.png``: seconds to solution (the
+  preconditioner's set-up included) against DOFs, one line per order and
+  preconditioner (none, jacobi, pmg);
 
 and ``results.md``: one table per cell type, backend and problem (DOFs,
 iterations, throughput, apply rate, L2 error and its observed convergence
@@ -133,6 +136,37 @@ def plot_throughput(plt, groups, out, fmt, written):
             _save(fig, plt, out / f"{name}_{cell}_{_slug(ceed)}{suffix(device)}.{fmt}", written)
 
 
+_PRECOND_STYLE = {"none": "o-", "jacobi": "s--", "pmg": "^:"}
+
+
+def _time_to_solution(record):
+    """Set-up of the preconditioner plus solve (lines before these keys: the solve alone)."""
+    total = record.get("time_to_solution_s")
+    return record["solve_s"] if total is None else total
+
+
+def plot_time_to_solution(plt, groups, out, fmt, written):
+    """Time to solution against DOFs per preconditioner, per cell, backend, device."""
+    suffix = _suffix(groups)
+    for (cell, ceed, device), by_bp in sorted(groups.items()):
+        fig, panels = _panels(plt, sorted(by_bp), f"{ceed} ({device}), {cell}")
+        for bp, ax in panels.items():
+            series = defaultdict(list)  # (p, preconditioner) -> lines, sorted by DOFs
+            for p, lines in by_bp[bp].items():
+                for r in lines:
+                    series[p, r["preconditioner"] or "none"].append(r)
+            for (p, name), lines in sorted(series.items()):
+                xs, ys = [r["dofs"] for r in lines], [_time_to_solution(r) for r in lines]
+                style = _PRECOND_STYLE.get(name, "x-")
+                ax.plot(xs, ys, style, color=_color(plt, p), label=f"p = {p}, {name}")
+            ax.set_yscale("log")
+            ax.set_xlabel("DOFs")
+            ax.set_ylabel("time to solution, s")
+            ax.legend(fontsize="small")
+        path = out / f"time_to_solution_{cell}_{_slug(ceed)}{suffix(device)}.{fmt}"
+        _save(fig, plt, path, written)
+
+
 def plot_ratios(plt, groups, baseline, out, fmt, written):
     """Throughput of each backend over ``baseline``'s on the same cases and device."""
     suffix = _suffix(groups)
@@ -228,6 +262,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     written = []
     plot_throughput(plt, groups, out, args.format, written)
+    plot_time_to_solution(plt, groups, out, args.format, written)
     backends = sorted(ceed for _, ceed, _ in groups)
     baseline = args.baseline or ("/cpu/self/ref" if "/cpu/self/ref" in backends else backends[0])
     plot_ratios(plt, groups, baseline, out, args.format, written)

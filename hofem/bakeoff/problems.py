@@ -253,6 +253,24 @@ def _files(directory):
         return set()
 
 
+def make_preconditioner(name, op):
+    """The preconditioner ``name`` (None, "jacobi" or "pmg") of ``op``, or None."""
+    return {None: lambda A: None, "jacobi": hf.jacobi, "pmg": hf.pmg}[name](op)
+
+
+def accuracy(problem, x):
+    """The relative residual of ``x`` and its L2 error against the exact solution."""
+    op, space = problem.operator, problem.space
+    norm = op.vector_ops().norm  # global norms on distributed operators
+    residual = norm(problem.rhs - op(x)) / norm(problem.rhs)
+    if problem.free is not None:
+        full = space.ceed.xp.zeros(space.vector_size)
+        full[space.ceed.asarray(problem.free)] = x
+    else:
+        full = x
+    return residual, space.errors(full, problem.exact)
+
+
 def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     """Solve with CG and verify against the exact solution.
 
@@ -269,14 +287,18 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         reaches the discretization error for p = 1..8.
     maxiter : int, optional
         CG iteration limit (default ``10 * size``).
-    preconditioner : None or "jacobi"
+    preconditioner : None, "jacobi" or "pmg"
+        Its set-up (:func:`hofem.jacobi`, :func:`hofem.pmg`) is timed on its
+        own (``precond_setup_s``; on a first run it includes the JIT
+        compilation of the coarse levels); ``time_to_solution_s`` is set-up plus solve.
 
     Returns
     -------
     dict
         bp, p, q, cell, elements, dofs, backend, geometry_used, ranks (MPI ranks: 1 when
         serial), rtol,
-        preconditioner, iterations, converged, setup_s, compile_s (the
+        preconditioner, iterations, converged, setup_s, precond_setup_s (building
+        the preconditioner), time_to_solution_s (precond_setup_s + solve_s), compile_s (the
         warm-up, first-run JIT compilation included), kernels_compiled (whether
         the warm-up compiled kernels, :class:`CompileWatch`), solve_s,
         dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error,
@@ -289,8 +311,8 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     ValueError
         Unknown ``preconditioner``.
     """
-    if preconditioner not in (None, "jacobi"):
-        raise ValueError(f"preconditioner must be None or 'jacobi', got {preconditioner!r}")
+    if preconditioner not in (None, "jacobi", "pmg"):
+        raise ValueError(f"preconditioner must be None, 'jacobi' or 'pmg', got {preconditioner!r}")
     op, space, ceed = problem.operator, problem.space, problem.space.ceed
     comm = getattr(space, "comm", None)  # distributed spaces: time all ranks together
 
@@ -301,8 +323,11 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
 
     synchronize()
     start = time.perf_counter()
+    M = make_preconditioner(preconditioner, op)
+    synchronize()
+    precond_setup_s = time.perf_counter() - start
+    start = time.perf_counter()
     with CompileWatch() as watch:
-        M = hf.jacobi(op) if preconditioner == "jacobi" else None
         hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M)  # warm-up: compiles all the solve runs
         synchronize()
     compile_s = time.perf_counter() - start
@@ -315,14 +340,7 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     if comm is not None:
         per_rank = comm.allgather((footprint, host_peak))
         footprint, host_peak = (max(v) for v in zip(*per_rank, strict=True))
-    norm = op.vector_ops().norm  # global norms on distributed operators
-    residual = norm(problem.rhs - op(x)) / norm(problem.rhs)
-    if problem.free is not None:
-        full = ceed.xp.zeros(space.vector_size)
-        full[ceed.asarray(problem.free)] = x
-    else:
-        full = x
-    l2 = space.errors(full, problem.exact)
+    residual, l2 = accuracy(problem, x)
     q_1d = space.order + 1 + problem.bp.q_extra
     return {
         "bp": problem.bp.name,
@@ -342,6 +360,8 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         "compile_s": compile_s,
         "kernels_compiled": watch.compiled,
         "solve_s": seconds,
+        "precond_setup_s": precond_setup_s,
+        "time_to_solution_s": precond_setup_s + seconds,
         "dofs_x_iter_per_s": space.num_dofs * info.iterations / seconds if seconds else math.nan,
         "rel_residual": residual,
         "l2_error": l2,

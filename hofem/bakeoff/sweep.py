@@ -43,11 +43,13 @@ from .common import (
     UsageError,
     add_ceed_argument,
     add_geometry_argument,
+    add_preconditioner_argument,
     add_problem_arguments,
     box_side,
     check_writable,
     positive_float,
     positive_int,
+    preconditioner_of,
     run_metadata,
     utc_now,
 )
@@ -88,7 +90,7 @@ def parse_args(argv):
         "--rtol", type=positive_float, default=DEFAULT_RTOL, help=f"CG (default {DEFAULT_RTOL:g})"
     )
     parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
-    parser.add_argument("--jacobi", action="store_true", help="Jacobi-preconditioned CG")
+    add_preconditioner_argument(parser)
     parser.add_argument("--repeat", type=positive_int, default=5, help="timed applies (5)")
     parser.add_argument(
         "--timeout", type=positive_float, default=600.0, help="seconds per case (600)"
@@ -136,7 +138,7 @@ def cases(args, ranks=1):
                                 "geometry": args.geometry,
                                 "ranks": ranks,
                                 "rtol": args.rtol,
-                                "preconditioner": "jacobi" if args.jacobi else None,
+                                "preconditioner": preconditioner_of(args),
                                 "maxiter": args.maxiter,
                                 "repeat": args.repeat,
                             }

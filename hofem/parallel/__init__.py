@@ -22,6 +22,7 @@ from .comm import ParallelError, abort_on_error, bind_device, check_all, world
 from .distribute import LocalMesh, box_local, distribute_mesh
 from .exchange import Exchange
 from .layout import ParNumbering
+from .multigrid import ParLevel, ParTransfer, par_multigrid_hierarchy
 from .numbering import distributed_numbering
 from .operator import ParallelVectorOps, ParOperator, diffusion, mass
 from .partition import balance, dual_graph, partition, rcb
@@ -31,8 +32,10 @@ __all__ = [
     "Exchange",
     "LocalMesh",
     "ParH1Space",
+    "ParLevel",
     "ParNumbering",
     "ParOperator",
+    "ParTransfer",
     "ParallelError",
     "ParallelVectorOps",
     "abort_on_error",
@@ -45,6 +48,7 @@ __all__ = [
     "distributed_numbering",
     "dual_graph",
     "mass",
+    "par_multigrid_hierarchy",
     "partition",
     "rcb",
     "world",

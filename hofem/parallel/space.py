@@ -23,6 +23,8 @@ def _interior_first(numbering):
     -------
     local : H1Numbering
     num_interior : int
+    order : ndarray (num_cells,)
+        Local cell ``i`` is cell ``order[i]`` of the rank's mesh.
     """
     base = numbering.local
     mesh = base.mesh
@@ -32,7 +34,7 @@ def _interior_first(numbering):
     local = H1Numbering(
         mesh, base.order, base.offsets[order], base.num_nodes, base.node_lattice, base.node_weights
     )
-    return local, int(np.count_nonzero(~touches))
+    return local, int(np.count_nonzero(~touches)), order
 
 
 class ParH1Space:
@@ -105,7 +107,8 @@ class ParH1Space:
         self.order = int(order)
         self.num_comp = int(num_comp)
         numbering = distributed_numbering(comm, local_mesh, self.order)
-        local_numbering, self.num_interior = _interior_first(numbering)
+        local_numbering, self.num_interior, self.cell_order = _interior_first(numbering)
+        self.local_mesh, self._transport = local_mesh, transport  # for with_order
         # keep the reordered cells only (the unpermuted offsets are dead weight)
         self.numbering = dataclasses.replace(numbering, local=local_numbering)
         mesh = local_numbering.mesh
@@ -117,6 +120,16 @@ class ParH1Space:
         self.first_dof = self.numbering.first_global
         self.num_elem = comm.allreduce(self.local.num_elem)
         self.cell_type = mesh.cell_type
+
+    def with_order(self, order):
+        """The same distributed mesh at another order (collective; e.g. a multigrid level).
+
+        Its local cells may come in another order (interior first at that order):
+        ``cell_order`` maps both to the rank's mesh.
+        """
+        return ParH1Space(
+            self.ceed, self.local_mesh, order, self.num_comp, self.comm, self._transport
+        )
 
     @property
     def vector_size(self):

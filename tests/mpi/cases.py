@@ -217,7 +217,45 @@ def group_crash(resource):
         comm.Barrier()  # the others wait here for a rank that never arrives
 
 
-GROUPS = {"equal": group_equal, "errors": group_errors, "crash": group_crash}
+def _pmg_solve(ceed, space, A_full, load):
+    """PCG with hf.pmg on the free DOFs of ``space``; (full solution vector, iterations)."""
+    free = space.free_dofs()
+    A = hf.restrict_dofs(A_full, free)
+    b = load[ceed.asarray(free)]
+    x, info = hf.cg(A, b, M=hf.pmg(A), rtol=1e-10)
+    assert info == 0, info.message
+    full = ceed.xp.zeros(space.vector_size)
+    full[ceed.asarray(free)] = x
+    return ceed.to_numpy(full), info.iterations
+
+
+def group_pmg(resource):
+    """hf.pmg on ParOperator: the serial solution, iterations within one of serial."""
+    ceed = hf.Ceed(resource)
+
+    def f(x):
+        return np.sin(3 * x[:, 0]) + x[:, 1] * x[:, 2]
+
+    for simplex, p, n in ((False, 4, 3), (True, 2, 3)):
+        serial = hf.H1Space(ceed, meshes.box(n, dim=3, simplex=simplex), p)
+        x_s, it_s = _pmg_solve(ceed, serial, hf.diffusion(serial), serial.load_vector(f))
+        space = par.ParH1Space(ceed, par.box_local(comm, n, dim=3, simplex=simplex), p)
+        x_p, it_p = _pmg_solve(ceed, space, par.diffusion(space), space.load_vector(f))
+        to_serial = owned_in_serial(space, serial)
+        err = comm.allreduce(float(np.abs(x_p - x_s[to_serial]).max()), op=par_max())
+        assert err <= 1e-7 * np.abs(x_s).max(), err
+        assert abs(it_p - it_s) <= 1, (it_p, it_s)
+        if rank == 0:
+            print(f"pmg {'tet' if simplex else 'hex'} p={p}: {it_p} iterations (serial {it_s})")
+
+
+def par_max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+GROUPS = {"equal": group_equal, "errors": group_errors, "crash": group_crash, "pmg": group_pmg}
 
 if __name__ == "__main__":
     group, resource = sys.argv[1], sys.argv[2]

@@ -1,0 +1,112 @@
+"""Measure hf.pmg: iteration table (BP3, rtol 1e-8) and time to solution against CG and Jacobi.
+
+Usage::
+
+    python bakeoff/pmg_measure.py iterations --ceed /cpu/self/ref --out bakeoff/pmg_iterations.jsonl
+    NUMBA_NUM_THREADS=1 python bakeoff/pmg_measure.py time --ceed /cpu/self/numba \
+        --orders 4 6 --dofs 1e6 --out bakeoff/pmg_time.jsonl
+
+One JSON line per case, appended to ``--out``.
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import hofem as hf
+from hofem import meshes
+from hofem.bakeoff.common import box_side
+from hofem.bakeoff.problems import setup
+
+
+def problem(ceed, cell, p, dofs):
+    n = box_side(dofs, p)
+    if cell == "tet":  # 6 tets per box cell, same nodes
+        n = max(1, n)
+    mesh = meshes.box(n, 3, simplex=cell == "tet")
+    return n, setup("bp3", ceed, p, mesh)
+
+
+def iterations(args):
+    ceed = hf.Ceed(args.ceed)
+    for cell in args.cells:
+        for dofs in args.dofs:
+            for p in args.orders:
+                n, prob = problem(ceed, cell, p, dofs)
+                start = time.perf_counter()
+                M = hf.pmg(prob.operator)
+                setup_s = time.perf_counter() - start
+                start = time.perf_counter()
+                _, info = hf.cg(prob.operator, prob.rhs, M=M, rtol=1e-8)
+                record = dict(
+                    cell=cell, p=p, n=n, dofs=prob.space.num_dofs, ceed=ceed.resource,
+                    orders=M.hierarchy.orders, iterations=info.iterations,
+                    converged=info == 0, precond_setup_s=setup_s,
+                    solve_s=time.perf_counter() - start,
+                )  # fmt: skip
+                emit(args.out, record)
+
+
+def time_to_solution(args):
+    ceed = hf.Ceed(args.ceed)
+    for p in args.orders:
+        for dofs in args.dofs:
+            n, prob = problem(ceed, "hex", p, dofs)
+            A, b = prob.operator, prob.rhs
+            hf.cg(A, b, rtol=0.0, maxiter=2)  # compile the operator
+            hf.pmg(A)  # compile the coarse levels (cached after)
+            for name, make in (("none", None), ("jacobi", hf.jacobi), ("pmg", hf.pmg)):
+                start = time.perf_counter()
+                M = make(A) if make else None
+                setup_s = time.perf_counter() - start
+                start = time.perf_counter()
+                _, info = hf.cg(A, b, M=M, rtol=1e-8)
+                solve_s = time.perf_counter() - start
+                record = dict(
+                    p=p, n=n, dofs=prob.space.num_dofs, ceed=ceed.resource, preconditioner=name,
+                    iterations=info.iterations, precond_setup_s=setup_s, solve_s=solve_s,
+                    time_to_solution_s=setup_s + solve_s,
+                )  # fmt: skip
+                if name == "pmg":
+                    record.update(vcycle_over_apply=vcycle_cost(A, M))
+                emit(args.out, record)
+
+
+def vcycle_cost(A, M, repeat=5):
+    """Seconds of one V-cycle over seconds of one fine-operator apply (medians)."""
+    r = A.ceed.asarray(np.random.default_rng(0).standard_normal(A.shape[0]))
+    v = A.ceed.xp.empty_like(r)
+
+    def median(fn):
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+    return median(lambda: M(r)) / median(lambda: A.apply(r, v))
+
+
+def emit(path, record):
+    print(json.dumps(record), flush=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("what", choices=("iterations", "time"))
+    parser.add_argument("--ceed", default="/cpu/self/ref")
+    parser.add_argument("--cells", nargs="+", default=["hex", "tet"])
+    parser.add_argument("--orders", nargs="+", type=int, default=list(range(1, 9)))
+    parser.add_argument("--dofs", nargs="+", type=float, default=[1e4, 1e5])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    (iterations if args.what == "iterations" else time_to_solution)(args)
+
+
+if __name__ == "__main__":
+    main()

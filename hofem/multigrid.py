@@ -1,0 +1,485 @@
+"""p-multigrid preconditioning: Chebyshev smoothing, V-cycles, the AMG coarse solve, ``pmg``.
+
+The algebra of :func:`pmg`, on any array module (NumPy or CuPy): a hierarchy of
+operators of decreasing polynomial order (from ``Operator.multigrid_level``,
+built by the discretization layer, :func:`hofem.forms.multigrid_hierarchy`),
+Chebyshev smoothing of the Jacobi-scaled operator on each level, and on the
+order-1 level an algebraic multigrid V-cycle whose hierarchy pyamg builds once
+on the host (:class:`AMGCycle` runs it with the backend's sparse matrices).
+Every piece is symmetric (the same polynomial smoother before and after the
+coarse correction, a symmetric coarse cycle), so the preconditioner is
+symmetric positive definite and CG stays CG.
+
+Which hierarchy an operator has is looked up by its type in a registry
+(:func:`register_hierarchy`) that the layers above fill: the forms for serial
+operators, :mod:`hofem.parallel` for distributed ones.
+"""
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .operator import SubOperator
+
+__all__ = [
+    "PMG",
+    "AMGCycle",
+    "Chebyshev",
+    "Hierarchy",
+    "RestrictedTransfer",
+    "coarse_orders",
+    "estimate_max_eigenvalue",
+    "pmg",
+    "register_hierarchy",
+]
+
+_HIERARCHIES = []  # (class, builder) pairs, see register_hierarchy
+
+
+def import_pyamg():
+    """pyamg, or ImportError naming the extra that installs it."""
+    try:
+        import pyamg
+    except ImportError as err:
+        raise ImportError("hf.pmg's coarse solve needs pyamg: pip install 'hofem[amg]'") from err
+    return pyamg
+
+
+@dataclass
+class Hierarchy:
+    """The levels of a p-multigrid preconditioner, fine to coarse.
+
+    Attributes
+    ----------
+    operators : list
+        ``operators[0]`` the operator to precondition, then each coarser one;
+        each has ``shape``, ``apply(u, v)``, ``linear_assemble_diagonal()``
+        and ``vector_ops()``.
+    prolong, restrict : list
+        ``prolong[l]`` maps level ``l + 1`` to level ``l`` (``apply(u, v)``),
+        ``restrict[l]`` is its transpose.
+    orders : list of int
+    coarse_solver : callable
+        ``coarse_solver(make)`` -> ``solve(b) -> x`` on the coarsest level,
+        where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
+        distributed hierarchy gathers the matrix and the vectors around it.
+    """
+
+    operators: list
+    prolong: list
+    restrict: list
+    orders: list
+    coarse_solver: Callable
+    info: dict = field(default_factory=dict)
+
+
+def register_hierarchy(cls: type, builder: Callable) -> None:
+    """Make ``builder(A, orders) -> Hierarchy`` the hierarchy of operators of type ``cls``
+    (and of :func:`hofem.restrict_dofs` of them)."""
+    _HIERARCHIES.insert(0, (cls, builder))
+
+
+def coarse_orders(order: int, orders: Sequence[int] | None = None) -> list:
+    """The order schedule from ``order`` down to 1: halving by default (8, 4, 2, 1; 6, 3, 1).
+
+    Parameters
+    ----------
+    order : int
+        The fine order.
+    orders : sequence of int, optional
+        The schedule, starting at ``order``, strictly decreasing, ending at 1.
+
+    Raises
+    ------
+    ValueError
+        A schedule that does not start at ``order``, end at 1, or decrease.
+    """
+    if orders is None:
+        out = [int(order)]
+        while out[-1] > 1:
+            out.append(out[-1] // 2)
+        return out
+    out = [int(p) for p in orders]
+    if (
+        not out
+        or out[0] != order
+        or out[-1] != 1
+        or any(a <= b for a, b in itertools.pairwise(out))
+    ):
+        raise ValueError(
+            f"orders must decrease strictly from the operator's order {order} to 1, e.g. "
+            f"{coarse_orders(order)}; got {list(orders)}"
+        )
+    return out
+
+
+def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
+    """Largest eigenvalue of ``D^-1 A`` from ``steps`` Jacobi-preconditioned CG steps (Lanczos).
+
+    Parameters
+    ----------
+    apply : callable
+        ``apply(u, v)``: ``v = A u``, ``A`` symmetric positive (semi-)definite.
+    inv_diag : array (n,)
+    ops : hofem.vector_ops.VectorOps
+        Inner products (summed over ranks for distributed vectors).
+    steps : int
+    seed : int
+
+    Returns
+    -------
+    float
+        The largest Ritz value of the CG tridiagonal matrix (a lower bound
+        that converges fast to the largest eigenvalue).
+    """
+    xp = ops.xp
+    n = inv_diag.shape[0]
+    r = xp.asarray(np.random.default_rng(seed).standard_normal(n))  # (n,)
+    z = inv_diag * r
+    p, Ap = z.copy(), xp.empty_like(z)
+    rz = float(ops.dot(r, z))
+    alphas, betas = [], []
+    for _ in range(steps):
+        apply(p, Ap)
+        pAp = float(ops.dot(p, Ap))
+        if pAp <= 0 or rz <= 0:
+            break
+        alpha = rz / pAp
+        r -= alpha * Ap
+        z = inv_diag * r
+        rz_new = float(ops.dot(r, z))
+        alphas.append(alpha)
+        betas.append(rz_new / rz)
+        rz = rz_new
+        p = z + betas[-1] * p
+    if not alphas:
+        return 1.0
+    k = len(alphas)
+    T = np.zeros((k, k))
+    for j in range(k):
+        T[j, j] = 1.0 / alphas[j] + (betas[j - 1] / alphas[j - 1] if j else 0.0)
+        if j + 1 < k:
+            T[j, j + 1] = T[j + 1, j] = math.sqrt(betas[j]) / alphas[j]
+    return float(np.linalg.eigvalsh(T)[-1])
+
+
+class Chebyshev:
+    """Chebyshev polynomial smoother of ``D^-1 A`` on ``[lower, upper] * lambda_max``.
+
+    The smoothing step ``x += q(D^-1 A) D^-1 (b - A x)`` with the degree-``degree``
+    Chebyshev polynomial of that interval (Saad, Iterative Methods, Alg. 12.1);
+    its error propagator ``I - q(D^-1 A) D^-1 A`` is A-self-adjoint, so the same
+    smoother before and after a coarse correction gives a symmetric cycle.
+
+    Parameters
+    ----------
+    apply : callable
+        ``apply(u, v)``: ``v = A u``.
+    inv_diag : array (n,)
+    lambda_max : float
+        Estimate of the largest eigenvalue of ``D^-1 A``.
+    degree : int
+        Operator applications per smoothing step.
+    bounds : (float, float)
+        The interval as fractions of ``lambda_max`` (PETSc's default ``(0.1, 1.1)``).
+    """
+
+    def __init__(self, apply, inv_diag, lambda_max, degree=2, bounds=(0.1, 1.1)):
+        self.apply_op = apply
+        self.inv_diag = inv_diag
+        self.degree = int(degree)
+        lo, hi = bounds[0] * lambda_max, bounds[1] * lambda_max
+        self.theta, self.delta = (hi + lo) / 2, (hi - lo) / 2
+        self._Ad = inv_diag.copy()  # (n,) scratch for A d
+
+    def smooth(self, b, x=None):
+        """Smooth ``A x = b``: from zero (``x`` None) or in place on ``x``.
+
+        Both cost ``degree`` applications of ``A``.
+
+        Returns
+        -------
+        x : array (n,)
+        r : array (n,) or None
+            ``b - A x`` when ``x`` was None (the last application gives it), else None.
+        """
+        Ad, zero = self._Ad, x is None
+        if zero:
+            x, r = xp_zeros_like(b), b.copy()
+        else:
+            self.apply_op(x, Ad)
+            r = b - Ad
+        sigma = self.theta / self.delta
+        rho = 1.0 / sigma
+        d = self.inv_diag * r / self.theta
+        for k in range(self.degree):
+            x += d
+            last = k == self.degree - 1
+            if last and not zero:
+                break
+            self.apply_op(d, Ad)
+            r -= Ad
+            if last:
+                break
+            rho_new = 1.0 / (2.0 * sigma - rho)
+            d *= rho_new * rho
+            d += (2.0 * rho_new / self.delta) * (self.inv_diag * r)
+            rho = rho_new
+        return x, (r if zero else None)
+
+
+def xp_zeros_like(a):
+    """Zeros shaped like ``a``, of ``a``'s array library."""
+    out = a.copy()
+    out.fill(0.0)
+    return out
+
+
+def device_matrix(A, xp):
+    """Host sparse matrix ``A`` as a CSR matrix of ``xp``'s sparse library (SciPy or CuPy)."""
+    if xp is np:
+        return A.tocsr()
+    import cupyx.scipy.sparse
+
+    return cupyx.scipy.sparse.csr_matrix(A.tocsr())
+
+
+def _matrix_apply(A):
+    def apply(u, v):
+        v[...] = A @ u
+
+    return apply
+
+
+class AMGCycle:
+    """Symmetric V-cycles of a pyamg hierarchy, run with ``xp``'s arrays and sparse matrices.
+
+    pyamg builds the hierarchy on the host once; the cycle itself is array
+    expressions and sparse products, so with ``xp = cupy`` it runs on the GPU
+    (``cupyx.scipy.sparse``) and with NumPy on the host, one code for both.
+    Smoothing is Chebyshev on the Jacobi-scaled level matrix (symmetric, no
+    triangular solves); the coarsest level is solved with its dense
+    pseudo-inverse (a matrix product).
+
+    Parameters
+    ----------
+    ml : pyamg.multilevel.MultilevelSolver
+        A symmetric hierarchy (``R = P^T``).
+    xp : module
+        NumPy or CuPy.
+    cycles : int
+        V-cycles per application (each from the last iterate): the result is
+        still a fixed linear, symmetric map.
+    degree : int
+        Chebyshev degree of the level smoothers.
+    bounds : (float, float)
+        Chebyshev interval as fractions of each level's largest eigenvalue of ``D^-1 A``.
+    """
+
+    def __init__(self, ml, xp=np, cycles=1, degree=2, bounds=(0.3, 1.1)):
+        import scipy.linalg
+        import scipy.sparse
+        from pyamg.util.linalg import approximate_spectral_radius
+
+        self.xp, self.cycles = xp, int(cycles)
+        self.levels = []  # (A, P, R, smoother) on xp, fine to coarse
+        for level in ml.levels[:-1]:
+            A = level.A.tocsr()
+            inv_sqrt = scipy.sparse.diags(1.0 / np.sqrt(A.diagonal()))
+            lam = approximate_spectral_radius(inv_sqrt @ A @ inv_sqrt, symmetric=True)
+            A_x = device_matrix(A, xp)
+            smoother = Chebyshev(
+                _matrix_apply(A_x), xp.asarray(1.0 / A.diagonal()), lam, degree, bounds
+            )
+            P, R = device_matrix(level.P, xp), device_matrix(level.R, xp)
+            self.levels.append((A_x, P, R, smoother))
+        coarsest = np.asarray(ml.levels[-1].A.toarray())
+        self.coarse_inverse = xp.asarray(scipy.linalg.pinvh(coarsest))  # (n_c, n_c)
+        self.A = self.levels[0][0] if self.levels else xp.asarray(coarsest)
+        self.shape = ml.levels[0].A.shape
+
+    def __call__(self, b):
+        """``x`` approximating ``A^-1 b``: ``cycles`` V-cycles from zero."""
+        x = self._cycle(0, b)
+        for _ in range(self.cycles - 1):
+            x += self._cycle(0, b - self.A @ x)
+        return x
+
+    matvec = __call__
+
+    def _cycle(self, level, b):
+        if level == len(self.levels):
+            return self.coarse_inverse @ b
+        _, P, R, smoother = self.levels[level]
+        x, r = smoother.smooth(b)
+        x += P @ self._cycle(level + 1, R @ r)
+        smoother.smooth(b, x)
+        return x
+
+
+def amg_solver(A_host, xp, cycles=1):
+    """:class:`AMGCycle` of pyamg's smoothed-aggregation hierarchy of ``A_host`` (host CSR)."""
+    pyamg = import_pyamg()
+    ml = pyamg.smoothed_aggregation_solver(A_host.tocsr(), symmetry="hermitian", max_coarse=500)
+    return AMGCycle(ml, xp, cycles)
+
+
+class RestrictedTransfer:
+    """A transfer between the free DOFs of two levels: ``T[free_out][:, free_in]``.
+
+    Parameters
+    ----------
+    transfer : hofem.transfer.Transfer
+    free_out, free_in : int arrays of the backend
+        Sorted free L-vector indices of the output and input levels.
+    """
+
+    def __init__(self, transfer, free_out, free_in):
+        self.ceed, self.transfer = transfer.ceed, transfer
+        self.free_out, self.free_in = free_out, free_in
+        xp = self.ceed.xp
+        self._in = xp.zeros(transfer.shape[1])  # (in l_size,) constrained entries stay 0
+        self._out = xp.empty(transfer.shape[0])  # (out l_size,)
+        self.shape = (free_out.size, free_in.size)
+
+    def apply(self, u, v):
+        """``v = T[free_out][:, free_in] u``."""
+        backend = self.ceed.backend
+        backend.scatter_entries(u, self.free_in, self._in)
+        self.transfer.apply(self._in, self._out)
+        v.fill(0.0)
+        backend.gather_add_entries(self._out, self.free_out, v)
+
+
+class PMG:
+    """The p-multigrid V-cycle preconditioner; make it with :func:`pmg`.
+
+    Attributes
+    ----------
+    hierarchy : Hierarchy
+    smoothers : list of Chebyshev
+        One per level but the coarsest.
+    coarse : callable
+        The coarsest level's solve.
+    shape : (int, int)
+    setup_seconds : float
+        Wall time of the set-up (levels, diagonals, eigenvalue estimates, AMG).
+    """
+
+    def __init__(self, hierarchy, smoothers, coarse, setup_seconds):
+        self.hierarchy, self.smoothers, self.coarse = hierarchy, smoothers, coarse
+        self.shape = hierarchy.operators[0].shape
+        self.ceed = hierarchy.operators[0].ceed
+        self.setup_seconds = setup_seconds
+
+    def __call__(self, r):
+        """``z = M r`` (one V-cycle from zero), a new array."""
+        return self._cycle(0, r)
+
+    matvec = __call__
+
+    def _cycle(self, level, b):
+        if level == len(self.smoothers):
+            return self.coarse(b)
+        xp = self.ceed.xp
+        restrict, prolong = self.hierarchy.restrict[level], self.hierarchy.prolong[level]
+        x, r = self.smoothers[level].smooth(b)
+        r_c = xp.empty(restrict.shape[0])
+        restrict.apply(r, r_c)
+        e = xp.empty(prolong.shape[0])
+        prolong.apply(self._cycle(level + 1, r_c), e)
+        x += e
+        self.smoothers[level].smooth(b, x)
+        return x
+
+    def as_linear_operator(self):
+        """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying the V-cycle."""
+        return self.ceed.backend.linear_operator(self.shape, self)
+
+    def __repr__(self):
+        sizes = [op.shape[0] for op in self.hierarchy.operators]
+        return f"PMG(orders={self.hierarchy.orders}, sizes={sizes})"
+
+
+def _check_options(degree, bounds, eig_steps, coarse_cycles):
+    for name, value in (
+        ("degree", degree),
+        ("eig_steps", eig_steps),
+        ("coarse_cycles", coarse_cycles),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    lo, hi = bounds
+    if not 0 < lo < hi:
+        raise ValueError(f"bounds must be (lower, upper) with 0 < lower < upper, got {bounds!r}")
+
+
+def pmg(
+    A,
+    orders: Sequence[int] | None = None,
+    *,
+    degree: int = 2,
+    bounds: tuple = (0.1, 1.1),
+    eig_steps: int = 10,
+    coarse_cycles: int = 1,
+) -> PMG:
+    """p-multigrid preconditioner for ``A``: ``M=`` of :func:`hofem.cg`, SciPy's and CuPy's ``cg``.
+
+    One V-cycle per application: on each level of order ``p`` (the schedule
+    ``orders``), Chebyshev smoothing of degree ``degree`` on the Jacobi-scaled
+    operator, the residual restricted to the next order; on order 1 an
+    algebraic multigrid V-cycle (pyamg's smoothed aggregation, built on the
+    host; its cycle runs on the backend's arrays).  Symmetric positive definite.
+
+    Parameters
+    ----------
+    A : operator
+        :func:`hofem.mass` or :func:`hofem.diffusion` of an H1 space,
+        :func:`hofem.restrict_dofs` of one, or their :mod:`hofem.parallel` versions.
+    orders : sequence of int, optional
+        From the space's order down to 1, strictly decreasing; default halving
+        (8, 4, 2, 1; 6, 3, 1).
+    degree : int, default 2
+        Chebyshev degree (operator applications per smoothing step).
+    bounds : (float, float), default (0.1, 1.1)
+        Chebyshev interval as fractions of the estimated largest eigenvalue of ``D^-1 A``.
+    eig_steps : int, default 10
+        CG (Lanczos) steps of the eigenvalue estimate, per level.
+    coarse_cycles : int, default 1
+        AMG V-cycles per coarse solve.
+
+    Returns
+    -------
+    PMG
+        Callable ``z = M(r)``; ``as_linear_operator()``; ``setup_seconds``.
+
+    Raises
+    ------
+    ImportError
+        pyamg is missing (``pip install 'hofem[amg]'``).
+    ValueError
+        An operator of no registered hierarchy (not made by ``hofem.mass`` /
+        ``hofem.diffusion``), a bad order schedule or option.
+    """
+    start = time.perf_counter()
+    import_pyamg()
+    _check_options(degree, bounds, eig_steps, coarse_cycles)
+    inner = A.op if isinstance(A, SubOperator) else A  # restrict_dofs: the wrapped operator's
+    builder = next((b for cls, b in _HIERARCHIES if isinstance(inner, cls)), None)
+    if builder is None:
+        raise ValueError(
+            f"pmg needs an operator made by hofem.mass or hofem.diffusion (or restrict_dofs of "
+            f"one, or their hofem.parallel versions), got {type(A).__name__}"
+        )
+    hierarchy = builder(A, orders)
+    smoothers = []
+    for op in hierarchy.operators[:-1]:
+        inv_diag = 1.0 / op.linear_assemble_diagonal()
+        lam = estimate_max_eigenvalue(op.apply, inv_diag, op.vector_ops(), eig_steps)
+        smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds))
+    coarse = hierarchy.coarse_solver(lambda A_host, xp: amg_solver(A_host, xp, coarse_cycles))
+    return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)

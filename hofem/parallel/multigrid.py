@@ -1,0 +1,205 @@
+"""p-multigrid on distributed operators: levels per rank, P/Pᵀ around the transfers,
+the order-1 matrix gathered to rank 0 for pyamg (registered for :func:`hofem.pmg`)."""
+
+import numpy as np
+import scipy.sparse
+
+from ..multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
+from ..operator import SubOperator, _OperatorBase
+from ..space import free_indices
+from ..transfer import interpolation_basis
+from .operator import ParallelVectorOps, ParOperator
+
+__all__ = ["ParLevel", "ParTransfer", "par_multigrid_hierarchy"]
+
+
+class ParLevel(_OperatorBase):
+    """``Pᵀ (sum of local operators) P`` on the T-vectors of a :class:`ParH1Space`.
+
+    A coarse level keeps the fine level's cell split (its local operators come
+    from ``multigrid_level`` of the fine ones), so it applies without overlap:
+    prolong, apply every part, sum into the owners.
+    """
+
+    def __init__(self, space, parts):
+        self.space, self.ceed, self.parts = space, space.ceed, parts
+        self._x = self.ceed.xp.zeros(space.local.num_dofs)  # (l_size,)
+        self._y = self.ceed.xp.zeros(space.local.num_dofs)
+
+    @property
+    def shape(self):
+        n = self.space.num_owned_dofs
+        return (n, n)
+
+    def _add(self, u, v):
+        self.space.exchange.prolong(u, self._x)
+        self._y[...] = 0.0
+        for op in self.parts:
+            op.apply_add(self._x, self._y)
+        self.space.exchange.prolong_transpose_add(self._y, v)
+
+    def linear_assemble_diagonal(self):
+        """Diagonal on the owned DOFs: the parts' local diagonals summed with ``Pᵀ``."""
+        diag = sum(op.linear_assemble_diagonal() for op in self.parts)
+        return self.space.exchange.prolong_transpose(diag)
+
+    def vector_ops(self):
+        return ParallelVectorOps(super().vector_ops(), self.space.exchange.allreduce)
+
+
+class ParTransfer:
+    """A distributed transfer: ``Pᵀ_out (sum of local transfers) P_in`` on T-vectors.
+
+    With the fine nodes' weights ``1 / global multiplicity``, the prolongation
+    interpolates and the restriction is its exact transpose.
+    """
+
+    def __init__(self, parts, space_in, space_out):
+        self.parts, self.space_in, self.space_out = parts, space_in, space_out
+        self.ceed = space_in.ceed
+        self.shape = (space_out.num_owned_dofs, space_in.num_owned_dofs)
+        xp = self.ceed.xp
+        self._x = xp.zeros(space_in.local.num_dofs)  # (in l_size,)
+        self._y = xp.zeros(space_out.local.num_dofs)  # (out l_size,)
+        self._part = xp.zeros(space_out.local.num_dofs)
+
+    def apply(self, u, v):
+        """``v = T u``."""
+        self.space_in.exchange.prolong(u, self._x)
+        self._y[...] = 0.0
+        for transfer in self.parts:
+            transfer.apply(self._x, self._part)
+            self._y += self._part
+        v[...] = 0.0
+        self.space_out.exchange.prolong_transpose_add(self._y, v)
+
+
+def _split(A):
+    """(ParOperator or ParLevel, its parts, free T-dofs or None) of a level."""
+    restricted = isinstance(A, SubOperator)
+    level = A.op if restricted else A
+    if isinstance(level, ParOperator):
+        parts = [op for op in (level.interior, level.boundary) if op is not None]
+    else:
+        parts = level.parts
+    return level, parts, (A.free_dofs if restricted else None)
+
+
+def _coarse_offsets(fine, coarse):
+    """The coarse space's local offsets in the fine space's local cell order."""
+    inverse = np.empty_like(coarse.cell_order)
+    inverse[coarse.cell_order] = np.arange(coarse.cell_order.size)
+    return coarse.local.offsets[inverse[fine.cell_order]]  # (num_elem, P_c)
+
+
+def _level(fine, parts, coarse):
+    """Coarse local operators and local transfers of ``parts`` (fine cell ranges)."""
+    ceed, local, nc = fine.ceed, coarse.local, coarse.num_comp
+    offsets = _coarse_offsets(fine, coarse)
+    multiplicity = sum(op.active_restriction(False).multiplicity() for op in parts)
+    weight = 1.0 / fine.exchange.prolong(fine.exchange.prolong_transpose(multiplicity))
+    ops, prolong, restrict, start = [], [], [], 0
+    for op in parts:
+        r_f = op.active_restriction(False)
+        cells = offsets[start : start + r_f.num_elem]
+        start += r_f.num_elem
+        r_c = ceed.ElemRestriction(
+            r_f.num_elem, cells.shape[1], nc, local.num_nodes, nc * local.num_nodes, cells
+        )
+        op_c, P, R = op.multigrid_level(r_c, weight=weight)
+        ops.append(op_c)
+        prolong.append(P)
+        restrict.append(R)
+    return ops, prolong, restrict, offsets
+
+
+def _coarse_free(fine, coarse, offsets, free):
+    """Coarse free T-dofs: those whose interpolation misses every constrained fine DOF."""
+    ceed = fine.ceed
+    flag = np.ones(fine.num_owned_dofs)  # (fine T,) 1 where constrained
+    flag[ceed.to_numpy(free)] = 0.0
+    flag_l = ceed.to_numpy(fine.exchange.prolong(ceed.asarray(flag)))  # (fine L,)
+    flag_l = flag_l.reshape(fine.num_comp, -1)
+    weights = np.abs(interpolation_basis(fine.local.basis(1), coarse.order).interp)
+    hit = np.zeros((coarse.num_comp, coarse.local.num_nodes))  # coarse L
+    for c in range(fine.num_comp):
+        touched = flag_l[c][fine.local.offsets] @ weights  # (num_elem, P_c)
+        hit[c][offsets[touched > 1e-8]] = 1.0
+    hit_t = ceed.to_numpy(coarse.exchange.prolong_transpose(ceed.asarray(hit.ravel())))
+    return ceed.asarray(free_indices(coarse.num_owned_dofs, np.flatnonzero(hit_t > 0)))
+
+
+def par_multigrid_hierarchy(A, orders=None):
+    """The p-multigrid levels of a distributed form (or ``restrict_dofs`` of one).
+
+    Each rank makes the coarse levels of its local operators
+    (``multigrid_level`` with the coarse space's offsets and the fine nodes'
+    global multiplicity); the transfers wrap them in the two spaces' P and Pᵀ.
+    The order-1 matrix is assembled per rank, gathered to rank 0 in global
+    numbering, and solved there by pyamg (:class:`GatheredSolver`), so the
+    coarse solve is the same whatever the number of ranks.
+    """
+    level, parts, free = _split(A)
+    space = level.space
+    orders = coarse_orders(space.order, orders)
+    levels, prolong, restrict = [A], [], []
+    for order in orders[1:]:
+        coarse = space.with_order(order)
+        ops, P_parts, R_parts, offsets = _level(space, parts, coarse)
+        P, R = ParTransfer(P_parts, coarse, space), ParTransfer(R_parts, space, coarse)
+        op_c = ParLevel(coarse, ops)
+        if free is not None:
+            free_c = _coarse_free(space, coarse, offsets, free)
+            P, R = RestrictedTransfer(P, free, free_c), RestrictedTransfer(R, free_c, free)
+            op_c = SubOperator(op_c, free_c)
+            free = op_c.free_dofs
+        levels.append(op_c)
+        prolong.append(P)
+        restrict.append(R)
+        space, parts = coarse, ops
+
+    def coarse_solver(make):
+        return GatheredSolver(levels[-1], make)
+
+    return Hierarchy(levels, prolong, restrict, orders, coarse_solver)
+
+
+class GatheredSolver:
+    """The coarsest level's solve on rank 0: matrix and vectors gathered, result scattered."""
+
+    def __init__(self, A, make):
+        level, parts, free = _split(A)
+        space, ceed = level.space, level.ceed
+        self.comm, self.ceed = space.comm, ceed
+        numbering, nc = space.numbering, space.num_comp
+        comp = np.arange(nc, dtype=np.int64)[:, None] * numbering.num_global
+        l_ids = (comp + numbering.global_ids[None, :]).ravel()  # (L,) global dof ids
+        t_ids = space.global_dofs()  # (T,)
+        if free is not None:
+            t_ids = t_ids[ceed.to_numpy(free)]
+        local = sum(op.linear_assemble() for op in parts).tocoo()
+        local = local if ceed.xp is np else local.get()
+        triplets = (l_ids[local.row], l_ids[local.col], local.data)
+        gathered = self.comm.gather((triplets, t_ids), root=0)
+        self.solver = None
+        if self.comm.rank == 0:
+            self.ids = [ids for _, ids in gathered]
+            keep = np.concatenate(self.ids)  # the solved DOFs, in the order of the ranks
+            n = space.num_dofs
+            rows, cols, vals = (
+                np.concatenate(x) for x in zip(*(t for t, _ in gathered), strict=True)
+            )
+            full = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
+            self.solver = make(full[keep][:, keep].tocsr(), np)
+
+    def __call__(self, b):
+        pieces = self.comm.gather(self.ceed.to_numpy(b), root=0)
+        out = None
+        if self.comm.rank == 0:
+            x = self.solver(np.concatenate(pieces))
+            out = np.split(x, np.cumsum([ids.size for ids in self.ids])[:-1])
+        return self.ceed.asarray(self.comm.scatter(out, root=0))
+
+
+register_hierarchy(ParOperator, par_multigrid_hierarchy)
+register_hierarchy(ParLevel, par_multigrid_hierarchy)

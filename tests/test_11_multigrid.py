@@ -1,0 +1,205 @@
+"""p-multigrid: transfers (exactness, adjointness), Galerkin coarse operators, PCG with hf.pmg."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse
+import scipy.sparse.linalg
+
+import hofem as hf
+from hofem import meshes
+from hofem.forms import multigrid_hierarchy
+from hofem.multigrid import AMGCycle, coarse_orders
+
+pytest.importorskip("pyamg", reason="hf.pmg needs pyamg: pip install hofem[amg]")
+
+CASES = [("hex", 3, 1), ("hex", 4, 2), ("tet", 3, 1)]  # (cells, fine order, coarse order)
+
+
+def box(cells, n=2):
+    return meshes.box(n, dim=3, simplex=cells == "tet")
+
+
+def columns(transfer, ceed):
+    """The dense matrix (host) of a transfer, column by column."""
+    out, n_in = transfer.shape
+    v = ceed.xp.empty(out)
+    cols = []
+    for i in range(n_in):
+        transfer.apply(ceed.asarray(np.eye(1, n_in, i)[0]), v)
+        cols.append(ceed.to_numpy(v).copy())
+    return np.stack(cols, 1)  # (out, n_in)
+
+
+@pytest.mark.parametrize(("cells", "p", "p_c"), CASES)
+def test_prolongation_is_exact_and_restriction_its_transpose(ceed, cells, p, p_c):
+    mesh = box(cells)
+    fine, coarse = hf.H1Space(ceed, mesh, p), hf.H1Space(ceed, mesh, p_c)
+    op_c, prolong, restrict = hf.diffusion(fine).multigrid_level(coarse.restriction)
+    for q in range(p_c + 1):  # every degree the coarse space holds
+
+        def f(x, q=q):
+            return x[:, 0] ** q + 2 * x[:, 1] ** max(q - 1, 0) * x[:, 2] - x[:, 2] ** q
+
+        err = prolong(coarse.interpolate(f)) - fine.interpolate(f)
+        assert float(abs(err).max()) < 1e-12, (q, float(abs(err).max()))
+    rng = np.random.default_rng(0)
+    u = ceed.asarray(rng.standard_normal(coarse.num_dofs))
+    v = ceed.asarray(rng.standard_normal(fine.num_dofs))
+    lhs, rhs = float(v @ prolong(u)), float(restrict(v) @ u)
+    assert abs(lhs - rhs) <= 1e-13 * (abs(lhs) + 1.0)
+    assert op_c.shape == (coarse.num_dofs, coarse.num_dofs)
+
+
+@pytest.mark.parametrize("restricted", [False, True], ids=["full", "restrict_dofs"])
+@pytest.mark.parametrize(("cells", "p"), [("hex", 4), ("tet", 2)])
+def test_coarse_operator_is_galerkin(ceed, cells, p, restricted):
+    space = hf.H1Space(ceed, box(cells), p)
+    A = hf.diffusion(space)
+    if restricted:
+        A = hf.restrict_dofs(A, space.free_dofs())
+    levels = multigrid_hierarchy(A)
+    for level, (P, R) in enumerate(zip(levels.prolong, levels.restrict, strict=True)):
+        fine, coarse = levels.operators[level], levels.operators[level + 1]
+        P_dense, R_dense = columns(P, ceed), columns(R, ceed)
+        np.testing.assert_allclose(R_dense, P_dense.T, atol=1e-14)
+        A_f = ceed.to_numpy(fine.linear_assemble().toarray())
+        A_c = ceed.to_numpy(coarse.linear_assemble().toarray())
+        np.testing.assert_allclose(P_dense.T @ A_f @ P_dense, A_c, atol=1e-12 * abs(A_c).max())
+    if restricted:  # the coarse free DOFs are the coarse space's
+        coarsest = levels.operators[-1]
+        expected = hf.H1Space(ceed, box(cells), 1).free_dofs()
+        np.testing.assert_array_equal(ceed.to_numpy(coarsest.free_dofs), expected)
+
+
+def _solve_both(ceed, space, rtol=1e-10):
+    A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+    b = ceed.asarray(np.random.default_rng(2).standard_normal(A.shape[0]))
+    M = hf.pmg(A)
+    x, info = hf.cg(A, b, M=M, rtol=rtol)
+    x_cg, info_cg = hf.cg(A, b, rtol=rtol)
+    assert info == 0 and info_cg == 0, (info.message, info_cg.message)
+    err = float(abs(x - x_cg).max()) / float(abs(x_cg).max())
+    assert err < 1e-8, err
+    assert info.iterations < info_cg.iterations
+    return info.iterations
+
+
+@pytest.mark.parametrize(("cells", "p"), [("hex", 3), ("tet", 2)])
+def test_pcg_with_pmg_matches_cg_on_the_box(ceed, cells, p):
+    _solve_both(ceed, hf.H1Space(ceed, box(cells, 3), p))
+
+
+@pytest.mark.parametrize("name", ["lshape_hex.msh", "curved_tet10.msh"])
+def test_pcg_with_pmg_matches_cg_on_gmsh_files(ceed, name):
+    pytest.importorskip("meshio")
+    mesh = meshes.read(meshes.data_path(name))
+    _solve_both(ceed, hf.H1Space(ceed, mesh, 2))
+
+
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_bp3_hex_iterations(ref, p):
+    space = hf.H1Space(ref, meshes.box(4, dim=3), p)
+    A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+    b = ref.asarray(np.random.default_rng(3).standard_normal(A.shape[0]))
+    _, info = hf.cg(A, b, M=hf.pmg(A), rtol=1e-8)
+    assert info == 0 and info.iterations <= 15, info
+
+
+def test_pmg_is_symmetric_and_a_scipy_preconditioner(ref):
+    space = hf.H1Space(ref, meshes.box(3, dim=2), 4)
+    A = hf.restrict_dofs(hf.mass(space), space.free_dofs())
+    M = hf.pmg(A, orders=[4, 1], degree=3)
+    rng = np.random.default_rng(4)
+    u, v = rng.standard_normal((2, A.shape[0]))
+    assert abs(v @ M(u) - u @ M(v)) <= 1e-12 * abs(v @ M(u))
+    assert u @ M(u) > 0
+    b = rng.standard_normal(A.shape[0])
+    x, info = scipy.sparse.linalg.cg(
+        A.as_linear_operator(), b, rtol=1e-10, M=M.as_linear_operator()
+    )
+    assert info == 0
+    np.testing.assert_allclose(A(x), b, atol=1e-8 * np.abs(b).max())
+
+
+def test_amg_cycle_is_symmetric_with_numpy():
+    pyamg = pytest.importorskip("pyamg")
+    A = pyamg.gallery.poisson((40, 40), format="csr")
+    cycle = AMGCycle(pyamg.smoothed_aggregation_solver(A, max_coarse=20), np, cycles=2)
+    assert len(cycle.levels) >= 2
+    rng = np.random.default_rng(5)
+    u, v = rng.standard_normal((2, A.shape[0]))
+    assert abs(v @ cycle(u) - u @ cycle(v)) <= 1e-12 * abs(v @ cycle(u))
+    M = scipy.sparse.linalg.LinearOperator(A.shape, matvec=cycle, dtype=np.float64)
+    _, info = scipy.sparse.linalg.cg(A, u, rtol=1e-10, M=M)
+    assert info == 0
+
+
+def test_order_schedules():
+    assert coarse_orders(8) == [8, 4, 2, 1]
+    assert coarse_orders(6) == [6, 3, 1]
+    assert coarse_orders(1) == [1]
+    assert coarse_orders(5, [5, 3, 1]) == [5, 3, 1]
+    for bad in ([5, 5, 1], [5, 2, 3, 1], [4, 2], [3, 2, 1]):
+        with pytest.raises(ValueError, match="orders must decrease strictly from"):
+            coarse_orders(5, bad)
+
+
+def test_bad_input(ref, monkeypatch):
+    space = hf.H1Space(ref, box("hex"), 2)
+    A = hf.diffusion(space)
+    with pytest.raises(ValueError, match="orders must decrease strictly"):
+        hf.pmg(A, orders=[2, 2, 1])
+    with pytest.raises(ValueError, match="degree must be an integer >= 1"):
+        hf.pmg(A, degree=0)
+    # an active basis that is not hofem's H1 Lagrange (Lagrange on Gauss nodes)
+    b = space.basis()
+    x, _ = hf.gauss_quadrature(3)
+    from hofem.polynomials import lagrange_deriv_matrix, lagrange_interp_matrix
+
+    gauss = ref.BasisTensorH1(
+        3, 1, 3, b.Q_1d, lagrange_interp_matrix(x, b.q_ref_1d),
+        lagrange_deriv_matrix(x, b.q_ref_1d), b.q_ref_1d, b.q_weight_1d,
+    )  # fmt: skip
+    op = ref.Operator(ref.QFunctionByName("Poisson3DApply"))
+    qdata = A.fields["qdata"]
+    op.set_field("du", space.restriction, gauss, hf.VECTOR_ACTIVE)
+    op.set_field("qdata", qdata.restriction, hf.BASIS_NONE, qdata.vector)
+    op.set_field("dv", space.restriction, gauss, hf.VECTOR_ACTIVE)
+    coarse = hf.H1Space(ref, box("hex"), 1).restriction
+    with pytest.raises(ValueError, match="needs an operator whose active fields share one H1"):
+        op.multigrid_level(coarse)
+    with pytest.raises(ValueError, match=r"pmg needs an operator made by hofem\.mass"):
+        hf.pmg(op)
+    with pytest.raises(ValueError, match="restriction_coarse must be an ElemRestriction of a"):
+        A.multigrid_level(space.restriction)
+    monkeypatch.setitem(sys.modules, "pyamg", None)
+    with pytest.raises(ImportError, match=r"pip install 'hofem\[amg\]'"):
+        hf.pmg(A)
+
+
+MPIEXEC = shutil.which(
+    "mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
+@pytest.mark.parametrize("n", [2, 3])
+def test_distributed_pmg_equals_serial(n):
+    """BP3 hex p = 4 and tet p = 2 under mpiexec: the serial solution, iterations within one."""
+    pytest.importorskip("mpi4py")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    cases = root / "tests" / "mpi" / "cases.py"
+    run = subprocess.run(
+        [MPIEXEC, "-n", str(n), sys.executable, str(cases), "pmg", "/cpu/self/ref"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=root,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "OK pmg"
