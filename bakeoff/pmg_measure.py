@@ -82,8 +82,10 @@ def vcycle_cost(A, M, repeat=5):
     def median(fn):
         times = []
         for _ in range(repeat):
+            A.ceed.backend.synchronize()
             start = time.perf_counter()
             fn()
+            A.ceed.backend.synchronize()
             times.append(time.perf_counter() - start)
         return float(np.median(times))
 

@@ -8,19 +8,14 @@ when the tests run against an installed wheel.
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from lab import ROOT
 
 import hofem as hf
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.append(str(ROOT))  # after site-packages: hofem stays the installed one
-
-from bakeoff import __main__ as lab  # noqa: E402
-from bakeoff import benchmark_gpu, compare_cpu  # noqa: E402
-from bakeoff.compare import alternate, summarize  # noqa: E402
+from bakeoff import __main__ as lab
+from bakeoff import benchmark_gpu, compare_cpu
+from bakeoff.compare import alternate, summarize
 
 
 def test_problems_are_normalized():

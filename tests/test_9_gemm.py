@@ -9,11 +9,12 @@ import json
 
 import numpy as np
 import pytest
+from lab import ROOT  # noqa: F401  (puts the laboratory on sys.path)
 
 import hofem as hf
+from bakeoff import tune_gemm
 from hofem import meshes
 from hofem.backends.cuda import gemm
-from hofem.bakeoff import tune_gemm
 
 N, T = hf.NOTRANSPOSE, hf.TRANSPOSE
 
