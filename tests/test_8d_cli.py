@@ -223,8 +223,8 @@ def test_a_missing_backend_or_extra_is_exit_2():
         pytest.skip("CuPy is installed")
     run, _ = bakeoff("--ceed", "/gpu/cuda/gen")
     assert_one_line_refusal(run, "/gpu/cuda/gen", "unavailable")
-    run, _ = bakeoff("bench-gpu", "--cases", "basis")
-    assert_one_line_refusal(run, "pip install hofem[gpu]")
+    run, _ = bakeoff("bp3", "--elements", "2", "--preconditioner", "pmg", "--ceed", "/gpu/cuda")
+    assert_one_line_refusal(run, "/gpu/cuda", "unavailable")
 
 
 def test_an_unwritable_results_file_is_refused_before_the_first_case(tmp_path):

@@ -155,7 +155,8 @@ def run_distributed(args):
     if not args.force and args.mesh is None:
         _, refusal = case_estimate(
             args.bp, ceed, args.order, elements=args.elements, simplex=args.simplex,
-            distort=args.distort, geometry=args.geometry, jacobi=args.jacobi, comm=comm,
+            distort=args.distort, geometry=args.geometry, comm=comm,
+            preconditioner=preconditioner_of(args),
         )  # fmt: skip
         if refusal is not None:
             raise par.ParallelError(refusal)
@@ -220,7 +221,8 @@ def solve_one(argv):
     if not args.force:
         _, refusal = case_estimate(
             args.bp, ceed, args.order, elements=args.elements, mesh=mesh, simplex=args.simplex,
-            distort=args.distort, geometry=args.geometry, jacobi=args.jacobi,
+            distort=args.distort, geometry=args.geometry,
+            preconditioner=preconditioner_of(args),
         )  # fmt: skip
         if refusal is not None:
             raise UsageError(refusal)

@@ -131,6 +131,7 @@ def check_cases(comm, ceed, args, cases):
     for bp, p, dofs in cases:
         _, refusal = case_estimate(
             bp, ceed, p, elements=box_elements(dofs, p), geometry=args.geometry, comm=comm,
+            preconditioner=preconditioner_of(args),
             hint="use fewer --dofs or more ranks (or --force to try anyway)",
         )  # fmt: skip
         if refusal is not None:

@@ -119,7 +119,7 @@ def estimate_memory(
     resource: str,
     geometry: str,
     ranks: int = 1,
-    jacobi: bool = False,
+    preconditioner: str | None = None,
     key_numbering: bool = False,
 ) -> MemoryEstimate:
     """Peak host and device bytes of one rank of a bake-off case, before allocating.
@@ -140,8 +140,11 @@ def estimate_memory(
     ranks : int
         MPI ranks the case is split over (each holds about ``1 / ranks``; the
         estimate allows 5% for block imbalance and the ghost layer).
-    jacobi : bool
-        Jacobi-preconditioned CG (the diagonal and ``z``).
+    preconditioner : {None, "jacobi", "pmg"}
+        Jacobi: the diagonal and ``z``. pmg: about nine more vectors (the levels'
+        diagonals, the smoother's and the cycle's work vectors, ``z``; the coarser
+        levels add 1/8 each) and the order-1 matrix (27 entries per row, about one
+        row per cell) three times over (assembly, the AMG hierarchy).
     key_numbering : bool
         The mesh came from a file: numbered by sorted keys (41-62 B per node at
         its peak), not in closed form on the box lattice (7 B per node).
@@ -168,8 +171,11 @@ def estimate_memory(
     # space while its free part is copied out and the solution's free part (1.5 vectors,
     # measured), and the free indices; several ranks: ParOperator's two local L-vectors
     # and the halo buffers (one vector, measured)
-    vectors = 7 + 2 * jacobi + 1.5 * bp.dirichlet + 3 * (ranks > 1)
+    vectors = 7 + 1.5 * bp.dirichlet + 3 * (ranks > 1)
+    vectors += {None: 0, "jacobi": 2, "pmg": 9}[preconditioner]
     data += 8 * dofs * vectors + (idx * dofs if bp.dirichlet else 0)
+    if preconditioner == "pmg":
+        data += 3 * 27 * 12 * elems * bp.num_comp
     # chunks of points where functions are evaluated (the right-hand side's at set-up, the
     # L2 error's and its E-vectors at the verification): 3 chunks, 0.6 GB, as measured
     data += 3 * CHUNK_BYTES
@@ -284,7 +290,7 @@ def case_estimate(
     simplex: bool = False,
     distort: float = 0.0,
     geometry: str = "auto",
-    jacobi: bool = False,
+    preconditioner: str | None = None,
     comm=None,
     max_memory: float | None = None,
     hint: str = "use fewer --elements or more ranks (or --force to try anyway)",
@@ -299,7 +305,7 @@ def case_estimate(
 
     Parameters
     ----------
-    bp_name, ceed, p, elements, mesh, simplex, distort, geometry, jacobi
+    bp_name, ceed, p, elements, mesh, simplex, distort, geometry, preconditioner
         The case (see :func:`hofem.bakeoff.problems.setup`).
     comm : mpi4py.MPI.Comm, optional
     max_memory : float, optional
@@ -317,8 +323,8 @@ def case_estimate(
     used = _geometry(bp_name, ceed, p, simplex, distort, geometry)
     ranks = 1 if comm is None else comm.size
     estimate = estimate_memory(
-        bp_name, *shape, resource=ceed.resource, geometry=used, ranks=ranks, jacobi=jacobi,
-        key_numbering=mesh is not None,
+        bp_name, *shape, resource=ceed.resource, geometry=used, ranks=ranks,
+        preconditioner=preconditioner,        key_numbering=mesh is not None,
     )  # fmt: skip
     host, device = free_memory(ceed)
     if comm is not None:

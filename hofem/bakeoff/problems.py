@@ -213,7 +213,7 @@ class CompileWatch:
     ``compiled`` is True after the block when Numba compiled a function in it (its
     ``numba:compile`` event fires on a real compilation only, not when a kernel
     comes from its disk cache) or CuPy wrote a new kernel into its compile cache
-    (``cupy.cuda.compiler.get_cache_dir()``: a kernel found there or in memory is
+    (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``: a kernel found there or in memory is
     not compiled again). Only libraries already imported are watched: one that
     is imported later has compiled nothing before.
     """
@@ -229,9 +229,8 @@ class CompileWatch:
 
             self._recorder = self._stack.enter_context(event.install_recorder("numba:compile"))
         if "cupy" in sys.modules:
-            from cupy.cuda import compiler
-
-            self._cupy_dir = compiler.get_cache_dir()
+            default = os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")
+            self._cupy_dir = os.environ.get("CUPY_CACHE_DIR", default)
             self._cupy_files = _files(self._cupy_dir)
         return self
 

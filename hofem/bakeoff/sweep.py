@@ -157,7 +157,7 @@ def base_record(case):
     geometry = "stored" if case["geometry"] == "auto" else case["geometry"]
     estimate = estimate_memory(
         case["bp"], num_elem, num_nodes, P, Q, resource=case["ceed"], geometry=geometry,
-        ranks=case["ranks"], jacobi=case["preconditioner"] == "jacobi",
+        ranks=case["ranks"], preconditioner=case["preconditioner"],
     )  # fmt: skip
     record = dict.fromkeys(SCHEMA)
     record.update(
@@ -191,7 +191,7 @@ def run_case(case, max_memory=None, comm=None):
     simplex = case["cell"] == "tet"
     estimate, refusal = case_estimate(
         case["bp"], ceed, case["p"], elements=case["elements_1d"], simplex=simplex,
-        geometry=case["geometry"], jacobi=case["preconditioner"] == "jacobi", comm=comm,
+        geometry=case["geometry"], preconditioner=case["preconditioner"], comm=comm,
         max_memory=max_memory, hint="skipped",
     )  # fmt: skip
     record.update(memory_estimate_bytes=estimate.total)
