@@ -9,7 +9,7 @@ from .basis import Basis, cell_center
 from .ceed import Ceed
 from .constants import *  # noqa: F403
 from .constants import __all__ as _constants
-from .forms import diffusion, mass, resolve_geometry, restrict_dofs
+from .forms import diffusion, form_quadrature, mass, resolve_geometry, restrict_dofs
 from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
@@ -34,6 +34,7 @@ __all__ = [
     "cell_center",
     "cg",
     "diffusion",
+    "form_quadrature",
     "gauss_quadrature",
     "jacobi",
     "lobatto_quadrature",

@@ -369,8 +369,12 @@ def h1(ceed, topology, num_comp, num_nodes, num_qpts, interp, grad, q_ref, q_wei
     )
 
 
-def h1_lagrange(ceed, topology, num_comp, order, q_order):
-    """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``."""
+def h1_lagrange(ceed, topology, num_comp, order, q_order, rule="collapsed"):
+    """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``.
+
+    ``rule`` picks the simplex rule (:func:`hofem.quadrature.simplex_quadrature`):
+    ``"collapsed"`` Gauss-Jacobi product or ``"symmetric"`` with the fewest points.
+    """
     if topology not in (Topology.LINE, Topology.TRIANGLE, Topology.TET):
         raise ValueError(
             f"BasisH1Lagrange builds hf.LINE, hf.TRIANGLE or hf.TET bases, got {topology!r}; "
@@ -379,7 +383,7 @@ def h1_lagrange(ceed, topology, num_comp, order, q_order):
     order = _positive_int(order, "order")
     q_order = _positive_int(q_order, "q_order", 0)
     dim = topology.dim
-    q_ref, q_weight = simplex_quadrature(dim, q_order)  # (Q, dim), (Q,)
+    q_ref, q_weight = simplex_quadrature(dim, q_order, rule)  # (Q, dim), (Q,)
     interp, grad = simplex_lagrange(dim, order, q_ref)  # (Q, P), (dim, Q, P)
     return h1(
         ceed, topology, num_comp, interp.shape[1], q_ref.shape[0], interp, grad, q_ref, q_weight
