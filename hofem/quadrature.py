@@ -190,8 +190,7 @@ def simplex_quadrature(
     hence ``n**dim`` points.  For dim = 2, ``x = u (1 - v)``, ``y = v``; for dim = 3,
     ``x = u (1 - v)(1 - w)``, ``y = v (1 - w)``, ``z = w``, with Gauss–Legendre in u and
     Gauss–Jacobi rules for the weights (1 - v) and (1 - w)^2 absorbing the Jacobian.  All
-    points lie strictly inside the simplex and all
-    weights are positive.
+    points lie strictly inside the simplex and all weights are positive.
 
     ``rule="symmetric"``: the fully symmetric rule with the fewest points among the
     tabulated ones of degree >= ``degree`` (:func:`symmetric_rule_degrees`; e.g. 24
