@@ -5,9 +5,10 @@ symmetric simplex rules as text files ``pyfr/quadrules/{tri,tet}/NAME-nN-dD-FLAG
 (one point per line: coordinates on the biunit simplex, then the weight; weights sum to
 the biunit volume 2 or 4/3).  This script keeps, for every degree, the rule with the
 fewest points among those of that degree or higher whose flags say symmetric (``s``) and
-positive (``p``) (ties: the
-Witherden-Vincent files, given to 38 digits), maps it to hofem's unit simplex in decimal arithmetic
-(``x = (xi + 1) / 2``, ``w = w_biunit / 2**dim``) and rounds once to float64.
+positive (``p``), checked: all weights positive and all points strictly inside the
+simplex (ties: the Witherden-Vincent files, given to 38 digits), maps it to hofem's unit
+simplex in decimal arithmetic (``x = (xi + 1) / 2``, ``w = w_biunit / 2**dim``) and
+rounds once to float64.
 
 Usage (from a checkout; ``PYFR`` is a git directory of PyFR)::
 
@@ -23,6 +24,9 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "hofem" / "data" / "simplex_rules"
 SHAPES = {"triangle": ("tri", 2), "tet": ("tet", 3)}
+# Points this near a face are face points written with rounding (their float64 unit-simplex
+# coordinates round to 0); the nearest kept ones are 6e-10 (tet d9) and 1.4e-9 (tet d10) in.
+MARGIN = decimal.Decimal("1e-12")
 NAME = re.compile(r"([a-zA-Z0-9\-~+]+)-n(\d+)-d(\d+)-([pstu]+)\.txt$")
 CITATION = (
     "F. D. Witherden and P. E. Vincent, On the identification of symmetric quadrature "
@@ -71,6 +75,22 @@ def fewest(rules):
     return sorted(chosen.values(), key=lambda r: r[1])
 
 
+def interior_positive(repo, commit, path, dim):
+    """Whether every weight is positive and every point lies inside the simplex by more
+    than ``MARGIN`` (barycentric, unit simplex).  Not every file flagged ``p`` passes:
+    tet witherden-n172-d14 has negative weights, tri witherden-vincent-n55-d16 points on
+    an edge, tet witherden-n96-d11, n123-d12, n411-d19 and n474-d20 points on a face (to
+    1e-16)."""
+    for line in git(repo, "show", f"{commit}:{path}").stdout.split("\n"):
+        fields = [decimal.Decimal(f) for f in line.split()]
+        if not fields:
+            continue
+        lam = [(x + 1) / 2 for x in fields[:dim]]  # unit-simplex coordinates
+        if min(*lam, 1 - sum(lam)) <= MARGIN or fields[dim] <= 0:
+            return False
+    return True
+
+
 def convert(text, dim):
     """Points on the unit simplex and weights summing to 1 / dim!, as float64 values."""
     decimal.getcontext().prec = 50
@@ -103,7 +123,12 @@ def main(repo, commit="HEAD"):
     commit = git(repo, "rev-parse", commit).stdout.strip()
     for shape, (folder, dim) in SHAPES.items():
         rules = []
-        for n, d, path in fewest(candidates(repo, commit, folder)):
+        usable = [
+            r
+            for r in candidates(repo, commit, folder)
+            if interior_positive(repo, commit, r[2], dim)
+        ]
+        for n, d, path in fewest(usable):
             points, weights = convert(git(repo, "show", f"{commit}:{path}").stdout, dim)
             if len(points) != n:
                 raise ValueError(f"{path}: {len(points)} points, the name says {n}")
