@@ -182,17 +182,18 @@ def resolve_geometry(
 
 def _coordinate_field(space, rule):
     """The coordinate space (:meth:`H1Space.coordinate_space`) and its basis at the points
-    of ``space.basis(**rule)`` (``rule`` from :func:`form_quadrature`): on a mesh whose cells are
-    all affine (:attr:`~hofem.meshes.Mesh.is_affine`, tensor cells), the basis at the cell
-    centre (:func:`~hofem.cell_center`), whose gradient, the Jacobian, is exact at
-    every point and is evaluated once per element."""
+    of ``space.basis(**rule)`` (``rule`` from :func:`form_quadrature`): on a mesh whose
+    cells are all affine (:attr:`~hofem.meshes.Mesh.is_affine`: parallelepipeds, straight
+    simplices), the basis at the cell centre (:func:`~hofem.cell_center`), whose gradient,
+    the Jacobian, is exact at every point and is evaluated once per element."""
     coords = space.coordinate_space()  # order min(geometry order, p)
     if rule["q_degree"] is not None:  # the rule depends on the degree only
         geo = coords.basis(**rule)
     else:
         q_extra = rule["q_extra"] + space.order - coords.order
         geo = coords.basis(q_extra=q_extra, quad_mode=rule["quad_mode"])
-    if space.mesh.is_affine and geo.is_tensor and geo.Q_1d >= geo.P_1d:
+    enough = geo.Q_1d >= geo.P_1d if geo.is_tensor else geo.num_qpts >= geo.num_nodes
+    if space.mesh.is_affine and enough:
         geo = cell_center(geo)
     return coords, geo
 

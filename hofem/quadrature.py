@@ -199,7 +199,8 @@ def simplex_quadrature(
     are invariant under the permutations of the vertices, so the operator does not depend
     on how a mesh numbers a cell's vertices.  All weights are positive and all points lie
     strictly inside the simplex.  Beyond the tables (degree > 20 on the triangle, > 18
-    on the tetrahedron) the collapsed rule is returned; for ``dim = 1`` both rules are the Gauss rule on [0, 1].
+    on the tetrahedron) the collapsed rule is returned; for ``dim = 1`` both rules are the
+    Gauss rule on [0, 1].
 
     Parameters
     ----------
