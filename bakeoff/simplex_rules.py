@@ -1,14 +1,17 @@
 """Apply throughput on tets, before and after the symmetric default rule, against hexes.
 
 For each problem (BP1: ``hf.mass``, BP3: ``hf.diffusion``, the operator on all DOFs)
-and order p, three operators on boxes of about ``--dofs`` DOFs (the same lattice of
+and order p, four operators on boxes of about ``--dofs`` DOFs (the same lattice of
 ``(p n + 1)^3`` nodes for hexes and tets):
 
-- ``hex``: the default rule, ``q = p + 2`` Gauss points per direction;
-- ``tet_collapsed``: ``q_extra=1``, the collapsed Gauss-Jacobi rule exact to ``2p + 3``
-  with ``(p + 2)^3`` points (the default before the symmetric rules);
-- ``tet_symmetric``: the default, the symmetric rule exact to ``2p`` (mass) or
-  ``2p - 2`` (stiffness).
+- ``hex``: the defaults, ``q = p + 2`` Gauss points per direction, ``geometry="auto"``;
+- ``tet_before``: the tet defaults before the symmetric rules, ``q_extra=1`` (the
+  collapsed Gauss-Jacobi rule exact to ``2p + 3``, ``(p + 2)^3`` points) and stored
+  q-data per point;
+- ``tet_rule``: the symmetric rule exact to ``2p`` (mass) or ``2p - 2`` (stiffness),
+  stored q-data per point;
+- ``tet_after``: the tet defaults, that rule and ``geometry="auto"`` (on the fly is one
+  Jacobian per affine tet).
 
 They are timed in turn (``hofem.bakeoff.compare.alternate``: a warm-up, then each round
 times ``--batch`` applies of each), and the median over rounds is reported.  One JSON
@@ -36,15 +39,19 @@ FORMS = {"bp1": hf.mass, "bp3": hf.diffusion}
 
 
 def operators(ceed, form, p, n):
-    """``{name: (operator, num_qpts)}`` of the three variants on ``n``-cell boxes."""
+    """``{name: (operator, num_qpts, geometry)}`` of the variants on ``n``-cell boxes."""
     hexes = hf.H1Space(ceed, box(n), p)
     tets = hf.H1Space(ceed, box(n, simplex=True), p)
+    name = "mass" if form is hf.mass else "diffusion"
+    q_new = tets.basis(**hf.form_quadrature(tets, name)).num_qpts
+    q_old = tets.basis(q_extra=1).num_qpts
+    auto = hf.resolve_geometry(tets, name)
     ops = {
-        "hex": (form(hexes), hexes.basis().num_qpts),
-        "tet_collapsed": (form(tets, q_extra=1), tets.basis(q_extra=1).num_qpts),
+        "hex": (form(hexes), hexes.basis().num_qpts, hf.resolve_geometry(hexes, name)),
+        "tet_before": (form(tets, q_extra=1, geometry="stored"), q_old, "stored"),
+        "tet_rule": (form(tets, geometry="stored"), q_new, "stored"),
+        "tet_after": (form(tets), q_new, auto),
     }
-    rule = hf.form_quadrature(tets, "mass" if form is hf.mass else "diffusion")
-    ops["tet_symmetric"] = (form(tets), tets.basis(**rule).num_qpts)
     return ops, tets.num_dofs
 
 
@@ -54,7 +61,7 @@ def case(ceed, bp, p, dofs, rounds, batch):
     ops, num_dofs = operators(ceed, FORMS[bp], p, n)
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_dofs))
     v = ceed.xp.empty_like(u)
-    applies = {name: (lambda op=op: op.apply(u, v)) for name, (op, _) in ops.items()}
+    applies = {name: (lambda op=op: op.apply(u, v)) for name, (op, *_) in ops.items()}
     times, _ = alternate(applies, {}, rounds, batch, median_seconds)
     rate = {name: num_dofs / statistics.median(t) for name, t in times.items()}
     return {
@@ -63,10 +70,11 @@ def case(ceed, bp, p, dofs, rounds, batch):
         "dofs": num_dofs,
         "elements_1d": n,
         "backend": ceed.resource,
-        "num_qpts": {name: q for name, (_, q) in ops.items()},
+        "num_qpts": {name: q for name, (_, q, _) in ops.items()},
+        "geometry": {name: g for name, (*_, g) in ops.items()},
         "dofs_per_s": rate,
-        "tet_over_hex": {k: rate[k] / rate["hex"] for k in ("tet_collapsed", "tet_symmetric")},
-        "speedup": rate["tet_symmetric"] / rate["tet_collapsed"],
+        "tet_over_hex": {k: rate[k] / rate["hex"] for k in rate if k != "hex"},
+        "speedup": rate["tet_after"] / rate["tet_before"],
     }
 
 
