@@ -12,7 +12,12 @@ from .constants import __all__ as _constants
 from .forms import diffusion, form_quadrature, mass, resolve_geometry, restrict_dofs
 from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
-from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
+from .quadrature import (
+    gauss_quadrature,
+    lobatto_quadrature,
+    simplex_quadrature,
+    symmetric_rule_degrees,
+)
 from .restriction import ElemRestriction
 from .solvers import Jacobi, cg, jacobi
 from .space import H1Space
@@ -42,4 +47,5 @@ __all__ = [
     "resolve_geometry",
     "restrict_dofs",
     "simplex_quadrature",
+    "symmetric_rule_degrees",
 ]
