@@ -9,11 +9,16 @@ from .basis import Basis, cell_center
 from .ceed import Ceed
 from .constants import *  # noqa: F403
 from .constants import __all__ as _constants
-from .forms import diffusion, mass, resolve_geometry, restrict_dofs
+from .forms import diffusion, form_quadrature, mass, resolve_geometry, restrict_dofs
 from .multigrid import PMG, pmg
 from .operator import CompositeOperator, Operator
 from .qfunction import QFunction
-from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
+from .quadrature import (
+    gauss_quadrature,
+    lobatto_quadrature,
+    simplex_quadrature,
+    symmetric_rule_degrees,
+)
 from .restriction import ElemRestriction
 from .solvers import Jacobi, cg, jacobi
 from .space import H1Space
@@ -36,6 +41,7 @@ __all__ = [
     "cell_center",
     "cg",
     "diffusion",
+    "form_quadrature",
     "gauss_quadrature",
     "jacobi",
     "lobatto_quadrature",
@@ -44,4 +50,5 @@ __all__ = [
     "resolve_geometry",
     "restrict_dofs",
     "simplex_quadrature",
+    "symmetric_rule_degrees",
 ]

@@ -1,5 +1,7 @@
 """Basis B: values and derivatives at quadrature points (libCEED's ``CeedBasis``)."""
 
+import math
+
 import numpy as np
 
 from .constants import (
@@ -16,7 +18,13 @@ from .constants import (
     Topology,
     TransposeMode,
 )
-from .polynomials import lagrange_deriv_matrix, lagrange_interp_matrix, simplex_lagrange
+from .polynomials import (
+    lagrange_deriv_matrix,
+    lagrange_interp_matrix,
+    simplex_lagrange,
+    simplex_vandermonde,
+    simplex_vandermonde_grad,
+)
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import _positive_int
 
@@ -139,30 +147,37 @@ class Basis:
     @property
     def is_cell_constant(self):
         """Whether every point gets the same values: all rows of ``interp_1d`` are equal,
-        and all rows of ``grad_1d`` (tensor bases; False for others).
+        and all rows of ``grad_1d`` (tensor bases), or of ``interp`` and each ``grad[d]``.
 
         Such a basis (:func:`cell_center`) may be evaluated once per element, on
         :meth:`first_point`, and the result used at every point; the fused
         backends do so.
         """
         if not self.is_tensor:
-            return False
+            B, G = self.interp, self.grad  # (Q, P), (dim, Q, P)
+            return bool(np.all(B == B[:1]) and np.all(G == G[:, :1]))
         B, G = self.interp_1d, self.grad_1d  # (Q_1d, P_1d)
         return bool(np.all(B == B[:1]) and np.all(G == G[:1]))
 
     def first_point(self):
-        """This tensor basis on its first quadrature point only (``Q_1d = 1``).
+        """This basis on its first quadrature point only (``Q_1d = 1``, or ``Q = 1``).
 
         For a basis that :attr:`is_cell_constant`, what it gives at every point.
         Made once and kept.
-
-        Raises
-        ------
-        ValueError
-            Not a tensor basis.
         """
-        if not self.is_tensor:
-            raise ValueError("first_point needs a tensor basis")
+        if self._first_point is None and not self.is_tensor:
+            interp, grad, q_ref, q_weight = self._dense_data()
+            self._first_point = h1(
+                self.ceed,
+                self.topology,
+                self.num_comp,
+                self.num_nodes,
+                1,
+                interp[:1],
+                grad[:, :1],
+                q_ref[:1],
+                q_weight[:1],
+            )
         if self._first_point is None:
             self._first_point = tensor_h1(
                 self.ceed,
@@ -259,21 +274,24 @@ def cell_center(basis):
     ----------
     basis : Basis
         A tensor basis with ``Q_1d >= P_1d`` (the 1D matrices determine the
-        polynomials then).
+        polynomials then), or a simplex Lagrange basis
+        (:meth:`~hofem.Ceed.BasisH1Lagrange`) with ``Q >= P``; its centre is the
+        centroid.
 
     Returns
     -------
     Basis
         Same ``dim``, ``num_comp``, ``P_1d``, points and weights; every row of
-        its 1D matrices is the centre's.
+        its 1D (or dense) matrices is the centre's.
 
     Raises
     ------
     ValueError
-        ``basis`` is not a tensor basis, or ``Q_1d < P_1d``.
+        ``Q_1d < P_1d``; a dense basis with ``Q < P`` or whose ``P`` is no simplex
+        polynomial space's dimension.
     """
     if not basis.is_tensor:
-        raise ValueError(f"cell_center needs a tensor basis, got {basis!r}")
+        return _simplex_cell_center(basis)
     P_1d, Q_1d = basis.P_1d, basis.Q_1d
     if Q_1d < P_1d:
         raise ValueError(
@@ -294,6 +312,34 @@ def cell_center(basis):
         np.tile(center_g, (Q_1d, 1)),
         basis.q_ref_1d,
         basis.q_weight_1d,
+    )
+
+
+def _simplex_cell_center(basis):
+    """:func:`cell_center` of a dense basis of complete polynomials on the unit simplex."""
+    dim, P, Q = basis.dim, basis.num_nodes, basis.num_qpts
+    order = next((k for k in range(P) if math.comb(k + dim, dim) >= P), None)
+    if basis.topology.is_tensor or math.comb(order + dim, dim) != P or Q < P:
+        raise ValueError(
+            f"cell_center needs a tensor basis or a simplex Lagrange basis with "
+            f"num_qpts >= num_nodes, got {basis!r}"
+        )
+    # the columns are polynomials of degree `order`; fit them in the orthonormal basis
+    vander = simplex_vandermonde(dim, order, basis.q_ref)  # (Q, P)
+    coef = np.linalg.lstsq(vander, basis.interp, rcond=None)[0]  # (P modes, P nodes)
+    centroid = np.full((1, dim), 1.0 / (dim + 1))
+    center_b = simplex_vandermonde(dim, order, centroid) @ coef  # (1, P)
+    center_g = simplex_vandermonde_grad(dim, order, centroid) @ coef  # (dim, 1, P)
+    return h1(
+        basis.ceed,
+        basis.topology,
+        basis.num_comp,
+        P,
+        Q,
+        np.repeat(center_b, Q, axis=0),
+        np.repeat(center_g, Q, axis=1),
+        basis.q_ref,
+        basis.q_weight,
     )
 
 
@@ -369,8 +415,12 @@ def h1(ceed, topology, num_comp, num_nodes, num_qpts, interp, grad, q_ref, q_wei
     )
 
 
-def h1_lagrange(ceed, topology, num_comp, order, q_order):
-    """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``."""
+def h1_lagrange(ceed, topology, num_comp, order, q_order, rule="collapsed"):
+    """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``.
+
+    ``rule`` picks the simplex rule (:func:`hofem.quadrature.simplex_quadrature`):
+    ``"collapsed"`` Gauss-Jacobi product or ``"symmetric"`` with the fewest points.
+    """
     if topology not in (Topology.LINE, Topology.TRIANGLE, Topology.TET):
         raise ValueError(
             f"BasisH1Lagrange builds hf.LINE, hf.TRIANGLE or hf.TET bases, got {topology!r}; "
@@ -379,7 +429,7 @@ def h1_lagrange(ceed, topology, num_comp, order, q_order):
     order = _positive_int(order, "order")
     q_order = _positive_int(q_order, "q_order", 0)
     dim = topology.dim
-    q_ref, q_weight = simplex_quadrature(dim, q_order)  # (Q, dim), (Q,)
+    q_ref, q_weight = simplex_quadrature(dim, q_order, rule)  # (Q, dim), (Q,)
     interp, grad = simplex_lagrange(dim, order, q_ref)  # (Q, P), (dim, Q, P)
     return h1(
         ceed, topology, num_comp, interp.shape[1], q_ref.shape[0], interp, grad, q_ref, q_weight

@@ -116,9 +116,13 @@ class Ceed:
         """Non-tensor basis from dense ``interp`` (Q, P) and ``grad`` (dim, Q, P)."""
         return h1(self, topology, num_comp, num_nodes, num_qpts, interp, grad, q_ref, q_weight)
 
-    def BasisH1Lagrange(self, topology, num_comp, order, q_order):
-        """Simplex Lagrange basis of ``order`` with a rule exact to degree ``q_order``."""
-        return h1_lagrange(self, topology, num_comp, order, q_order)
+    def BasisH1Lagrange(self, topology, num_comp, order, q_order, rule="collapsed"):
+        """Simplex Lagrange basis of ``order`` with a rule exact to degree ``q_order``.
+
+        ``rule``: ``"collapsed"`` Gauss-Jacobi product or ``"symmetric"`` (fewest points),
+        see :func:`hofem.simplex_quadrature`.
+        """
+        return h1_lagrange(self, topology, num_comp, order, q_order, rule)
 
     # --- D -----------------------------------------------------------------------------------
     def QFunction(self, func, inputs, outputs, context=None):

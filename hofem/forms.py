@@ -8,6 +8,13 @@ the fly the apply operator reads the coordinate field of
 :meth:`~hofem.H1Space.coordinate_space` (the mesh's vertices on straight-sided
 meshes) and the quadrature weights instead
 (``Mass{d}DApplyGeometry``/``Poisson{d}DApplyGeometry``, see :mod:`hofem.geometry`).
+
+Quadrature (:func:`form_quadrature`): on tensor cells ``q = p + 2`` Gauss points per
+direction unless ``q_extra``/``quad_mode`` say otherwise; on simplices, by default, the
+symmetric rule with the fewest points exact to the degree the form needs (mass ``2p``,
+stiffness ``2p - 2``, plus ``dim (k - 1)``, the degree of ``det J``, on cells of curved
+geometry of order ``k``); an explicit ``q_extra`` gives the collapsed Gauss-Jacobi rule
+exact to ``2 (p + 1 + q_extra) - 1`` instead.
 """
 
 import weakref
@@ -35,6 +42,7 @@ from .transfer import interpolation_basis
 
 __all__ = [
     "diffusion",
+    "form_quadrature",
     "form_space",
     "mass",
     "multigrid_hierarchy",
@@ -81,7 +89,46 @@ def build_operator(space, kind, geo, size, num_elem, strides=STRIDES_BACKEND):
     return build
 
 
-def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
+def form_quadrature(space, form: str, q_extra: int | None = None, quad_mode=GAUSS) -> dict:
+    """The quadrature rule of ``form`` on ``space``, as keyword arguments of
+    :meth:`H1Space.basis <hofem.H1Space.basis>`.
+
+    Parameters
+    ----------
+    space : H1Space
+    form : {"mass", "diffusion"}
+    q_extra : int, optional
+        Given, or on tensor cells: ``Q_1d = p + 1 + q_extra`` points of ``quad_mode``
+        (default ``q_extra = 1``), on simplices the collapsed Gauss-Jacobi rule of
+        the same degree ``2 (p + 1 + q_extra) - 1``.  ``None`` on simplices: the
+        symmetric rule with the fewest points exact to the form's degree on affine
+        cells, mass ``2p``, stiffness ``2p - 2``, plus ``dim (k - 1)`` on a curved mesh
+        whose coordinate field (:meth:`H1Space.coordinate_space
+        <hofem.H1Space.coordinate_space>`) has order ``k``.  The mass integrand
+        ``u v det J`` has exactly that degree; the stiffness integrand
+        ``grad u . adj J adj J^T grad v / det J`` is rational on curved cells and the
+        ``det J`` degree is the usual allowance (MFEM's ``OrderW``).  A callable
+        coefficient adds nothing: pass ``q_extra`` to over-integrate it.
+    quad_mode : hf.GAUSS or hf.GAUSS_LOBATTO
+        Tensor cells only.
+
+    Returns
+    -------
+    dict
+        ``{"q_extra": int, "quad_mode": ..., "q_degree": int or None}``.
+    """
+    if form not in ("mass", "diffusion"):
+        raise ValueError(f"form must be 'mass' or 'diffusion', got {form!r}")
+    if q_extra is not None or space.topology.is_tensor:
+        q_extra = 1 if q_extra is None else q_extra
+        return {"q_extra": q_extra, "quad_mode": quad_mode, "q_degree": None}
+    p = space.order
+    k = 1 if space.mesh.is_affine else min(space.mesh.geometry_order, p)
+    degree = (2 * p if form == "mass" else 2 * p - 2) + space.dim * (k - 1)
+    return {"q_extra": 1, "quad_mode": quad_mode, "q_degree": degree}
+
+
+def _qdata(space, kind, basis, rule, coefficient):
     """Stored quadrature data (strided restriction, L-vector) of the form ``kind``.
 
     Built in chunks of cells (:meth:`H1Space.cell_chunks`) from the coordinate
@@ -96,7 +143,7 @@ def _qdata(space, kind, basis, q_extra, quad_mode, coefficient):
     r_q = ceed.StridedElemRestriction(
         space.num_elem, Q, size, space.num_elem * Q * size, STRIDES_BACKEND
     )
-    geo = space.basis(dim, q_extra, quad_mode)
+    geo = space.basis(dim, **rule)
     qdata = ceed.xp.empty(space.num_elem * size * Q)  # (num_elem * size * Q,) r_q's layout
     builds = {}  # one set-up operator per chunk length (at most two)
     for a, b in space.cell_chunks(Q, r_q.lanes):
@@ -129,7 +176,9 @@ def _coefficient(space, a, b, coefficient, geo):
     return space.ceed.asarray(c.reshape(b - a, 1, Q))
 
 
-def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
+def resolve_geometry(
+    space, form, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"
+) -> str:
     """What ``geometry`` becomes for :func:`mass` / :func:`diffusion` with these arguments.
 
     Parameters
@@ -143,23 +192,29 @@ def resolve_geometry(space, form, coefficient=None, q_extra=1, quad_mode=GAUSS, 
     -------
     {"stored", "on_the_fly"}
     """
-    return _geometry(space, form, coefficient, q_extra, quad_mode, geometry)
+    rule = form_quadrature(space, form, q_extra, quad_mode)
+    return _geometry(space, form, coefficient, rule, geometry)
 
 
-def _coordinate_field(space, q_extra, quad_mode):
+def _coordinate_field(space, rule):
     """The coordinate space (:meth:`H1Space.coordinate_space`) and its basis at the points
-    of ``space.basis(q_extra=q_extra, quad_mode=quad_mode)``: on a mesh whose cells are
-    all affine (:attr:`~hofem.meshes.Mesh.is_affine`, tensor cells), the basis at the cell
-    centre (:func:`~hofem.cell_center`), whose gradient, the Jacobian, is exact at
-    every point and is evaluated once per element."""
+    of ``space.basis(**rule)`` (``rule`` from :func:`form_quadrature`): on a mesh whose
+    cells are all affine (:attr:`~hofem.meshes.Mesh.is_affine`: parallelepipeds, straight
+    simplices), the basis at the cell centre (:func:`~hofem.cell_center`), whose gradient,
+    the Jacobian, is exact at every point and is evaluated once per element."""
     coords = space.coordinate_space()  # order min(geometry order, p)
-    geo = coords.basis(q_extra=q_extra + space.order - coords.order, quad_mode=quad_mode)
-    if space.mesh.is_affine and geo.is_tensor and geo.Q_1d >= geo.P_1d:
+    if rule["q_degree"] is not None:  # the rule depends on the degree only
+        geo = coords.basis(**rule)
+    else:
+        q_extra = rule["q_extra"] + space.order - coords.order
+        geo = coords.basis(q_extra=q_extra, quad_mode=rule["quad_mode"])
+    enough = geo.Q_1d >= geo.P_1d if geo.is_tensor else geo.num_qpts >= geo.num_nodes
+    if space.mesh.is_affine and enough:
         geo = cell_center(geo)
     return coords, geo
 
 
-def _geometry(space, form, coefficient, q_extra, quad_mode, geometry):
+def _geometry(space, form, coefficient, rule, geometry):
     """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`)."""
     check_geometry(geometry)
     if callable(coefficient):
@@ -172,8 +227,8 @@ def _geometry(space, form, coefficient, q_extra, quad_mode, geometry):
     if geometry != "auto":
         return geometry
     kind = "Mass" if form == "mass" else "Poisson"
-    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
-    geo = _coordinate_field(space, q_extra, quad_mode)[1]
+    basis = space.basis(**rule)
+    geo = _coordinate_field(space, rule)[1]
     costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim], geo)
     return choose_geometry(geometry, space.ceed.resource, costs)
 
@@ -182,17 +237,18 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
     ceed, dim = space.ceed, space.dim
     kind = "Mass" if form == "mass" else "Poisson"
     prefix = _vector_prefix(space)
-    basis = space.basis(q_extra=q_extra, quad_mode=quad_mode)
-    if _geometry(space, form, coefficient, q_extra, quad_mode, geometry) == "on_the_fly":
+    rule = form_quadrature(space, form, q_extra, quad_mode)
+    basis = space.basis(**rule)
+    if _geometry(space, form, coefficient, rule, geometry) == "on_the_fly":
         scale = 1.0 if coefficient is None else float(coefficient)
         op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
-        coords, geo = _coordinate_field(space, q_extra, quad_mode)
+        coords, geo = _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, coords.coordinates)
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
         apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"
-        r_q, qdata = _qdata(space, kind, basis, q_extra, quad_mode, coefficient)
+        r_q, qdata = _qdata(space, kind, basis, rule, coefficient)
         op = ceed.Operator(ceed.QFunctionByName(apply_name))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
         op.set_field("qdata", r_q, BASIS_NONE, qdata)
@@ -209,7 +265,7 @@ def _vector_prefix(space):
     raise ValueError(f"gallery forms exist for num_comp 1 or 3, the space has {space.num_comp}")
 
 
-def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
+def mass(space, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"):
     """Mass operator ``(c u, v)`` on ``space`` (scalar or 3-component).
 
     Parameters
@@ -218,7 +274,9 @@ def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
     coefficient : float or callable, optional
         ``c``; a callable takes points ``(n, dim)`` and returns ``(n,)``.
     q_extra, quad_mode
-        Quadrature, as for :meth:`H1Space.basis` (default: ``q = p + 2`` Gauss).
+        Quadrature, :func:`form_quadrature` (default: ``q = p + 2`` Gauss on tensor
+        cells, the fewest-point symmetric rule exact to ``2p`` on affine simplices;
+        ``q_extra`` given: the over-integrating collapsed rule on simplices).
     geometry : {"auto", "stored", "on_the_fly"}
         ``"stored"``: ``w det J`` is computed once and stored per quadrature
         point (``num_elem * Q`` doubles); ``"on_the_fly"``: the apply
@@ -242,11 +300,12 @@ def mass(space, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
     return _form(space, "mass", ("u", "v"), coefficient, q_extra, quad_mode, geometry)
 
 
-def diffusion(space, coefficient=None, q_extra=1, quad_mode=GAUSS, geometry="auto"):
+def diffusion(space, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"):
     """Diffusion (stiffness) operator ``(c grad u, grad v)``; arguments as for :func:`mass`.
 
     Stored geometry keeps ``w det J J^{-1} J^{-T}`` per point (1, 3 or 6
-    doubles in 1D, 2D, 3D); on the fly recomputes it at every apply.
+    doubles in 1D, 2D, 3D); on the fly recomputes it at every apply.  On affine
+    simplices the default rule is exact to degree ``2p - 2`` (:func:`form_quadrature`).
     """
     return _form(space, "diffusion", ("du", "dv"), coefficient, q_extra, quad_mode, geometry)
 

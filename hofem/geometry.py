@@ -131,18 +131,18 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     dim, P, Q = basis.dim, geo.num_nodes, basis.num_qpts
     shape = (dim, basis.P_1d, basis.Q_1d) if basis.is_tensor else None
     layout = {"form": form, "shape": shape, "cell_constant": geo.is_cell_constant}
+    # coordinate nodes per element: tets share each vertex among many elements
+    unique_nodes = (geo.P_1d - 1) ** dim if geo.is_tensor else P / 6
     if geo.is_cell_constant:  # once per element
         return layout | {
             "saved_bytes": 8.0 * qdata_size * Q,
-            "added_bytes": dim * (8.0 * (geo.P_1d - 1) ** dim + 4.0 * P),
+            "added_bytes": dim * (8.0 * unique_nodes + 4.0 * P),
             "added_flops": float(2 * dim * dim * P + AFFINE_POINT_FLOPS[form][dim] * Q),
         }
     if geo.is_tensor:
         flops = grad_flops(dim, dim, geo.P_1d, geo.Q_1d)
-        unique_nodes = (geo.P_1d - 1) ** dim
     else:
         flops = 2 * dim * dim * P * Q
-        unique_nodes = P / 6  # tets share each vertex among many elements
     return layout | {
         "saved_bytes": 8.0 * qdata_size * Q,
         "added_bytes": dim * (8.0 * unique_nodes + 4.0 * P),

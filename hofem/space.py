@@ -283,24 +283,38 @@ class H1Space:
             self.offsets,
         )
 
-    def basis(self, num_comp=None, q_extra=1, quad_mode=GAUSS):
+    def basis(self, num_comp=None, q_extra=1, quad_mode=GAUSS, q_degree=None):
         """Basis of the space at quadrature points.
 
         Tensor cells: ``Q_1d = order + 1 + q_extra`` points of ``quad_mode``
         per direction (the bake-off's ``q = p + 2`` Gauss is ``q_extra = 1``;
         BP5/6's collocated ``q = p + 1`` Gauss-Lobatto is ``q_extra = 0`` with
-        ``hf.GAUSS_LOBATTO``). Simplices: a rule exact to the same degree,
-        ``2 (order + 1 + q_extra) - 1``.
+        ``hf.GAUSS_LOBATTO``). Simplices: the collapsed Gauss-Jacobi rule exact to
+        the same degree, ``2 (order + 1 + q_extra) - 1``.
 
         Parameters
         ----------
         num_comp : int, optional
             Default: the space's.
+        q_extra : int
+        quad_mode : hf.GAUSS or hf.GAUSS_LOBATTO
+        q_degree : int, optional
+            A rule exact to this total degree instead of ``q_extra``'s: on simplices
+            the symmetric rule with the fewest points
+            (:func:`hofem.simplex_quadrature` with ``rule="symmetric"``), on tensor
+            cells the fewest ``quad_mode`` points per direction.
         """
         num_comp = self.num_comp if num_comp is None else num_comp
         P = self.order + 1
         if self.topology.is_tensor:
-            return self.ceed.BasisTensorH1Lagrange(self.dim, num_comp, P, P + q_extra, quad_mode)
+            Q = P + q_extra
+            if q_degree is not None:  # Gauss: 2 Q - 1 >= q_degree; Lobatto: 2 Q - 3
+                Q = q_degree // 2 + (1 if quad_mode is GAUSS else 2)
+            return self.ceed.BasisTensorH1Lagrange(self.dim, num_comp, P, Q, quad_mode)
+        if q_degree is not None:
+            return self.ceed.BasisH1Lagrange(
+                self.topology, num_comp, self.order, q_degree, "symmetric"
+            )
         return self.ceed.BasisH1Lagrange(self.topology, num_comp, self.order, 2 * (P + q_extra) - 1)
 
     def reference_nodes(self):

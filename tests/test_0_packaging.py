@@ -90,7 +90,11 @@ def test_wheel_installs_every_subpackage(tmp_path):
     missing = [name for name in data if f"hofem/backends/cuda/{name}" not in names]
     tuning = sorted((ROOT / "hofem" / "data" / "tuning").glob("*.json"))
     missing += [f.name for f in tuning if f"hofem/data/tuning/{f.name}" not in names]
-    assert tuning and not missing, f"kernel sources or tables missing from the wheel: {missing}"
+    rules = sorted((ROOT / "hofem" / "data" / "simplex_rules").glob("*.json"))
+    missing += [f.name for f in rules if f"hofem/data/simplex_rules/{f.name}" not in names]
+    assert tuning and len(rules) == 2 and not missing, (
+        f"kernel sources or tables missing from the wheel: {missing}"
+    )
     target = tmp_path / "site"
     subprocess.run(
         [

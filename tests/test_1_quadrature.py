@@ -17,7 +17,12 @@ from hofem.polynomials import (
     simplex_vandermonde,
     simplex_vandermonde_grad,
 )
-from hofem.quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
+from hofem.quadrature import (
+    gauss_quadrature,
+    lobatto_quadrature,
+    simplex_quadrature,
+    symmetric_rule_degrees,
+)
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -225,6 +230,114 @@ def test_simplex_quadrature_dim1_is_gauss_on_unit_interval():
     g, gw = gauss_quadrature(3)
     np.testing.assert_allclose(x[:, 0], (g + 1) / 2, rtol=0, atol=1e-16)
     np.testing.assert_allclose(w, gw / 2, rtol=0, atol=1e-16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Symmetric simplex rules (Witherden-Vincent tables)
+# ---------------------------------------------------------------------------------------------
+
+# Points per degree in the published tables (Witherden & Vincent 2015 and PyFR's files
+# pyfr/quadrules/{tri,tet}/*-nN-dD-sp.txt) whose weights are positive and points inside:
+# a degree without such a rule (tri 3, 16; tet 4, 11, 12, 14) takes the next one up.
+SYMMETRIC_POINTS = {
+    2: [1, 3, 6, 6, 7, 12, 15, 16, 19, 25, 28, 33, 37, 42, 49, 60, 60, 67, 73, 79],
+    3: [1, 4, 8, 14, 14, 24, 35, 46, 59, 79, 145, 145, 145, 213, 213, 251, 290, 352],
+}
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("degree", range(23))
+def test_symmetric_simplex_rule_exact_on_monomials(dim, degree):
+    x, w = simplex_quadrature(dim, degree, rule="symmetric")
+    assert x.shape == (w.size, dim) and x.dtype == np.float64 and w.dtype == np.float64
+    exps = exponents_up_to(dim, degree)
+    E = np.array(exps)  # (num_monomials, dim)
+    values = np.prod(x[:, None, :] ** E[None, :, :], axis=2)  # (num_qpts, num_monomials)
+    exact = np.array([monomial_integral_simplex(e) for e in exps])
+    np.testing.assert_allclose(w @ values, exact, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("dim", "degree"), [(dim, d) for dim in (2, 3) for d in range(len(SYMMETRIC_POINTS[dim]) + 1)]
+)
+def test_symmetric_simplex_rule_positive_inside_and_symmetric(dim, degree):
+    x, w = simplex_quadrature(dim, degree, rule="symmetric")
+    lam = np.hstack([1 - x.sum(axis=1, keepdims=True), x])  # (Q, dim + 1) barycentric
+    assert np.all(w > 0)
+    assert np.all(lam > 0)
+    assert w.sum() == pytest.approx(1 / math.factorial(dim), rel=1e-14)
+    # invariant under every permutation of the vertices: each permuted point is a point
+    # of the rule with the same weight
+    key = np.round(np.hstack([lam, w[:, None]]), 12)  # (Q, dim + 2)
+    rows = {tuple(r) for r in key}
+    for perm in itertools.permutations(range(dim + 1)):
+        moved = np.hstack([lam[:, perm], w[:, None]])
+        assert {tuple(r) for r in np.round(moved, 12)} == rows, perm
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_symmetric_simplex_rule_sizes_are_the_tables(dim):
+    sizes = symmetric_rule_degrees(dim)
+    assert sizes == dict(enumerate(SYMMETRIC_POINTS[dim], start=1))
+    for degree, n in sizes.items():
+        assert simplex_quadrature(dim, degree, rule="symmetric")[1].size == n
+        # never more points than the collapsed rule of the same degree, except on the
+        # triangle at degree 3 (6 symmetric points against a 2 x 2 product)
+        collapsed = simplex_quadrature(dim, degree)[1].size
+        assert n <= collapsed or (dim, degree) == (2, 3)
+    if dim == 3:
+        assert sizes[6] == 24 and simplex_quadrature(3, 6)[1].size == 64  # stiffness, p = 4
+        assert sizes[16] == 251 and simplex_quadrature(3, 16)[1].size == 729  # mass, p = 8
+
+
+def test_symmetric_simplex_rule_degree_zero_and_beyond_the_tables():
+    for dim in (2, 3):
+        x0, w0 = simplex_quadrature(dim, 0, rule="symmetric")
+        x1, w1 = simplex_quadrature(dim, 1, rule="symmetric")
+        np.testing.assert_array_equal(x0, x1)
+        np.testing.assert_array_equal(w0, w1)
+        for degree in (len(SYMMETRIC_POINTS[dim]) + 1, 24):  # the collapsed rule takes over
+            xs, ws = simplex_quadrature(dim, degree, rule="symmetric")
+            xc, wc = simplex_quadrature(dim, degree)
+            np.testing.assert_array_equal(xs, xc)
+            np.testing.assert_array_equal(ws, wc)
+    xs, ws = simplex_quadrature(1, 5, rule="symmetric")
+    xc, wc = simplex_quadrature(1, 5)
+    np.testing.assert_array_equal(xs, xc)
+    np.testing.assert_array_equal(ws, wc)
+
+
+def test_symmetric_simplex_rule_returns_copies():
+    x, w = simplex_quadrature(3, 6, rule="symmetric")
+    x[:] = -1.0
+    w[:] = -1.0
+    x, w = simplex_quadrature(3, 6, rule="symmetric")
+    assert np.all(x > 0) and np.all(w > 0)
+
+
+def test_simplex_rule_tables_carry_their_provenance():
+    import json
+    from pathlib import Path
+
+    import hofem
+
+    folder = Path(hofem.__file__).parent / "data" / "simplex_rules"
+    for name in ("triangle", "tet"):
+        data = json.loads((folder / f"{name}.json").read_text())
+        assert "github.com/PyFR/PyFR" in data["source"]
+        assert "Witherden" in data["citation"] and "BSD-3-Clause" in data["license"]
+        assert all(r["num_points"] == len(r["points_weights"]) for r in data["rules"])
+
+
+def test_simplex_quadrature_bad_rule():
+    with pytest.raises(ValueError, match=r"rule must be 'collapsed' or 'symmetric'"):
+        simplex_quadrature(3, 2, rule="gauss")
+
+
+@pytest.mark.parametrize("dim", [1, 4])
+def test_symmetric_rule_degrees_bad_dim(dim):
+    with pytest.raises(ValueError, match=r"dim must be 2 \(triangle\) or 3"):
+        symmetric_rule_degrees(dim)
 
 
 # ---------------------------------------------------------------------------------------------
