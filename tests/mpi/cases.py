@@ -1,4 +1,4 @@
-"""Distributed-vs-serial checks, run under ``mpiexec -n N`` by ``tests/test_10_parallel.py``.
+"""Distributed-vs-serial checks, run under ``mpiexec -n N`` by ``tests/test_19_parallel.py``.
 
 Usage: ``mpiexec -n N python tests/mpi/cases.py GROUP RESOURCE [TRANSPORT]``. Every rank
 prints ``rank R: ...`` lines; the last line of a passing run is ``OK GROUP``.

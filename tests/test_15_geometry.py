@@ -135,7 +135,7 @@ def test_cell_center_basis(ceed):
     np.testing.assert_array_equal(one.grad_1d, c.grad_1d[:1])
     with pytest.raises(ValueError, match="Q_1d >= P_1d"):
         cell_center(ceed.BasisTensorH1Lagrange(2, 1, 4, 3, hf.GAUSS))
-    tet = ceed.BasisH1Lagrange(hf.TET, 1, 1, 2)  # simplex bases: tests/test_8d_simplex_rules.py
+    tet = ceed.BasisH1Lagrange(hf.TET, 1, 1, 2)  # simplex bases: tests/test_16_simplex_rules.py
     assert not tet.is_cell_constant and cell_center(tet).is_cell_constant
     with pytest.raises(ValueError, match="num_qpts >= num_nodes"):
         cell_center(ceed.BasisH1Lagrange(hf.TET, 1, 2, 2))  # Q = 8 < P = 10
