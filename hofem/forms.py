@@ -37,6 +37,7 @@ from .geometry import check_geometry, choose_geometry, geometry_costs
 from .memory import chunk_ranges
 from .multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
 from .operator import Operator, SubOperator
+from .qdata import build_operator
 from .space import free_indices
 from .transfer import interpolation_basis
 
@@ -53,40 +54,6 @@ __all__ = [
 _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
-
-
-def build_operator(space, kind, geo, size, num_elem, strides=STRIDES_BACKEND):
-    """The set-up operator of ``kind`` on ``num_elem`` cells: coordinate E-vector -> q-data.
-
-    Parameters
-    ----------
-    space : H1Space
-    kind : {"Mass", "Poisson"}
-        The gallery's ``{kind}{dim}DBuild`` QFunction.
-    geo : Basis
-        The ``dim``-component basis of the coordinates.
-    size : int
-        Q-data values per point (:data:`_QDATA_SIZE`).
-    num_elem : int
-    strides : tuple of 3 int or hf.STRIDES_BACKEND
-        The q-data's layout: the backend's, for operators that read it, or e.g.
-        ``(1, Q, Q * size)`` for host code that reshapes it to ``(num_elem, size, Q)``.
-
-    Returns
-    -------
-    Operator
-        Input ``(num_elem * dim * P,)`` coordinates (E-vector layout ``(num_elem,
-        dim, P)``), output ``(num_elem * size * Q,)`` q-data in ``strides``' layout.
-    """
-    ceed, dim = space.ceed, space.dim
-    P, Q = space.elem_size, geo.num_qpts
-    r_x = ceed.StridedElemRestriction(num_elem, P, dim, num_elem * dim * P, (1, P, P * dim))
-    r_q = ceed.StridedElemRestriction(num_elem, Q, size, num_elem * Q * size, strides)
-    build = ceed.Operator(ceed.QFunctionByName(f"{kind}{dim}DBuild"))
-    build.set_field("dx", r_x, geo, VECTOR_ACTIVE)
-    build.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
-    build.set_field("qdata", r_q, BASIS_NONE, VECTOR_ACTIVE)
-    return build
 
 
 def form_quadrature(space, form: str, q_extra: int | None = None, quad_mode=GAUSS) -> dict:

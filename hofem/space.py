@@ -19,6 +19,7 @@ from .constants import (
 )
 from .memory import chunk_ranges
 from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
+from .qdata import build_operator
 from .quadrature import lobatto_quadrature
 from .restriction import index_dtype
 
@@ -494,8 +495,6 @@ class H1Space:
         operator (the Jacobians are not formed for it). Everything after the
         element coordinates (host, from the mesh) stays on the backend's device.
         """
-        from .forms import build_operator
-
         ceed, dim, E, P = self.ceed, self.dim, self.num_elem, self.elem_size
         scalar, geo = self.basis(1, q_extra, quad_mode), self.basis(dim, q_extra, quad_mode)
         xc = self._component_coordinates()  # (dim, E, P)
