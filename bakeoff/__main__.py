@@ -20,9 +20,7 @@ measured is ``bakeoff/JOURNAL.md``.
 import importlib
 import sys
 
-from hofem.backends import BackendUnavailable
-from hofem.bakeoff.__main__ import EXTRAS
-from hofem.bakeoff.common import Parser
+from hofem.bakeoff.common import Parser, run_reporting_usage_errors
 
 PROG = "python -m bakeoff"
 COMMANDS = {
@@ -47,22 +45,16 @@ def main(argv=None):
     """Run one command of :data:`COMMANDS` with the rest of ``argv``.
 
     A backend or an optional package that this machine lacks ends the
-    command with one line on stderr and exit status 1, as ``python -m hofem.bakeoff``.
+    command with one line on stderr and exit status 2, as ``python -m hofem.bakeoff``.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = parse_command(argv)
-    try:
-        module = importlib.import_module(f"{__package__}.{COMMANDS[command]}")
+    name = parse_command(argv)
+
+    def command():
+        module = importlib.import_module(f"{__package__}.{COMMANDS[name]}")
         return module.main(argv[1:])
-    except BackendUnavailable as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-    except ModuleNotFoundError as exc:
-        if exc.name not in EXTRAS:
-            raise
-        print(
-            f"{PROG}: this needs {exc.name}: pip install hofem[{EXTRAS[exc.name]}]", file=sys.stderr
-        )
-    return 1
+
+    return run_reporting_usage_errors(PROG, command)
 
 
 if __name__ == "__main__":

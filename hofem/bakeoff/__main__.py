@@ -36,13 +36,13 @@ from .common import (
     positive_float,
     positive_int,
     preconditioner_of,
+    run_reporting_usage_errors,
 )
 from .distributed import launched_under_mpi, setup_distributed
 from .estimate import case_estimate
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
 PROG = "python -m hofem.bakeoff"
-EXTRAS = {"cupy": "gpu", "numba": "numba", "meshio": "mesh", "matplotlib": "plot", "pyamg": "amg"}
 COMMANDS = {
     "sweep": "sweep",
     "plot": "plot",
@@ -248,19 +248,14 @@ def main(argv=None):
     and exit status 2, as bad option values do.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
+
+    def command():
         if argv and argv[0] in COMMANDS:
-            command = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
-            return command.main(argv[1:])
+            module = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
+            return module.main(argv[1:])
         return solve_one(argv)
-    except (UsageError, BackendUnavailable) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-    except ModuleNotFoundError as exc:
-        if exc.name not in EXTRAS:
-            raise
-        extra = EXTRAS[exc.name]
-        print(f"{PROG}: error: this needs {exc.name}: pip install hofem[{extra}]", file=sys.stderr)
-    return 2
+
+    return run_reporting_usage_errors(PROG, command)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,32 @@ def check_writable(path):
         os.remove(path)
 
 
+EXTRAS = {
+    "cupy": "gpu",
+    "numba": "numba",
+    "meshio": "mesh",
+    "matplotlib": "plot",
+    "pyamg": "amg",
+}  # module -> the extra that installs it
+
+
+def run_reporting_usage_errors(prog, command):
+    """``command()``'s exit status; a usage error, an unavailable backend or a missing
+    optional package (:data:`EXTRAS`) is one line on stderr and exit status 2."""
+    from hofem.backends import BackendUnavailable
+
+    try:
+        return command()
+    except (UsageError, BackendUnavailable) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+    except ModuleNotFoundError as exc:
+        if exc.name not in EXTRAS:
+            raise
+        extra = EXTRAS[exc.name]
+        print(f"{prog}: error: this needs {exc.name}: pip install hofem[{extra}]", file=sys.stderr)
+    return 2
+
+
 class Parser(argparse.ArgumentParser):
     """``ArgumentParser`` whose errors are one line on stderr, exit status 2, no usage dump."""
 
