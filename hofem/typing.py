@@ -1,0 +1,32 @@
+"""Type aliases of hofem's public API; the ground layer, importing nothing of hofem.
+
+Annotations give the array library and dtype; the shapes are in each
+docstring (``(num_elem, num_comp, elem_size)``, ...), since ``npt.NDArray``
+does not carry them.
+
+- :data:`Array`: an array of a backend's array module (``Ceed.xp``): a
+  ``numpy.ndarray`` on the CPU backends, a ``cupy.ndarray`` on the CUDA ones.
+  It is ``Any``: CuPy is an optional extra, and naming its type would import
+  it (or leave a name that type checkers without CuPy cannot resolve).
+- :data:`FloatArray`, :data:`IndexArray`, :data:`BoolArray`: host NumPy arrays
+  of float64, of any integer type, of bools.
+- :data:`ArrayLike`: anything ``numpy.asarray`` takes (lists, NumPy arrays).
+- :data:`SparseMatrix`, :data:`LinearOperator`: SciPy's (CPU backends) or
+  CuPy's (``cupyx.scipy.sparse``, CUDA backends) CSR matrix and
+  ``LinearOperator``; ``Any`` for the reason :data:`Array` is.
+"""
+
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Array", "ArrayLike", "BoolArray", "FloatArray", "IndexArray", "LinearOperator", "SparseMatrix"]
+
+Array: TypeAlias = Any  # numpy.ndarray or cupy.ndarray: the backend's array module
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+IndexArray: TypeAlias = npt.NDArray[np.integer]
+BoolArray: TypeAlias = npt.NDArray[np.bool_]
+ArrayLike: TypeAlias = npt.ArrayLike
+SparseMatrix: TypeAlias = Any  # scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix
+LinearOperator: TypeAlias = Any  # scipy's or cupyx.scipy's sparse.linalg.LinearOperator
