@@ -21,7 +21,15 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Array", "ArrayLike", "BoolArray", "FloatArray", "IndexArray", "LinearOperator", "SparseMatrix"]
+__all__ = [
+    "Array",
+    "ArrayLike",
+    "BoolArray",
+    "FloatArray",
+    "IndexArray",
+    "LinearOperator",
+    "SparseMatrix",
+]
 
 Array: TypeAlias = Any  # numpy.ndarray or cupy.ndarray: the backend's array module
 FloatArray: TypeAlias = npt.NDArray[np.float64]
