@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,15 +26,12 @@ from .memory import chunk_ranges
 from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
 from .quadrature import lobatto_quadrature
 from .restriction import ElemRestriction, index_dtype
-from .typing import Array, ArrayLike, FloatArray, IndexArray
+from .typing import Array, ArrayLike, FloatArray, IndexArray, Tags
 
 if TYPE_CHECKING:
     from .basis import Basis
     from .ceed import Ceed
     from .meshes import H1Numbering, Mesh
-
-# Facet tags or tag names; None: the whole boundary
-Tags = int | str | Iterable[int | str] | None
 
 __all__ = ["H1Space"]
 

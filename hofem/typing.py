@@ -11,11 +11,14 @@ does not carry them.
 - :data:`FloatArray`, :data:`IndexArray`, :data:`BoolArray`: host NumPy arrays
   of float64, of any integer type, of bools.
 - :data:`ArrayLike`: anything ``numpy.asarray`` takes (lists, NumPy arrays).
+- :data:`Tags`: facet tags or tag names of a mesh (``Mesh.tag_names``), one or
+  several; None for the whole boundary.
 - :data:`SparseMatrix`, :data:`LinearOperator`: SciPy's (CPU backends) or
   CuPy's (``cupyx.scipy.sparse``, CUDA backends) CSR matrix and
   ``LinearOperator``; ``Any`` for the reason :data:`Array` is.
 """
 
+from collections.abc import Iterable
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -29,6 +32,7 @@ __all__ = [
     "IndexArray",
     "LinearOperator",
     "SparseMatrix",
+    "Tags",
 ]
 
 Array: TypeAlias = Any  # numpy.ndarray or cupy.ndarray: the backend's array module
@@ -38,3 +42,4 @@ BoolArray: TypeAlias = npt.NDArray[np.bool_]
 ArrayLike: TypeAlias = npt.ArrayLike
 SparseMatrix: TypeAlias = Any  # scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix
 LinearOperator: TypeAlias = Any  # scipy's or cupyx.scipy's sparse.linalg.LinearOperator
+Tags: TypeAlias = int | str | Iterable[int | str] | None
