@@ -35,11 +35,19 @@ __all__ = [
     "Tags",
 ]
 
-Array: TypeAlias = Any  # numpy.ndarray or cupy.ndarray: the backend's array module
+#: numpy.ndarray or cupy.ndarray: an array of the backend's array module (``Ceed.xp``).
+Array: TypeAlias = Any
+#: A host float64 array.
 FloatArray: TypeAlias = npt.NDArray[np.float64]
+#: A host array of any integer type (int32 or int64 indices).
 IndexArray: TypeAlias = npt.NDArray[np.integer]
+#: A host bool array.
 BoolArray: TypeAlias = npt.NDArray[np.bool_]
+#: Anything ``numpy.asarray`` takes.
 ArrayLike: TypeAlias = npt.ArrayLike
-SparseMatrix: TypeAlias = Any  # scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix
-LinearOperator: TypeAlias = Any  # scipy's or cupyx.scipy's sparse.linalg.LinearOperator
+#: scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix.
+SparseMatrix: TypeAlias = Any
+#: scipy.sparse.linalg.LinearOperator or cupyx.scipy.sparse.linalg.LinearOperator.
+LinearOperator: TypeAlias = Any
+#: Facet tags or tag names (``Mesh.tag_names``), one or several; None: the whole boundary.
 Tags: TypeAlias = int | str | Iterable[int | str] | None
