@@ -1,6 +1,10 @@
 """Basis B: values and derivatives at quadrature points (libCEED's ``CeedBasis``)."""
 
+from __future__ import annotations
+
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +19,8 @@ from .constants import (
     NOTRANSPOSE,
     QUAD,
     TRANSPOSE,
+    EvalMode,
+    QuadMode,
     Topology,
     TransposeMode,
 )
@@ -27,13 +33,17 @@ from .polynomials import (
 )
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import _positive_int
+from .typing import Array, ArrayLike, FloatArray
+
+if TYPE_CHECKING:
+    from .ceed import Ceed
 
 __all__ = ["Basis", "cell_center", "collocated_grad", "tensor_topology"]
 
 _TENSOR_TOPOLOGY = {1: LINE, 2: QUAD, 3: HEX}
 
 
-def tensor_topology(dim):
+def tensor_topology(dim: int) -> Topology:
     """The tensor-product topology of dimension ``dim`` (LINE, QUAD or HEX)."""
     if dim not in _TENSOR_TOPOLOGY:
         raise ValueError(f"dim must be 1, 2 or 3, got {dim!r}")
@@ -50,7 +60,7 @@ def _matrix(a, name, shape):
     return a
 
 
-def kron_dense(mats_per_dim):
+def kron_dense(mats_per_dim: Sequence[FloatArray]) -> FloatArray:
     """Dense tensor-product matrix; ``mats_per_dim[d]`` acts on x_d (rows, columns x fastest)."""
     out = np.ones((1, 1))
     for m in mats_per_dim:  # x first: kron(later, earlier) keeps x fastest
@@ -90,7 +100,7 @@ class Basis:
         programs), set by ``backend.basis_setup``; only the backend reads it.
     """
 
-    def __init__(self, ceed, topology, num_comp, **data):
+    def __init__(self, ceed: Ceed, topology: Topology, num_comp: int, **data: FloatArray) -> None:
         self.ceed = ceed
         self.topology = topology
         self.dim = topology.dim
@@ -129,23 +139,23 @@ class Basis:
         return self._dense
 
     @property
-    def interp(self):
+    def interp(self) -> FloatArray:
         return self._dense_data()[0]
 
     @property
-    def grad(self):
+    def grad(self) -> FloatArray:
         return self._dense_data()[1]
 
     @property
-    def q_ref(self):
+    def q_ref(self) -> FloatArray:
         return self._dense_data()[2]
 
     @property
-    def q_weight(self):
+    def q_weight(self) -> FloatArray:
         return self._dense_data()[3]
 
     @property
-    def is_cell_constant(self):
+    def is_cell_constant(self) -> bool:
         """Whether every point gets the same values: all rows of ``interp_1d`` are equal,
         and all rows of ``grad_1d`` (tensor bases), or of ``interp`` and each ``grad[d]``.
 
@@ -159,7 +169,7 @@ class Basis:
         B, G = self.interp_1d, self.grad_1d  # (Q_1d, P_1d)
         return bool(np.all(B == B[:1]) and np.all(G == G[:1]))
 
-    def first_point(self):
+    def first_point(self) -> Basis:
         """This basis on its first quadrature point only (``Q_1d = 1``, or ``Q = 1``).
 
         For a basis that :attr:`is_cell_constant`, what it gives at every point.
@@ -192,13 +202,15 @@ class Basis:
             )
         return self._first_point
 
-    def eval_size(self, eval_mode):
+    def eval_size(self, eval_mode: EvalMode) -> int:
         """Rows of the Q-vector field for ``eval_mode`` (num_comp, dim*num_comp, or 1)."""
         return {EVAL_INTERP: self.num_comp, EVAL_GRAD: self.dim * self.num_comp, EVAL_WEIGHT: 1}[
             eval_mode
         ]
 
-    def apply(self, num_elem, t_mode, eval_mode, u=None):
+    def apply(
+        self, num_elem: int, t_mode: TransposeMode, eval_mode: EvalMode, u: Array | None = None
+    ) -> Array:
         """Evaluate (or apply the transpose of) the basis for ``num_elem`` elements.
 
         Parameters
@@ -246,7 +258,7 @@ class Basis:
         backend.check_vector(u, "u", nodes if t_mode is NOTRANSPOSE else qpts)
         return backend.basis_apply(self, t_mode, eval_mode, u)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self.is_tensor:
             return (
                 f"Basis(tensor, dim={self.dim}, num_comp={self.num_comp}, P_1d={self.P_1d}, "
@@ -258,7 +270,7 @@ class Basis:
         )
 
 
-def cell_center(basis):
+def cell_center(basis: Basis) -> Basis:
     """``basis`` evaluated at the cell centre, the same values at each of its points.
 
     ``INTERP`` gives, at every point, a field's value at the centre of the
@@ -343,7 +355,7 @@ def _simplex_cell_center(basis):
     )
 
 
-def collocated_grad(B, G):
+def collocated_grad(B: FloatArray, G: FloatArray) -> FloatArray | None:
     """The derivative at the points, ``D`` (Q_1d, Q_1d) with ``D @ B == G``, or None.
 
     Parameters
@@ -363,7 +375,17 @@ def collocated_grad(B, G):
     return G @ np.linalg.pinv(B)
 
 
-def tensor_h1(ceed, dim, num_comp, P_1d, Q_1d, interp_1d, grad_1d, q_ref_1d, q_weight_1d):
+def tensor_h1(
+    ceed: Ceed,
+    dim: int,
+    num_comp: int,
+    P_1d: int,
+    Q_1d: int,
+    interp_1d: ArrayLike,  # (Q_1d, P_1d)
+    grad_1d: ArrayLike,  # (Q_1d, P_1d)
+    q_ref_1d: ArrayLike,  # (Q_1d,)
+    q_weight_1d: ArrayLike,  # (Q_1d,)
+) -> Basis:
     """Validate user 1D matrices and build a tensor basis (``Ceed.BasisTensorH1``)."""
     topology = tensor_topology(dim)
     P_1d = _positive_int(P_1d, "P_1d")
@@ -379,7 +401,9 @@ def tensor_h1(ceed, dim, num_comp, P_1d, Q_1d, interp_1d, grad_1d, q_ref_1d, q_w
     )
 
 
-def tensor_h1_lagrange(ceed, dim, num_comp, P, Q, quad_mode):
+def tensor_h1_lagrange(
+    ceed: Ceed, dim: int, num_comp: int, P: int, Q: int, quad_mode: QuadMode
+) -> Basis:
     """Lagrange basis on P Gauss-Lobatto nodes, Q-point Gauss or Gauss-Lobatto rule."""
     P = _positive_int(P, "P", 2)
     Q = _positive_int(Q, "Q", 1)
@@ -397,7 +421,17 @@ def tensor_h1_lagrange(ceed, dim, num_comp, P, Q, quad_mode):
     return tensor_h1(ceed, dim, num_comp, P, Q, interp_1d, grad_1d, q_ref_1d, q_weight_1d)
 
 
-def h1(ceed, topology, num_comp, num_nodes, num_qpts, interp, grad, q_ref, q_weight):
+def h1(
+    ceed: Ceed,
+    topology: Topology,
+    num_comp: int,
+    num_nodes: int,
+    num_qpts: int,
+    interp: ArrayLike,  # (num_qpts, num_nodes)
+    grad: ArrayLike,  # (dim, num_qpts, num_nodes)
+    q_ref: ArrayLike,  # (num_qpts, dim)
+    q_weight: ArrayLike,  # (num_qpts,)
+) -> Basis:
     """Validate user dense matrices and build a non-tensor basis (``Ceed.BasisH1``)."""
     if not isinstance(topology, Topology):
         raise ValueError(f"topology must be one of hf.LINE/TRIANGLE/QUAD/TET/HEX, got {topology!r}")
@@ -415,7 +449,9 @@ def h1(ceed, topology, num_comp, num_nodes, num_qpts, interp, grad, q_ref, q_wei
     )
 
 
-def h1_lagrange(ceed, topology, num_comp, order, q_order, rule="collapsed"):
+def h1_lagrange(
+    ceed: Ceed, topology: Topology, num_comp: int, order: int, q_order: int, rule: str = "collapsed"
+) -> Basis:
     """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``.
 
     ``rule`` picks the simplex rule (:func:`hofem.quadrature.simplex_quadrature`):

@@ -65,11 +65,11 @@ class Topology(enum.Enum):
     HEX = ("hex", 3, True)
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         return self.value[1]
 
     @property
-    def is_tensor(self):
+    def is_tensor(self) -> bool:
         return self.value[2]
 
 

@@ -17,7 +17,11 @@ geometry of order ``k``); an explicit ``q_extra`` gives the collapsed Gauss-Jaco
 exact to ``2 (p + 1 + q_extra) - 1`` instead.
 """
 
+from __future__ import annotations
+
 import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +44,15 @@ from .operator import Operator, SubOperator
 from .qdata import build_operator
 from .space import free_indices
 from .transfer import interpolation_basis
+from .typing import Array, ArrayLike
+
+if TYPE_CHECKING:
+    from .constants import QuadMode
+    from .operator import CompositeOperator
+    from .space import H1Space
+
+# c of (c u, v) and (c grad u, grad v): a constant, or f(x) of points (n, dim) -> (n,)
+Coefficient = float | Callable[[Array], Array] | None
 
 __all__ = [
     "diffusion",
@@ -56,7 +69,9 @@ _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
 
-def form_quadrature(space, form: str, q_extra: int | None = None, quad_mode=GAUSS) -> dict:
+def form_quadrature(
+    space: H1Space, form: str, q_extra: int | None = None, quad_mode: QuadMode = GAUSS
+) -> dict[str, Any]:
     """The quadrature rule of ``form`` on ``space``, as keyword arguments of
     :meth:`H1Space.basis <hofem.H1Space.basis>`.
 
@@ -144,7 +159,12 @@ def _coefficient(space, a, b, coefficient, geo):
 
 
 def resolve_geometry(
-    space, form, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"
+    space: H1Space,
+    form: str,
+    coefficient: Coefficient = None,
+    q_extra: int | None = None,
+    quad_mode: QuadMode = GAUSS,
+    geometry: str = "auto",
 ) -> str:
     """What ``geometry`` becomes for :func:`mass` / :func:`diffusion` with these arguments.
 
@@ -232,7 +252,13 @@ def _vector_prefix(space):
     raise ValueError(f"gallery forms exist for num_comp 1 or 3, the space has {space.num_comp}")
 
 
-def mass(space, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"):
+def mass(
+    space: H1Space,
+    coefficient: Coefficient = None,
+    q_extra: int | None = None,
+    quad_mode: QuadMode = GAUSS,
+    geometry: str = "auto",
+) -> Operator:
     """Mass operator ``(c u, v)`` on ``space`` (scalar or 3-component).
 
     Parameters
@@ -267,7 +293,13 @@ def mass(space, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"
     return _form(space, "mass", ("u", "v"), coefficient, q_extra, quad_mode, geometry)
 
 
-def diffusion(space, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="auto"):
+def diffusion(
+    space: H1Space,
+    coefficient: Coefficient = None,
+    q_extra: int | None = None,
+    quad_mode: QuadMode = GAUSS,
+    geometry: str = "auto",
+) -> Operator:
     """Diffusion (stiffness) operator ``(c grad u, grad v)``; arguments as for :func:`mass`.
 
     Stored geometry keeps ``w det J J^{-1} J^{-T}`` per point (1, 3 or 6
@@ -277,7 +309,7 @@ def diffusion(space, coefficient=None, q_extra=None, quad_mode=GAUSS, geometry="
     return _form(space, "diffusion", ("du", "dv"), coefficient, q_extra, quad_mode, geometry)
 
 
-def restrict_dofs(op, free_dofs):
+def restrict_dofs(op: Operator | CompositeOperator, free_dofs: ArrayLike | Array) -> SubOperator:
     """The operator on the free DOFs only (homogeneous Dirichlet conditions elsewhere).
 
     ``restrict_dofs(A, free)`` applies ``A[free][:, free]`` matrix-free: the

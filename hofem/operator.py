@@ -1,7 +1,11 @@
 """Operators: G^T B^T D B G composed from fields (libCEED's ``CeedOperator``)."""
 
+from __future__ import annotations
+
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,11 +18,18 @@ from .constants import (
     EVAL_WEIGHT,
     VECTOR_ACTIVE,
     VECTOR_NONE,
+    EvalMode,
     _Sentinel,
 )
 from .memory import chunk_ranges
 from .restriction import ElemRestriction, index_dtype
+from .typing import Array, ArrayLike, LinearOperator, SparseMatrix
 from .vector_ops import VectorOps
+
+if TYPE_CHECKING:
+    from .ceed import Ceed
+    from .qfunction import QFunction
+    from .transfer import Transfer
 
 __all__ = ["CompositeOperator", "Operator", "OperatorField", "SubOperator"]
 
@@ -42,20 +53,20 @@ class OperatorField:
 
     name: str
     size: int
-    eval_mode: object
-    restriction: object
-    basis: object
-    vector: object
+    eval_mode: EvalMode
+    restriction: ElemRestriction | None
+    basis: Basis | None
+    vector: _Sentinel | Array
 
     @property
-    def is_active(self):
+    def is_active(self) -> bool:
         return self.vector is VECTOR_ACTIVE
 
 
 class _OperatorBase:
     """What every operator offers on top of ``apply_add`` and the assembly hooks."""
 
-    def apply(self, u, v):
+    def apply(self, u: Array | None, v: Array) -> None:
         """``v = A u``.
 
         Parameters
@@ -69,12 +80,12 @@ class _OperatorBase:
         v.fill(0.0)  # CuPy: a memset (a fill kernel took 1.17x as long, 1e7 entries)
         self._add(u, v)
 
-    def apply_add(self, u, v):
+    def apply_add(self, u: Array | None, v: Array) -> None:
         """``v += A u`` (same arguments as :meth:`apply`)."""
         self._check_vectors(u, v)
         self._add(u, v)
 
-    def apply_dot(self, u, v):
+    def apply_dot(self, u: Array, v: Array) -> Array:
         """``v = A u``, and return ``u . A u``: CG's ``p . Ap`` with its operator application.
 
         A backend may form the product inside its operator kernel
@@ -107,13 +118,13 @@ class _OperatorBase:
         self._add(u, v)
         return self.vector_ops().dot(u, v)
 
-    def __call__(self, u):
+    def __call__(self, u: Array | None) -> Array:
         """Return ``A u`` as a new array."""
         v = self.ceed.xp.zeros(self.shape[0])
         self.apply(u, v)
         return v
 
-    def __matmul__(self, u):
+    def __matmul__(self, u: Array | None) -> Array:
         return self(u)
 
     matvec = __call__
@@ -143,7 +154,7 @@ class _OperatorBase:
         out_size, in_size = self.shape
         return out_size == in_size
 
-    def as_linear_operator(self):
+    def as_linear_operator(self) -> LinearOperator:
         """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying this operator."""
         return self.ceed.backend.linear_operator(self.shape, self)
 
@@ -166,7 +177,7 @@ class Operator(_OperatorBase):
         of its own; only the backend reads it, and :meth:`set_field` empties it.
     """
 
-    def __init__(self, ceed, qf):
+    def __init__(self, ceed: Ceed, qf: QFunction) -> None:
         self.ceed = ceed
         self.qf = qf
         self.fields = {}
@@ -299,7 +310,7 @@ class Operator(_OperatorBase):
     def _ordered(self, specs):
         return [self.fields[f.name] for f in specs]
 
-    def check_ready(self):
+    def check_ready(self) -> None:
         """Raise ValueError naming the fields still unbound (called before every apply)."""
         missing = [f.name for f in self.qf.inputs + self.qf.outputs if f.name not in self.fields]
         if missing:
@@ -310,14 +321,14 @@ class Operator(_OperatorBase):
             raise ValueError("operator has no active output field (hf.VECTOR_ACTIVE)")
 
     @property
-    def input_fields(self):
+    def input_fields(self) -> list[OperatorField]:
         return self._ordered(self.qf.inputs)
 
     @property
-    def output_fields(self):
+    def output_fields(self) -> list[OperatorField]:
         return self._ordered(self.qf.outputs)
 
-    def active_restriction(self, output):
+    def active_restriction(self, output: bool) -> ElemRestriction | None:
         """The restriction of the first active input (output=False) or output field."""
         fields = self.output_fields if output else self.input_fields
         for f in fields:
@@ -326,7 +337,7 @@ class Operator(_OperatorBase):
         return None
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, int]:
         self.check_ready()
         r_in = self.active_restriction(False)
         return (self.active_restriction(True).l_size, r_in.l_size if r_in else 0)
@@ -339,7 +350,7 @@ class Operator(_OperatorBase):
         dot = self.ceed.backend.operator_apply_dot(self, u, v)
         return super()._apply_dot(u, v) if dot is None else dot
 
-    def linear_assemble_diagonal(self):
+    def linear_assemble_diagonal(self) -> Array:
         """Diagonal of the assembled operator, for Jacobi preconditioning.
 
         Returns
@@ -354,7 +365,7 @@ class Operator(_OperatorBase):
         self._check_square()
         return self.ceed.backend.operator_assemble_diagonal(self)
 
-    def linear_assemble(self):
+    def linear_assemble(self) -> SparseMatrix:
         """The exact sparse matrix this operator applies.
 
         Returns
@@ -376,10 +387,15 @@ class Operator(_OperatorBase):
         if out_size != in_size:
             raise ValueError(f"operator is not square: shape {self.shape}")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Operator({self.qf.name}, fields={list(self.fields)})"
 
-    def multigrid_level(self, restriction_coarse, basis_coarse=None, weight=None):
+    def multigrid_level(
+        self,
+        restriction_coarse: ElemRestriction,
+        basis_coarse: Basis | None = None,
+        weight: Array | None = None,
+    ) -> tuple[Operator, Transfer, Transfer]:
         """Coarse operator and transfers, libCEED's ``CeedOperatorMultigridLevelCreate``.
 
         The coarse operator has this operator's QFunction and passive fields
@@ -473,13 +489,13 @@ class CompositeOperator(_OperatorBase):
         All of the same shape and Ceed.
     """
 
-    def __init__(self, ceed, operators=()):
+    def __init__(self, ceed: Ceed, operators: Iterable[Operator | CompositeOperator] = ()) -> None:
         self.ceed = ceed
         self.operators = []
         for op in operators:
             self.add_sub(op)
 
-    def add_sub(self, op):
+    def add_sub(self, op: Operator | CompositeOperator) -> None:
         """Append a sub-operator (ValueError if its shape differs from the others)."""
         if not isinstance(op, (Operator, CompositeOperator)):
             raise TypeError(f"sub-operators must be Operators, got {type(op).__name__}")
@@ -490,7 +506,7 @@ class CompositeOperator(_OperatorBase):
         self.operators.append(op)
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, int]:
         if not self.operators:
             raise ValueError("composite operator has no sub-operators; add some with add_sub")
         return self.operators[0].shape
@@ -507,11 +523,11 @@ class CompositeOperator(_OperatorBase):
         self.shape  # noqa: B018  (raises when there are no sub-operators)
         return sum(parts[1:], parts[0])
 
-    def linear_assemble_diagonal(self):
+    def linear_assemble_diagonal(self) -> Array:
         """Sum of the sub-operators' diagonals, ``(out_size,)``."""
         return self._sum([op.linear_assemble_diagonal() for op in self.operators])
 
-    def linear_assemble(self):
+    def linear_assemble(self) -> SparseMatrix:
         """Sum of the sub-operators' sparse matrices (CSR)."""
         return self._sum([op.linear_assemble() for op in self.operators]).tocsr()
 
@@ -533,7 +549,7 @@ class SubOperator(_OperatorBase):
         Non-square ``op``; indices out of range, unsorted or repeated.
     """
 
-    def __init__(self, op, free_dofs):
+    def __init__(self, op: Operator | CompositeOperator, free_dofs: ArrayLike | Array) -> None:
         out_size, in_size = op.shape
         if out_size != in_size:
             raise ValueError(f"restrict_dofs needs a square operator, got shape {op.shape}")
@@ -549,16 +565,16 @@ class SubOperator(_OperatorBase):
         self._v = op.ceed.xp.zeros(in_size)
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, int]:
         return (self._free.size, self._free.size)
 
     @property
-    def free_dofs(self):
+    def free_dofs(self) -> Array:
         """The free L-vector indices, ``(n_free,)`` on the backend (read them, do not write)."""
         return self._free
 
     @functools.cached_property
-    def constrained_dofs(self):
+    def constrained_dofs(self) -> Array:
         """The L-vector indices not in ``free_dofs``, ``(in_size - n_free,)`` int64, sorted.
 
         Made once, on the backend, by a mask and ``nonzero`` over chunks (a
@@ -571,7 +587,7 @@ class SubOperator(_OperatorBase):
         return xp.concatenate(parts).astype(np.int64)
 
     @property
-    def work_vectors(self):
+    def work_vectors(self) -> tuple[Array, Array]:
         """The two ``(in_size,)`` L-vectors ``apply`` works in: input and output.
 
         Their constrained entries are zero when ``apply`` reads them; a solver may

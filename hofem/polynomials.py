@@ -23,6 +23,7 @@ import numpy as np
 from scipy.special import eval_jacobi
 
 from .quadrature import lobatto_quadrature
+from .typing import ArrayLike, FloatArray, IndexArray
 
 __all__ = [
     "lagrange_deriv_matrix",
@@ -106,7 +107,7 @@ def _scaled_nodes(nodes, points):
     return (nodes - center) / half, (points - center) / half, half
 
 
-def lagrange_interp_matrix(nodes, points):
+def lagrange_interp_matrix(nodes: ArrayLike, points: ArrayLike) -> FloatArray:
     """Values of the 1D Lagrange cardinal functions of ``nodes`` at ``points``.
 
     Uses the (division-free) first barycentric form
@@ -148,7 +149,7 @@ def lagrange_interp_matrix(nodes, points):
     return B
 
 
-def lagrange_deriv_matrix(nodes, points):
+def lagrange_deriv_matrix(nodes: ArrayLike, points: ArrayLike) -> FloatArray:
     """Derivatives of the 1D Lagrange cardinal functions of ``nodes`` at ``points``.
 
     ``l_j'(x) = w_j sum_{m != j} prod_{k != j, m} (x - x_k)``, evaluated without any
@@ -192,7 +193,7 @@ def lagrange_deriv_matrix(nodes, points):
 # ---------------------------------------------------------------------------------------------
 
 
-def simplex_lattice(dim, order):
+def simplex_lattice(dim: int, order: int) -> IndexArray:
     """Barycentric lattice indices of the order-``order`` nodes on the ``dim``-simplex.
 
     Ordering: dim 1 ``for i in 0..p``; dim 2 ``for j in 0..p: for i in 0..p-j``; dim 3
@@ -309,7 +310,7 @@ def _alpha(dim, p):
     return _ALPHA_OPT_3D[p - 1] if p <= 15 else _ALPHA_HIGH_3D
 
 
-def simplex_barycentric_nodes(dim, order):
+def simplex_barycentric_nodes(dim: int, order: int) -> FloatArray:
     """Barycentric coordinates of :func:`simplex_nodes`, shape (num_nodes, dim + 1).
 
     Each node's coordinates are computed from the lattice indices of the vertices of the
@@ -380,7 +381,7 @@ def simplex_barycentric_nodes(dim, order):
     return lam
 
 
-def simplex_nodes(dim, order):
+def simplex_nodes(dim: int, order: int) -> FloatArray:
     """Well-conditioned Lagrange interpolation nodes of order ``order`` on the unit simplex.
 
     Warburton's warp & blend nodes (T. Warburton, J. Eng. Math. 56, 2006) with the
@@ -586,7 +587,7 @@ def _modes_and_grads(dim, order, points, want_grad):
     return V, G
 
 
-def simplex_vandermonde(dim, order, points):
+def simplex_vandermonde(dim: int, order: int, points: ArrayLike) -> FloatArray:
     """Orthonormal (Dubiner/PKDO) basis of total degree <= ``order`` on the unit simplex.
 
     The modes are orthonormal in L2 of the unit simplex (volume 1, 1/2, 1/6); dim = 1 gives
@@ -619,7 +620,7 @@ def simplex_vandermonde(dim, order, points):
     return V
 
 
-def simplex_vandermonde_grad(dim, order, points):
+def simplex_vandermonde_grad(dim: int, order: int, points: ArrayLike) -> FloatArray:
     """Gradients of the orthonormal simplex basis of :func:`simplex_vandermonde`.
 
     Exact (no singularity) at the collapsed vertex/edge of the Duffy map, the top vertex
@@ -650,7 +651,7 @@ def simplex_vandermonde_grad(dim, order, points):
     return G
 
 
-def simplex_lagrange(dim, order, points):
+def simplex_lagrange(dim: int, order: int, points: ArrayLike) -> tuple[FloatArray, FloatArray]:
     """Nodal Lagrange basis on :func:`simplex_nodes` evaluated at ``points``.
 
     Computed as ``V(points) V(nodes)^{-1}`` with the orthonormal basis, and likewise for the

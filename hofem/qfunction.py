@@ -1,17 +1,34 @@
 """QFunction D: pointwise physics at quadrature points, written in Python."""
 
-from collections import namedtuple
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .constants import EVAL_WEIGHT, EvalMode
+from .typing import Array
+
+if TYPE_CHECKING:
+    from .ceed import Ceed
 
 __all__ = ["QFunction", "QFunctionField", "make_context"]
 
-QFunctionField = namedtuple("QFunctionField", ["name", "size", "eval_mode"])
+
+class QFunctionField(NamedTuple):
+    """One QFunction field: its name, rows of its Q-vector, and eval mode."""
+
+    name: str
+    size: int
+    eval_mode: EvalMode
 
 
-def make_context(context):
+# A field as the user gives it: (name, size, eval_mode)
+FieldSpec = tuple[str, int, EvalMode]
+
+
+def make_context(context: Any) -> np.void | None:
     """Canonical QFunction context: a NumPy structured scalar (``np.void``) or None.
 
     A dict of scalars becomes a record with float64 fields (int64 for Python
@@ -105,7 +122,15 @@ class QFunction:
         ``func`` not callable, malformed fields, duplicate names, bad context.
     """
 
-    def __init__(self, ceed, func, inputs, outputs, context=None, name=None):
+    def __init__(
+        self,
+        ceed: Ceed,
+        func: Callable[..., None],
+        inputs: Iterable[FieldSpec],
+        outputs: Iterable[FieldSpec],
+        context: Any = None,
+        name: str | None = None,
+    ) -> None:
         if not callable(func):
             raise TypeError(f"func must be callable, got {type(func).__name__}")
         self.ceed = ceed
@@ -121,11 +146,11 @@ class QFunction:
             raise ValueError(f"QFunction field names must be unique; repeated: {duplicates}")
         self.context = make_context(context)
 
-    def set_context(self, context):
+    def set_context(self, context: Any) -> None:
         """Replace the context (same rules as the constructor)."""
         self.context = make_context(context)
 
-    def field(self, name):
+    def field(self, name: str) -> QFunctionField:
         """The input or output field called ``name`` (ValueError if none)."""
         for f in self.inputs + self.outputs:
             if f.name == name:
@@ -156,7 +181,7 @@ class QFunction:
                     f"field {field.name!r} has {array.shape[1]} points, the others {num_qpts}"
                 )
 
-    def apply(self, inputs, outputs):
+    def apply(self, inputs: Sequence[Array], outputs: Sequence[Array]) -> None:
         """Run the body vectorized over all points.
 
         Parameters
@@ -167,7 +192,7 @@ class QFunction:
         self._check(inputs, outputs)
         self.func(self.context, *inputs, *outputs)
 
-    def apply_pointwise(self, inputs, outputs):
+    def apply_pointwise(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Run the body once per point on ``(size,)`` views (slow; for testing).
 
         Same arguments as :meth:`apply`; host (NumPy) arrays only.
@@ -177,7 +202,7 @@ class QFunction:
         for q in range(num_qpts):
             self.func(self.context, *[a[:, q] for a in inputs], *[a[:, q] for a in outputs])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         fmt = ", ".join
         return (
             f"QFunction({self.name}, inputs=[{fmt(f.name for f in self.inputs)}], "

@@ -30,6 +30,8 @@ import numpy as np
 from scipy.linalg import eigvalsh_tridiagonal
 from scipy.special import roots_jacobi
 
+from .typing import FloatArray
+
 __all__ = [
     "SIMPLEX_RULES",
     "gauss_quadrature",
@@ -79,7 +81,7 @@ def _symmetrize(points, weights):
     return points, weights
 
 
-def gauss_quadrature(Q):
+def gauss_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
     """Gauss–Legendre quadrature with ``Q`` points on [-1, 1].
 
     Exact for polynomials of degree <= 2Q - 1.
@@ -118,7 +120,7 @@ def gauss_quadrature(Q):
     return _symmetrize(x, w)
 
 
-def lobatto_quadrature(Q):
+def lobatto_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
     """Gauss–Lobatto–Legendre (GLL) quadrature with ``Q`` points on [-1, 1].
 
     Exact for polynomials of degree <= 2Q - 3.  The endpoints are exactly -1 and 1.
@@ -183,7 +185,7 @@ def _gauss_jacobi_01(n, alpha):
 
 def simplex_quadrature(
     dim: int, degree: int, rule: str = "collapsed"
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[FloatArray, FloatArray]:
     """Quadrature on the unit simplex, exact for polynomials of total degree <= ``degree``.
 
     ``rule="collapsed"`` (the default): a conical product (collapsed coordinates, Duffy

@@ -1,8 +1,17 @@
 """Element restriction G: L-vector <-> E-vector (libCEED's ``CeedElemRestriction``)."""
 
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from .constants import NOTRANSPOSE, STRIDES_BACKEND, TRANSPOSE, TransposeMode
+from .constants import NOTRANSPOSE, STRIDES_BACKEND, TRANSPOSE, TransposeMode, _Sentinel
+from .typing import Array, ArrayLike, IndexArray
+
+if TYPE_CHECKING:
+    from .ceed import Ceed
 
 __all__ = ["ElemRestriction"]
 
@@ -13,7 +22,7 @@ def _positive_int(value, name, minimum=1):
     return int(value)
 
 
-def index_dtype(bound):
+def index_dtype(bound: int) -> type[np.signedinteger]:
     """int32 when every index below ``bound`` fits, else int64."""
     return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
 
@@ -28,7 +37,9 @@ def _read_only(offsets):
     return view
 
 
-def expand_offsets(offsets, num_comp, stride, l_size, xp=np):
+def expand_offsets(
+    offsets: Array, num_comp: int, stride: int, l_size: int, xp: ModuleType = np
+) -> Array:
     """Indices of every component from component 0's offsets, libCEED's compact form.
 
     Parameters
@@ -107,17 +118,17 @@ class ElemRestriction:
 
     def __init__(
         self,
-        ceed,
-        num_elem,
-        elem_size,
-        num_comp,
-        l_size,
+        ceed: Ceed,
+        num_elem: int,
+        elem_size: int,
+        num_comp: int,
+        l_size: int,
         *,
-        comp_stride=None,
-        offsets=None,
-        orients=None,
-        strides=None,
-    ):
+        comp_stride: int | None = None,
+        offsets: ArrayLike | None = None,  # (num_elem, elem_size)
+        orients: ArrayLike | None = None,  # (num_elem, elem_size) bool
+        strides: tuple[int, int, int] | _Sentinel | None = None,
+    ) -> None:
         self.ceed = ceed
         self.num_elem = _positive_int(num_elem, "num_elem")
         self.elem_size = _positive_int(elem_size, "elem_size")
@@ -149,7 +160,7 @@ class ElemRestriction:
         ceed.backend.restriction_setup(self)
 
     @property
-    def indices(self):
+    def indices(self) -> IndexArray:
         """See the class's Attributes: a host array, stored or made on access."""
         if self.lanes > 1:
             return self._lane_indices()
@@ -167,7 +178,7 @@ class ElemRestriction:
         index = (first // lanes * block + k - first)[:, None] + n_b[:, None] * entry[None, :]
         return _read_only(index.reshape(self.num_elem, self.num_comp, self.elem_size))
 
-    def compact_indices(self):
+    def compact_indices(self) -> tuple[IndexArray, int]:
         """Indices as component-0 offsets and a component stride, libCEED's form.
 
         Every restriction maps component ``j`` of an element's node to
@@ -210,7 +221,7 @@ class ElemRestriction:
         return self._offsets, self.component_stride
 
     @property
-    def offsets_dtype(self):
+    def offsets_dtype(self) -> type[np.signedinteger]:
         """int32 or int64: the narrowest type of the :meth:`compact_indices` offsets.
 
         Component-0 offsets stay below ``l_size - (num_comp - 1) * comp_stride``, so
@@ -222,11 +233,11 @@ class ElemRestriction:
         return index_dtype(self.l_size - (self.num_comp - 1) * self.comp_stride)
 
     @property
-    def component_stride(self):
+    def component_stride(self) -> int:
         """L-vector distance between two components of a node: ``comp_stride`` or ``strides[1]``."""
         return self.comp_stride if self.strides is None else self.strides[1]
 
-    def release_host_indices(self):
+    def release_host_indices(self) -> None:
         """Drop the host copy of the offsets (a backend holds the indices in device memory).
 
         Called by backends from ``restriction_setup`` once they hold the component-0
@@ -237,15 +248,15 @@ class ElemRestriction:
         self._offsets = None
 
     @property
-    def e_size(self):
+    def e_size(self) -> int:
         return self.num_elem * self.num_comp * self.elem_size
 
     @property
-    def is_oriented(self):
+    def is_oriented(self) -> bool:
         return self.signs is not None
 
     @property
-    def is_identity(self):
+    def is_identity(self) -> bool:
         """True when the E-vector is the L-vector itself (strided in backend order, tiling it)."""
         return (
             self.strides == (1, self.elem_size, self.elem_size * self.num_comp)
@@ -311,7 +322,7 @@ class ElemRestriction:
             )
         return strides
 
-    def apply(self, u, t_mode=NOTRANSPOSE):
+    def apply(self, u: Array, t_mode: TransposeMode = NOTRANSPOSE) -> Array:
         """Apply the restriction (L -> E) or its transpose (E -> L, summing shared nodes).
 
         Parameters
@@ -343,7 +354,7 @@ class ElemRestriction:
         e = u.reshape(self.num_elem, self.num_comp, self.elem_size)
         return backend.restriction_apply(self, e, TRANSPOSE)
 
-    def multiplicity(self):
+    def multiplicity(self) -> Array:
         """Number of E-vector entries that map to each L-vector entry.
 
         Returns
@@ -354,7 +365,7 @@ class ElemRestriction:
         ones = xp.ones((self.num_elem, self.num_comp, self.elem_size))
         return self.ceed.backend.restriction_apply(self, ones, TRANSPOSE, signed=False)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kind = (
             "strided" if self.strides is not None else "oriented" if self.signs is not None else ""
         )

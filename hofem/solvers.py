@@ -9,6 +9,7 @@ import numpy.typing as npt
 
 from . import backends
 from .operator import _OperatorBase
+from .typing import Array
 from .vector_ops import VectorOps
 
 __all__ = ["CGInfo", "Jacobi", "SupportsMatmul", "SupportsMatvec", "cg", "jacobi"]
@@ -347,14 +348,15 @@ class Jacobi:
         The inverse of ``diag(A)``, on the operator's backend.
     """
 
-    def __init__(self, inv_diag):
+    def __init__(self, inv_diag: Array) -> None:
         self.inv_diag = inv_diag
 
-    def __call__(self, r):
+    def __call__(self, r: Array) -> Array:
+        """``inv_diag * r`` as a new array, ``(n,)``."""
         return self.inv_diag * r
 
 
-def jacobi(op):
+def jacobi(op: _OperatorBase) -> Jacobi:
     """Jacobi preconditioner ``r -> r / diag(A)`` from the assembled diagonal.
 
     Parameters

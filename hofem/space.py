@@ -1,6 +1,10 @@
 """``H1Space``: continuous Lagrange elements of order p on a mesh (restriction, basis, nodes)."""
 
+from __future__ import annotations
+
 import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,19 +20,26 @@ from .constants import (
     TET,
     TRANSPOSE,
     TRIANGLE,
+    QuadMode,
 )
 from .memory import chunk_ranges
 from .polynomials import lagrange_interp_matrix, simplex_nodes, simplex_vandermonde
 from .qdata import build_operator
 from .quadrature import lobatto_quadrature
-from .restriction import index_dtype
+from .restriction import ElemRestriction, index_dtype
+from .typing import Array, ArrayLike, FloatArray, IndexArray, Tags
+
+if TYPE_CHECKING:
+    from .basis import Basis
+    from .ceed import Ceed
+    from .meshes import H1Numbering, Mesh
 
 __all__ = ["H1Space"]
 
 _TOPOLOGY = {"line": LINE, "triangle": TRIANGLE, "quad": QUAD, "tetra": TET, "hexahedron": HEX}
 
 
-def free_indices(size, constrained, chunk=1 << 24):
+def free_indices(size: int, constrained: ArrayLike, chunk: int = 1 << 24) -> IndexArray:
     """Sorted indices of ``0..size - 1`` not in ``constrained``, by a mask (no sort).
 
     Parameters
@@ -101,7 +112,14 @@ class H1Space:
 
     CHUNK_POINTS = 1 << 20  # quadrature points per chunk: load_vector, errors, form set-up
 
-    def __init__(self, ceed, mesh, order, num_comp=1, numbering=None):
+    def __init__(
+        self,
+        ceed: Ceed,
+        mesh: Mesh,
+        order: int,
+        num_comp: int = 1,
+        numbering: H1Numbering | None = None,
+    ) -> None:
         from .meshes import h1_numbering
 
         if mesh.cell_type not in _TOPOLOGY:
@@ -132,7 +150,7 @@ class H1Space:
         self._geometry = {}  # coordinate_space's, shared with every subset (shallow copies)
 
     @property
-    def coordinates(self):
+    def coordinates(self) -> Array:
         """Node coordinates L-vector ``(dim * num_nodes,)`` of the backend, component-major.
 
         The mesh geometry interpolated at order p (curved where the mesh is),
@@ -147,16 +165,16 @@ class H1Space:
         return self._shared["coordinates"]
 
     @property
-    def cell_type(self):
+    def cell_type(self) -> str:
         """The mesh's cell type (meshio name)."""
         return self.mesh.cell_type
 
     @property
-    def vector_size(self):
+    def vector_size(self) -> int:
         """Size of a solution vector on this process: ``num_dofs`` (the L-vector)."""
         return self.num_dofs
 
-    def element_subset(self, start, stop):
+    def element_subset(self, start: int, stop: int) -> H1Space:
         """The same space on the contiguous range of cells ``start:stop`` only.
 
         Shares the numbering, L-vector size and coordinates with this space;
@@ -188,7 +206,7 @@ class H1Space:
         subset._shared = None
         return subset
 
-    def element_subsets(self, *ranges):
+    def element_subsets(self, *ranges: tuple[int, int]) -> list[H1Space]:
         """:meth:`element_subset` of each ``(start, stop)``, sharing one coordinates vector.
 
         The first access of :attr:`coordinates` on any of them computes this
@@ -217,7 +235,7 @@ class H1Space:
             subset._shared = shared
         return subsets
 
-    def coordinate_space(self):
+    def coordinate_space(self) -> H1Space:
         """The ``dim``-component space of this space's geometry at the lowest exact order.
 
         Order ``k = min(mesh.geometry_order, order)``: the mesh's vertices
@@ -253,7 +271,7 @@ class H1Space:
         cells._shared = shared["coordinate_links"]  # one coordinate L-vector for all subsets
         return cells
 
-    def with_order(self, order):
+    def with_order(self, order: int) -> H1Space:
         """This space's mesh, cells and ``num_comp`` at another order (e.g. a multigrid level).
 
         Parameters
@@ -273,7 +291,7 @@ class H1Space:
         return whole.element_subset(self.first_cell, self.first_cell + self.num_elem)
 
     # --- pieces ----------------------------------------------------------------------------
-    def make_restriction(self, num_comp):
+    def make_restriction(self, num_comp: int) -> ElemRestriction:
         """Restriction of a ``num_comp``-component field on this space's nodes."""
         return self.ceed.ElemRestriction(
             self.num_elem,
@@ -284,7 +302,13 @@ class H1Space:
             self.offsets,
         )
 
-    def basis(self, num_comp=None, q_extra=1, quad_mode=GAUSS, q_degree=None):
+    def basis(
+        self,
+        num_comp: int | None = None,
+        q_extra: int = 1,
+        quad_mode: QuadMode = GAUSS,
+        q_degree: int | None = None,
+    ) -> Basis:
         """Basis of the space at quadrature points.
 
         Tensor cells: ``Q_1d = order + 1 + q_extra`` points of ``quad_mode``
@@ -318,7 +342,7 @@ class H1Space:
             )
         return self.ceed.BasisH1Lagrange(self.topology, num_comp, self.order, 2 * (P + q_extra) - 1)
 
-    def reference_nodes(self):
+    def reference_nodes(self) -> FloatArray:
         """Reference coordinates of the element nodes, ``(P, dim)`` in restriction order."""
         if self.topology.is_tensor:
             x1d = lobatto_quadrature(self.order + 1)[0]
@@ -339,7 +363,7 @@ class H1Space:
         vandermonde = simplex_vandermonde(self.dim, k, nodes_k)  # (G, G)
         return simplex_vandermonde(self.dim, k, self.reference_nodes()) @ np.linalg.inv(vandermonde)
 
-    def cell_chunks(self, points_per_cell, multiple=1):
+    def cell_chunks(self, points_per_cell: int, multiple: int = 1) -> list[tuple[int, int]]:
         """Ranges ``(start, stop)`` of this space's cells, ``CHUNK_POINTS`` points at most each.
 
         Parameters
@@ -357,7 +381,7 @@ class H1Space:
         """
         return chunk_ranges(self.num_elem, points_per_cell, self.CHUNK_POINTS, multiple)
 
-    def element_coordinates(self, start=0, stop=None):
+    def element_coordinates(self, start: int = 0, stop: int | None = None) -> FloatArray:
         """Node coordinates of this space's cells ``start:stop`` as a host E-vector.
 
         Interpolated from the mesh geometry directly, without the L-vector.
@@ -398,12 +422,12 @@ class H1Space:
                 x[c * N + nodes] = cell_x[c]
         return x
 
-    def node_coordinates(self):
+    def node_coordinates(self) -> FloatArray:
         """Host array ``(num_nodes, dim)`` of the global node coordinates."""
         return self._node_coordinates().reshape(self.dim, self.num_nodes).T
 
     # --- boundary --------------------------------------------------------------------------
-    def boundary_dofs(self, tags=None):
+    def boundary_dofs(self, tags: Tags = None) -> IndexArray:
         """L-vector indices of the DOFs on tagged boundary facets (all components).
 
         Parameters
@@ -418,7 +442,7 @@ class H1Space:
         nodes = self.numbering.boundary_nodes(tags)
         return (nodes[None, :] + self.num_nodes * np.arange(self.num_comp)[:, None]).ravel()
 
-    def free_dofs(self, tags=None):
+    def free_dofs(self, tags: Tags = None) -> IndexArray:
         """Sorted L-vector indices not in :meth:`boundary_dofs` ``(tags)``, int32 or int64."""
         return free_indices(self.num_dofs, self.boundary_dofs(tags))
 
@@ -453,7 +477,7 @@ class H1Space:
             f"{x.shape}, got {values.shape}"
         )
 
-    def interpolate(self, f):
+    def interpolate(self, f: Callable[[Array], Array]) -> Array:
         """Nodal interpolant of ``f`` as an L-vector of the backend.
 
         Parameters
@@ -469,7 +493,9 @@ class H1Space:
         x = self._node_coordinates(self.ceed).reshape(self.dim, self.num_nodes).T  # (N, dim)
         return self._evaluate(f, x).ravel()
 
-    def quadrature(self, q_extra=1, quad_mode=GAUSS):
+    def quadrature(
+        self, q_extra: int = 1, quad_mode: QuadMode = GAUSS
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Physical points and weights of the element quadrature (host arrays).
 
         ``q_extra`` and ``quad_mode`` choose the rule as in :meth:`basis`.
@@ -510,7 +536,7 @@ class H1Space:
             jac = dx.transpose(0, 3, 2, 1)  # (E, Q, comp c, dim d)
         return x.transpose(1, 2, 0), w_det_j, jac
 
-    def load_vector(self, f, q_extra=1):
+    def load_vector(self, f: Callable[[Array], Array], q_extra: int = 1) -> Array:
         """L-vector ``b_i = integral f phi_i`` by quadrature (f evaluated at the points).
 
         Parameters
@@ -546,7 +572,13 @@ class H1Space:
         for start, stop in chunks:
             yield self.element_subset(start, stop)
 
-    def errors(self, u, exact, grad_exact=None, q_extra=2):
+    def errors(
+        self,
+        u: Array,
+        exact: Callable[[Array], Array],
+        grad_exact: Callable[[Array], Array] | None = None,
+        q_extra: int = 2,
+    ) -> float | tuple[float, float]:
         """L2 (and H1-seminorm) errors of the L-vector ``u`` against exact functions.
 
         Parameters
@@ -597,7 +629,7 @@ class H1Space:
         h1 = float(xp.sum(w_det_j[:, None, :, None] * (grad - g) ** 2))
         return l2, h1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"H1Space({self.mesh.cell_type}, order={self.order}, num_comp={self.num_comp}, "
             f"num_elem={self.num_elem}, num_dofs={self.num_dofs})"

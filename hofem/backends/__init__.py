@@ -93,7 +93,7 @@ def prefixes():
     return sorted(found)
 
 
-def available():
+def available() -> list[str]:
     """Return the resource names of the backends that can run here.
 
     Returns

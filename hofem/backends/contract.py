@@ -30,13 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..typing import Array  # the shapes are in each method's docstring
 from ..vector_ops import VectorOps
 
 __all__ = ["Array", "Backend", "DeviceCG", "DeviceCGTarget", "SupportsApply"]
-
-# An array of the backend's array module: numpy.ndarray or cupy.ndarray (float64
-# vectors, integer index arrays); the shapes are in each method's docstring.
-Array = Any
 
 
 class SupportsApply(Protocol):

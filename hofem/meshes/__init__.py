@@ -26,7 +26,7 @@ __all__ = [
 _DATA = Path(__file__).parent / "data"
 
 
-def data_path(name):
+def data_path(name: str) -> Path:
     """Path of a sample mesh file shipped in ``hofem/meshes/data``.
 
     Raises

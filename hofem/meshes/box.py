@@ -1,17 +1,28 @@
 """Structured box meshes: tensor cells or their Kuhn simplex split, optionally curved."""
 
+from __future__ import annotations
+
 import itertools
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 
+from ..typing import ArrayLike, IndexArray
 from . import reference as ref
 from .mesh import Mesh
 
 BOX_TAG_NAMES = {"left": 1, "right": 2, "bottom": 3, "top": 4, "front": 5, "back": 6}
 
 
-def box(n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
+def box(
+    n: int | Sequence[int],
+    dim: int = 3,
+    simplex: bool = False,
+    order: int = 1,
+    distort: float = 0.0,
+    bounds: ArrayLike | None = None,  # (dim, 2): (lo, hi) per direction
+) -> Mesh:
     """Mesh of a box with ``n`` cells per direction.
 
     Vertices are the grid points, numbered x fastest; cells are the grid cells,
@@ -64,7 +75,15 @@ def box(n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
     return mesh
 
 
-def box_block(n, block=None, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
+def box_block(
+    n: int | Sequence[int],
+    block: Sequence[tuple[int, int]] | None = None,  # (dim, 2): (start, stop) per direction
+    dim: int = 3,
+    simplex: bool = False,
+    order: int = 1,
+    distort: float = 0.0,
+    bounds: ArrayLike | None = None,  # (dim, 2)
+) -> tuple[Mesh, IndexArray]:
     """The cells of one block of the :func:`box` grid, built without the rest of the box.
 
     The distributed layer builds each rank's block this way, so no process

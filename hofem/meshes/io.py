@@ -8,10 +8,12 @@ permutations used here, for linear and quadratic cells alike.
 
 import contextlib
 import io
+from os import PathLike
 from pathlib import Path
 
 import numpy as np
 
+from ..typing import ArrayLike
 from . import reference as ref
 from .mesh import Mesh
 from .numbering import h1_numbering
@@ -133,7 +135,7 @@ def _meshio_read(meshio, path):
     )
 
 
-def read(path):
+def read(path: str | PathLike) -> Mesh:
     """Read a mesh file through meshio.
 
     The highest-dimensional cells (one type) become the cells; cells one
@@ -249,7 +251,14 @@ def _read_facets(m, dim, cell_type, path):
     return np.vstack(facets), np.concatenate(tags).astype(np.int32)
 
 
-def write(path, mesh, point_data=None, *, file_format=None, binary=True):
+def write(
+    path: str | PathLike,
+    mesh: Mesh,
+    point_data: dict[str, ArrayLike] | None = None,  # each (num_points, ...)
+    *,
+    file_format: str | None = None,
+    binary: bool = True,
+) -> None:
     """Write a mesh through meshio.
 
     Cells are written linear, or quadratic when ``mesh.geometry_order == 2``

@@ -1,19 +1,23 @@
 """The ``Mesh`` container: vertices, one cell type, tagged boundary facets."""
 
+from __future__ import annotations
+
 import copy
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..jacobian import det as jacobian_det
 from ..restriction import index_dtype
+from ..typing import ArrayLike, FloatArray, IndexArray
 from . import reference as ref
 
 CHECK_CHUNK = 1 << 20  # geometric nodes per chunk of the orientation check
 
 
-def unique_rows(a):
+def unique_rows(a: IndexArray) -> IndexArray:
     """Number the distinct rows of an integer array in lexicographic order.
 
     Parameters
@@ -43,7 +47,7 @@ def unique_rows(a):
     return inverse, int(ids[-1]) + 1
 
 
-def boundary_facets(cell_type, cells):
+def boundary_facets(cell_type: str, cells: IndexArray) -> IndexArray:
     """Facets belonging to exactly one cell.
 
     Parameters
@@ -136,18 +140,18 @@ class Mesh:
 
     def __init__(
         self,
-        points,
-        cell_type,
-        cells,
-        facets=None,
-        facet_tags=None,
-        tag_names=None,
-        geometry=None,
+        points: ArrayLike,  # (num_points, gdim)
+        cell_type: str,
+        cells: ArrayLike,  # (num_cells, num_corners)
+        facets: ArrayLike | None = None,  # (num_facets, corners_per_facet)
+        facet_tags: ArrayLike | None = None,  # (num_facets,)
+        tag_names: dict[str, int] | None = None,
+        geometry: ArrayLike | None = None,  # (num_cells, num_geom_nodes, gdim)
         *,
-        source=None,
-        box_shape=None,
-        facet_cells=None,
-    ):
+        source: str | None = None,
+        box_shape: Sequence[int] | None = None,
+        facet_cells: ArrayLike | None = None,  # (num_facets, 2)
+    ) -> None:
         self.source = source
         where = _where(source)
         if cell_type not in ref.CELL_TYPES:
@@ -209,28 +213,28 @@ class Mesh:
         return shape
 
     @property
-    def gdim(self):
+    def gdim(self) -> int:
         """Geometric dimension (number of point coordinates)."""
         return self.points.shape[1]
 
     @property
-    def num_cells(self):
+    def num_cells(self) -> int:
         """Number of cells."""
         return self.cells.shape[0]
 
     @property
-    def num_points(self):
+    def num_points(self) -> int:
         """Number of vertices."""
         return self.points.shape[0]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"Mesh({self.cell_type}, num_cells={self.num_cells}, num_points={self.num_points}, "
             f"gdim={self.gdim}, geometry_order={self.geometry_order}, "
             f"num_facets={len(self.facets)})"
         )
 
-    def cell_coordinates(self, start=0, stop=None):
+    def cell_coordinates(self, start: int = 0, stop: int | None = None) -> FloatArray:
         """Coordinates of the geometric nodes of cells ``start:stop`` (default all).
 
         Returns
@@ -243,7 +247,7 @@ class Mesh:
             return self.geometry[start:stop]
         return self.points[self.cells[start:stop]]
 
-    def permute_cells(self, order):
+    def permute_cells(self, order: ArrayLike) -> Mesh:
         """The same mesh with its cells in the order ``order`` (a permutation).
 
         Cell ``i`` of the result is cell ``order[i]`` of this mesh; facets, tags
@@ -274,7 +278,7 @@ class Mesh:
         )
         return new
 
-    def cell_facets(self):
+    def cell_facets(self) -> IndexArray:
         """Vertex ids of every local facet of every cell.
 
         Returns
@@ -284,11 +288,11 @@ class Mesh:
         """
         return self.cells[:, ref.FACETS[self.cell_type]]
 
-    def boundary_facets(self):
+    def boundary_facets(self) -> IndexArray:
         """Facets belonging to exactly one cell; see :func:`boundary_facets`."""
         return boundary_facets(self.cell_type, self.cells)
 
-    def facet_cells(self):
+    def facet_cells(self) -> IndexArray:
         """The cell and local facet index of each tagged facet.
 
         Returns

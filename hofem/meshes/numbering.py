@@ -17,6 +17,7 @@ import numpy as np
 
 from ..memory import chunk_ranges
 from ..restriction import index_dtype
+from ..typing import IndexArray, Tags
 from . import reference as ref
 from .mesh import Mesh, unique_rows
 
@@ -54,10 +55,10 @@ class H1Numbering:
     node_lattice: np.ndarray
     node_weights: np.ndarray
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.offsets.flags.writeable = False
 
-    def boundary_nodes(self, tags=None):
+    def boundary_nodes(self, tags: Tags = None) -> IndexArray:
         """Global ids of the nodes on the mesh's tagged facets.
 
         A node lies on a facet iff all vertices with nonzero weight in its key
@@ -94,7 +95,7 @@ class H1Numbering:
         return np.unique(self.offsets[cell[f_idx], n_idx]).astype(np.int64)
 
 
-def h1_numbering(mesh, order):
+def h1_numbering(mesh: Mesh, order: int) -> H1Numbering:
     """Number the order-``order`` H1 (continuous Lagrange) nodes of a mesh.
 
     Parameters

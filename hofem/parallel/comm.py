@@ -1,9 +1,12 @@
 """Communicators, errors every rank agrees on, and binding one GPU to each rank."""
 
+from __future__ import annotations
+
 import os
 import sys
 import time
 import traceback
+from types import TracebackType
 
 from mpi4py import MPI
 
@@ -17,12 +20,12 @@ class ParallelError(RuntimeError):
     """An error raised on every rank of a communicator, with the failing rank's message."""
 
 
-def world():
+def world() -> MPI.Intracomm:
     """``MPI.COMM_WORLD``."""
     return MPI.COMM_WORLD
 
 
-def check_all(comm, error=None):
+def check_all(comm: MPI.Comm, error: BaseException | str | None = None) -> None:
     """Agree on errors collectively: raise the first rank's error on every rank.
 
     Every rank of ``comm`` must call this at the same point (it is a
@@ -70,16 +73,27 @@ class abort_on_error:
         Prefix of the printed line.
     """
 
-    def __init__(self, comm=None, status=1, input_status=2, prog="hofem"):
+    def __init__(
+        self,
+        comm: MPI.Comm | None = None,
+        status: int = 1,
+        input_status: int = 2,
+        prog: str = "hofem",
+    ) -> None:
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.status = status
         self.input_status = input_status
         self.prog = prog
 
-    def __enter__(self):
+    def __enter__(self) -> abort_on_error:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
         if exc is None or isinstance(exc, (SystemExit, KeyboardInterrupt)):
             return False
         rank = self.comm.rank
@@ -98,7 +112,7 @@ class abort_on_error:
         return False  # not reached
 
 
-def bind_device(comm):
+def bind_device(comm: MPI.Comm) -> int:
     """Make the node-local rank ``i`` of ``comm`` use GPU ``i`` (CuPy's current device).
 
     Ranks are grouped by node with ``MPI.COMM_TYPE_SHARED``; with more ranks

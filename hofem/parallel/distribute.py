@@ -1,16 +1,25 @@
 """Each rank's part of the mesh: a block of the box built in place, or a file mesh scattered."""
 
+from __future__ import annotations
+
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from os import PathLike
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..meshes import box_block
 from ..meshes import read as read_mesh
 from ..meshes.mesh import Mesh
+from ..typing import ArrayLike, IndexArray
 from .comm import check_all
 from .partition import partition
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["LocalMesh", "box_local", "distribute_mesh"]
 
@@ -37,9 +46,9 @@ class LocalMesh:
     """
 
     mesh: Mesh
-    vertex_ids: np.ndarray
+    vertex_ids: IndexArray  # (mesh.num_points,)
     num_global_cells: int
-    box_cuts: tuple = None
+    box_cuts: tuple[IndexArray, ...] | None = None
 
 
 def _block_grid(n, size):
@@ -56,7 +65,15 @@ def _block_grid(n, size):
     return best
 
 
-def box_local(comm, n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
+def box_local(
+    comm: MPI.Comm,
+    n: int | Sequence[int],
+    dim: int = 3,
+    simplex: bool = False,
+    order: int = 1,
+    distort: float = 0.0,
+    bounds: ArrayLike | None = None,  # (dim, 2)
+) -> LocalMesh:
     """This rank's block of :func:`hofem.meshes.box`, built without the rest of the box.
 
     The grid of ``n`` cells per direction is cut into ``prod(dims) = comm.size``
@@ -119,7 +136,9 @@ def _piece(mesh, cells):
     }
 
 
-def distribute_mesh(comm, mesh, method="rcb"):
+def distribute_mesh(
+    comm: MPI.Comm, mesh: Mesh | str | PathLike | None, method: str = "rcb"
+) -> LocalMesh:
     """Partition a mesh on rank 0 and send each rank its cells.
 
     Only rank 0 reads and holds the whole mesh; the others receive their part.

@@ -9,10 +9,19 @@ NCCL channel sends device buffers directly, on its own stream, so the interior
 elements run while the halo moves.
 """
 
+from __future__ import annotations
+
 import itertools
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mpi4py import MPI
+
+from ..typing import Array
+
+if TYPE_CHECKING:
+    from .layout import ParNumbering
 
 __all__ = ["Exchange", "MpiChannel", "NcclChannel", "nccl_communicator"]
 
@@ -207,7 +216,14 @@ class Exchange:
         Unknown transport, or ``"nccl"`` for host arrays or without NCCL.
     """
 
-    def __init__(self, comm, numbering, num_comp, xp, transport="auto"):
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        numbering: ParNumbering,
+        num_comp: int,
+        xp: ModuleType,
+        transport: str = "auto",
+    ) -> None:
         names = transport_names(xp)
         if "nccl" in names and _ranks_share_a_gpu(comm):
             names.remove("nccl")  # NCCL needs one GPU per rank
@@ -244,15 +260,15 @@ class Exchange:
         self._reverse = channel(self.comm, xp, r_ranks, recv_sizes, s_ranks, send_sizes, 22)
 
     @property
-    def t_size(self):
+    def t_size(self) -> int:
         return self.num_comp * self.num_owned
 
     @property
-    def l_size(self):
+    def l_size(self) -> int:
         return self.num_comp * self.num_nodes
 
     # --- P ---------------------------------------------------------------------------------
-    def start_prolong(self, x_t, x_l):
+    def start_prolong(self, x_t: Array, x_l: Array) -> None:
         """Begin ``x_l = P x_t``: owned entries copied, owners' values on their way to ghosts."""
         xp, nc = self.xp, self.num_comp
         x_l.reshape(nc, self.num_nodes)[:, : self.num_owned] = x_t.reshape(nc, self.num_owned)
@@ -260,13 +276,13 @@ class Exchange:
             xp.take(x_t, self._send_t, out=self._forward.send_buf)
         self._forward.start()
 
-    def finish_prolong(self, x_l):
+    def finish_prolong(self, x_l: Array) -> None:
         """Complete :meth:`start_prolong`: ghost entries of ``x_l`` received."""
         received = self._forward.finish()
         if self._ghost_l.size:
             x_l[self._ghost_l] = received
 
-    def prolong(self, x_t, x_l=None):
+    def prolong(self, x_t: Array, x_l: Array | None = None) -> Array:
         """``P x_t`` (an L-vector), into ``x_l`` when given.
 
         Parameters
@@ -280,7 +296,7 @@ class Exchange:
         return x_l
 
     # --- Pᵀ --------------------------------------------------------------------------------
-    def prolong_transpose_add(self, y_l, y_t):
+    def prolong_transpose_add(self, y_l: Array, y_t: Array) -> None:
         """``y_t += Pᵀ y_l``: owned entries plus the ghosts' contributions from other ranks."""
         xp, nc = self.xp, self.num_comp
         if self._ghost_l.size:
@@ -291,14 +307,14 @@ class Exchange:
         for index, (a, b) in self._send_segments:  # indices unique within one neighbour
             y_t[index] += received[a:b]
 
-    def prolong_transpose(self, y_l):
+    def prolong_transpose(self, y_l: Array) -> Array:
         """``Pᵀ y_l`` as a new T-vector."""
         y_t = self.xp.zeros(self.t_size)
         self.prolong_transpose_add(y_l, y_t)
         return y_t
 
     # --- reductions ------------------------------------------------------------------------
-    def allreduce(self, value):
+    def allreduce(self, value: Array | float) -> Array:
         """Sum of a 0-d array (or float) over the ranks, as a 0-d array of ``xp``.
 
         Over NCCL the sum stays on the device (no host synchronization); over
@@ -316,7 +332,7 @@ class Exchange:
         )
         return out
 
-    def free(self):
+    def free(self) -> None:
         """Release the persistent requests, the NCCL communicator and the duplicated one."""
         self._forward.free()
         self._reverse.free()

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..meshes.numbering import H1Numbering
+from ..typing import IndexArray
 
 __all__ = ["ParNumbering"]
 
@@ -42,14 +43,14 @@ class ParNumbering:
     num_nodes: int
     first_global: int
     num_global: int
-    send_ranks: np.ndarray
-    send_nodes: list
-    recv_ranks: np.ndarray
-    recv_counts: np.ndarray
-    ghost_global: np.ndarray
+    send_ranks: IndexArray  # (num_send,)
+    send_nodes: list[IndexArray]
+    recv_ranks: IndexArray  # (num_recv,)
+    recv_counts: IndexArray  # (num_recv,)
+    ghost_global: IndexArray  # (num_nodes - num_owned,)
 
     @property
-    def global_ids(self):
+    def global_ids(self) -> IndexArray:
         """Global id of every local node, ``(num_nodes,)`` int64."""
         owned = np.arange(self.first_global, self.first_global + self.num_owned, dtype=np.int64)
         return np.concatenate([owned, self.ghost_global])

@@ -14,6 +14,10 @@ first (the T-vector is its head) and ghosts after, grouped by owner rank and in
 the owner's send order, so a received buffer is the ghost block as it is.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 from mpi4py import MPI
 
@@ -22,6 +26,9 @@ from ..meshes.numbering import H1Numbering
 from ..restriction import index_dtype
 from .box_numbering import box_numbering
 from .layout import ParNumbering
+
+if TYPE_CHECKING:
+    from .distribute import LocalMesh
 
 __all__ = ["distributed_numbering"]
 
@@ -115,7 +122,7 @@ def _rows_in(a, b):
     return np.isin(np.ascontiguousarray(a).view(void).ravel(), np.ascontiguousarray(b).view(void))
 
 
-def distributed_numbering(comm, local_mesh, order: int) -> ParNumbering:
+def distributed_numbering(comm: MPI.Comm, local_mesh: LocalMesh, order: int) -> ParNumbering:
     """Number the order-``order`` H1 nodes of a distributed mesh consistently across ranks.
 
     Collective over ``comm``.

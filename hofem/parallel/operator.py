@@ -1,9 +1,19 @@
 """``ParOperator``: ``y_T = Pᵀ A_local P x_T``, the halo exchange hidden behind interior work."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from ..forms import diffusion as _diffusion
 from ..forms import mass as _mass
 from ..operator import _OperatorBase
+from ..typing import Array
 from ..vector_ops import VectorOps
+
+if TYPE_CHECKING:
+    from ..space import H1Space
+    from .space import ParH1Space
 
 __all__ = ["ParOperator", "ParallelVectorOps", "diffusion", "mass"]
 
@@ -20,24 +30,28 @@ class ParallelVectorOps(VectorOps):
         0-d array -> its sum over the ranks (a 0-d array of the same library).
     """
 
-    def __init__(self, inner, allreduce):
+    def __init__(self, inner: VectorOps, allreduce: Callable[[Array], Array]) -> None:
         super().__init__(inner.xp)
         self.inner = inner
         self._sum = allreduce
 
-    def dot(self, a, b):
+    def dot(self, a: Array, b: Array) -> Array:
         return self._sum(self.inner.dot(a, b))
 
-    def length(self, a):
+    def length(self, a: Array) -> int:
         return round(float(self._sum(self.xp.asarray(float(a.size)))))
 
-    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+    def update_xr(
+        self, rz: Array, pAp: Array, breakdown: Array, p: Array, Ap: Array, x: Array, r: Array
+    ) -> None:
         self.inner.update_xr(rz, pAp, breakdown, p, Ap, x, r)
 
-    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+    def update_xr_rr(
+        self, rz: Array, pAp: Array, breakdown: Array, p: Array, Ap: Array, x: Array, r: Array
+    ) -> Array:
         return self._sum(self.inner.update_xr_rr(rz, pAp, breakdown, p, Ap, x, r))
 
-    def update_p(self, z, rz_new, rz, p):
+    def update_p(self, z: Array, rz_new: Array, rz: Array, p: Array) -> None:
         self.inner.update_p(z, rz_new, rz, p)
 
 
@@ -70,7 +84,7 @@ class ParOperator(_OperatorBase):
         The local operators on the two cell ranges (None where a range is empty).
     """
 
-    def __init__(self, space, build):
+    def __init__(self, space: ParH1Space, build: Callable[[H1Space], _OperatorBase]) -> None:
         local, k = space.local, space.num_interior
         self.space = space
         self.ceed = space.ceed
@@ -89,7 +103,7 @@ class ParOperator(_OperatorBase):
         self._y = xp.zeros(local.num_dofs)  # (l_size,) A P x
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, int]:
         n = self.space.num_owned_dofs
         return (n, n)
 
@@ -104,7 +118,7 @@ class ParOperator(_OperatorBase):
             self.boundary.apply_add(x, y)
         exchange.prolong_transpose_add(y, v)
 
-    def linear_assemble_diagonal(self):
+    def linear_assemble_diagonal(self) -> Array:
         """Diagonal of the global matrix on the owned DOFs: local diagonals summed with ``Pᵀ``."""
         diag = self.ceed.xp.zeros(self.space.local.num_dofs)
         for op in (self.interior, self.boundary):
@@ -112,19 +126,19 @@ class ParOperator(_OperatorBase):
                 diag += op.linear_assemble_diagonal()
         return self.space.exchange.prolong_transpose(diag)
 
-    def vector_ops(self):
+    def vector_ops(self) -> VectorOps:
         """Inner products summed over the ranks (see :class:`ParallelVectorOps`)."""
         return ParallelVectorOps(super().vector_ops(), self.space.exchange.allreduce)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ParOperator(shape={self.shape}, space={self.space!r})"
 
 
-def mass(space, **kwargs):
+def mass(space: ParH1Space, **kwargs: Any) -> ParOperator:
     """Distributed :func:`hofem.mass` on a :class:`ParH1Space` (same keyword arguments)."""
     return ParOperator(space, lambda s: _mass(s, **kwargs))
 
 
-def diffusion(space, **kwargs):
+def diffusion(space: ParH1Space, **kwargs: Any) -> ParOperator:
     """Distributed :func:`hofem.diffusion` on a :class:`ParH1Space` (same keyword arguments)."""
     return ParOperator(space, lambda s: _diffusion(s, **kwargs))

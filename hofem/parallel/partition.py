@@ -3,14 +3,15 @@
 import numpy as np
 
 from ..meshes import reference as ref
-from ..meshes.mesh import unique_rows
+from ..meshes.mesh import Mesh, unique_rows
+from ..typing import ArrayLike, IndexArray
 
 __all__ = ["balance", "dual_graph", "partition", "rcb"]
 
 METHODS = ("rcb", "metis")
 
 
-def rcb(points, num_parts):
+def rcb(points: ArrayLike, num_parts: int) -> IndexArray:
     """Recursive coordinate bisection of points into ``num_parts`` parts.
 
     Each step splits a set along its longest extent at the weighted median,
@@ -55,7 +56,7 @@ def rcb(points, num_parts):
     return part
 
 
-def dual_graph(mesh):
+def dual_graph(mesh: Mesh) -> tuple[IndexArray, IndexArray]:
     """Cells adjacent through a facet, as CSR arrays (METIS's ``xadj``/``adjncy``).
 
     Parameters
@@ -85,7 +86,7 @@ def dual_graph(mesh):
     return xadj, cols.astype(np.int64)
 
 
-def partition(mesh, num_parts, method="rcb"):
+def partition(mesh: Mesh, num_parts: int, method: str = "rcb") -> IndexArray:
     """Partition a mesh's cells.
 
     Parameters
@@ -136,7 +137,7 @@ def partition(mesh, num_parts, method="rcb"):
     return part
 
 
-def balance(counts):
+def balance(counts: ArrayLike) -> float:
     """Load balance of per-part counts: ``max / mean`` (1.0 is perfect).
 
     Parameters

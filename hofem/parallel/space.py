@@ -1,17 +1,26 @@
 """``ParH1Space``: an H1 space distributed over MPI ranks (T-vectors, P, boundary DOFs)."""
 
+from __future__ import annotations
+
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from mpi4py import MPI
 
 from ..meshes.numbering import H1Numbering
 from ..space import H1Space, free_indices
+from ..typing import Array, IndexArray, Tags
 from .comm import check_all
 from .exchange import Exchange
 from .numbering import distributed_numbering
 from .partition import balance
+
+if TYPE_CHECKING:
+    from ..ceed import Ceed
+    from .distribute import LocalMesh
 
 __all__ = ["ParH1Space"]
 
@@ -88,7 +97,15 @@ class ParH1Space:
         On every rank: ranks on different backends, an empty rank, a bad order.
     """
 
-    def __init__(self, ceed, local_mesh, order, num_comp=1, comm=None, transport="auto"):
+    def __init__(
+        self,
+        ceed: Ceed,
+        local_mesh: LocalMesh,
+        order: int,
+        num_comp: int = 1,
+        comm: MPI.Comm | None = None,
+        transport: str = "auto",
+    ) -> None:
         comm = MPI.COMM_WORLD if comm is None else comm
         resources = comm.allgather(ceed.resource)
         error = None
@@ -121,7 +138,7 @@ class ParH1Space:
         self.num_elem = comm.allreduce(self.local.num_elem)
         self.cell_type = mesh.cell_type
 
-    def with_order(self, order):
+    def with_order(self, order: int) -> ParH1Space:
         """The same distributed mesh at another order (collective; e.g. a multigrid level).
 
         Its local cells may come in another order (interior first at that order):
@@ -132,28 +149,28 @@ class ParH1Space:
         )
 
     @property
-    def vector_size(self):
+    def vector_size(self) -> int:
         """Size of a solution vector on this rank: the T-vector, ``num_owned_dofs``."""
         return self.num_owned_dofs
 
     # --- T <-> L ---------------------------------------------------------------------------
-    def prolong(self, x_t):
+    def prolong(self, x_t: Array) -> Array:
         """``P x_t``: the local L-vector of a T-vector (owners' values on every sharer)."""
         self.ceed.backend.check_vector(x_t, "x_t", (self.num_owned_dofs,))
         return self.exchange.prolong(x_t)
 
-    def prolong_transpose(self, y_l):
+    def prolong_transpose(self, y_l: Array) -> Array:
         """``Pᵀ y_l``: local contributions summed into their owners' T-vectors."""
         self.ceed.backend.check_vector(y_l, "y_l", (self.local.num_dofs,))
         return self.exchange.prolong_transpose(y_l)
 
-    def restrict(self, x_l):
+    def restrict(self, x_l: Array) -> Array:
         """The owned entries of an L-vector (a T-vector; the injection ``R``, ``R P = I``)."""
         self.ceed.backend.check_vector(x_l, "x_l", (self.local.num_dofs,))
         own = self.numbering.num_owned
         return x_l.reshape(self.num_comp, -1)[:, :own].ravel()
 
-    def global_dofs(self):
+    def global_dofs(self) -> IndexArray:
         """Global DOF number of each T-vector entry, ``(num_owned_dofs,)`` int64 (host).
 
         Component ``c`` of global node ``g`` is ``c * num_global_nodes + g``,
@@ -165,24 +182,24 @@ class ParH1Space:
         return (comp + nodes[None, :]).ravel()
 
     # --- reductions ------------------------------------------------------------------------
-    def dot(self, a, b):
+    def dot(self, a: Array, b: Array) -> Array:
         """Global ``a . b`` of two T-vectors (0-d array of the backend)."""
         return self.exchange.allreduce(self.ceed.xp.vdot(a, b))
 
-    def norm(self, a):
+    def norm(self, a: Array) -> float:
         """Global ``||a||`` of a T-vector (host float)."""
         return math.sqrt(float(self.dot(a, a)))
 
     # --- functions -------------------------------------------------------------------------
-    def interpolate(self, f):
+    def interpolate(self, f: Callable[[Array], Array]) -> Array:
         """Nodal interpolant of ``f`` as a T-vector (see :meth:`hofem.H1Space.interpolate`)."""
         return self.restrict(self.local.interpolate(f))
 
-    def load_vector(self, f, q_extra=1):
+    def load_vector(self, f: Callable[[Array], Array], q_extra: int = 1) -> Array:
         """T-vector ``b_i = integral f phi_i`` (see :meth:`hofem.H1Space.load_vector`)."""
         return self.exchange.prolong_transpose(self.local.load_vector(f, q_extra))
 
-    def boundary_dofs(self, tags=None):
+    def boundary_dofs(self, tags: Tags = None) -> IndexArray:
         """T-vector indices of the owned DOFs on tagged boundary facets (all components).
 
         A node is on the boundary if any rank sees it on a boundary facet
@@ -197,11 +214,17 @@ class ParH1Space:
         summed = self.exchange.prolong_transpose(self.ceed.asarray(flag.ravel()))
         return np.flatnonzero(self.ceed.to_numpy(summed) > 0)
 
-    def free_dofs(self, tags=None):
+    def free_dofs(self, tags: Tags = None) -> IndexArray:
         """Sorted T-vector indices not in :meth:`boundary_dofs` ``(tags)``."""
         return free_indices(self.num_owned_dofs, self.boundary_dofs(tags))
 
-    def errors(self, u_t, exact, grad_exact=None, q_extra=2):
+    def errors(
+        self,
+        u_t: Array,
+        exact: Callable[[Array], Array],
+        grad_exact: Callable[[Array], Array] | None = None,
+        q_extra: int = 2,
+    ) -> float | tuple[float, float]:
         """Global L2 (and H1-seminorm) errors of a T-vector; see :meth:`hofem.H1Space.errors`."""
         local = self.local.errors(self.prolong(u_t), exact, grad_exact, q_extra)
         local = np.atleast_1d(local)
@@ -209,7 +232,7 @@ class ParH1Space:
         result = [float(v) for v in np.sqrt(squares)]
         return result[0] if grad_exact is None else tuple(result)
 
-    def balance(self):
+    def balance(self) -> dict[str, Any]:
         """Cells and owned DOFs of every rank, and their max/mean balance (collective).
 
         Returns
@@ -227,7 +250,7 @@ class ParH1Space:
             "dof_balance": balance(dofs),
         }
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"ParH1Space({self.local.mesh.cell_type}, order={self.order}, "
             f"num_comp={self.num_comp}, rank {self.comm.rank}/{self.comm.size}, "
