@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,10 +32,7 @@ from .polynomials import (
 )
 from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import _positive_int
-from .typing import Array, ArrayLike, FloatArray
-
-if TYPE_CHECKING:
-    from .ceed import Ceed
+from .typing import Array, ArrayLike, CeedLike, FloatArray
 
 __all__ = ["Basis", "cell_center", "collocated_grad", "tensor_topology"]
 
@@ -100,7 +96,9 @@ class Basis:
         programs), set by ``backend.basis_setup``; only the backend reads it.
     """
 
-    def __init__(self, ceed: Ceed, topology: Topology, num_comp: int, **data: FloatArray) -> None:
+    def __init__(
+        self, ceed: CeedLike, topology: Topology, num_comp: int, **data: FloatArray
+    ) -> None:
         self.ceed = ceed
         self.topology = topology
         self.dim = topology.dim
@@ -376,7 +374,7 @@ def collocated_grad(B: FloatArray, G: FloatArray) -> FloatArray | None:
 
 
 def tensor_h1(
-    ceed: Ceed,
+    ceed: CeedLike,
     dim: int,
     num_comp: int,
     P_1d: int,
@@ -402,7 +400,7 @@ def tensor_h1(
 
 
 def tensor_h1_lagrange(
-    ceed: Ceed, dim: int, num_comp: int, P: int, Q: int, quad_mode: QuadMode
+    ceed: CeedLike, dim: int, num_comp: int, P: int, Q: int, quad_mode: QuadMode
 ) -> Basis:
     """Lagrange basis on P Gauss-Lobatto nodes, Q-point Gauss or Gauss-Lobatto rule."""
     P = _positive_int(P, "P", 2)
@@ -422,7 +420,7 @@ def tensor_h1_lagrange(
 
 
 def h1(
-    ceed: Ceed,
+    ceed: CeedLike,
     topology: Topology,
     num_comp: int,
     num_nodes: int,
@@ -450,7 +448,12 @@ def h1(
 
 
 def h1_lagrange(
-    ceed: Ceed, topology: Topology, num_comp: int, order: int, q_order: int, rule: str = "collapsed"
+    ceed: CeedLike,
+    topology: Topology,
+    num_comp: int,
+    order: int,
+    q_order: int,
+    rule: str = "collapsed",
 ) -> Basis:
     """Simplex Lagrange basis of ``order`` with a simplex rule exact to degree ``q_order``.
 

@@ -23,11 +23,10 @@ from .constants import (
 )
 from .memory import chunk_ranges
 from .restriction import ElemRestriction, index_dtype
-from .typing import Array, ArrayLike, LinearOperator, SparseMatrix
+from .typing import Array, ArrayLike, CeedLike, LinearOperator, SparseMatrix
 from .vector_ops import VectorOps
 
 if TYPE_CHECKING:
-    from .ceed import Ceed
     from .qfunction import QFunction
     from .transfer import Transfer
 
@@ -177,7 +176,7 @@ class Operator(_OperatorBase):
         of its own; only the backend reads it, and :meth:`set_field` empties it.
     """
 
-    def __init__(self, ceed: Ceed, qf: QFunction) -> None:
+    def __init__(self, ceed: CeedLike, qf: QFunction) -> None:
         self.ceed = ceed
         self.qf = qf
         self.fields = {}
@@ -489,7 +488,9 @@ class CompositeOperator(_OperatorBase):
         All of the same shape and Ceed.
     """
 
-    def __init__(self, ceed: Ceed, operators: Iterable[Operator | CompositeOperator] = ()) -> None:
+    def __init__(
+        self, ceed: CeedLike, operators: Iterable[Operator | CompositeOperator] = ()
+    ) -> None:
         self.ceed = ceed
         self.operators = []
         for op in operators:

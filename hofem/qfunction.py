@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .constants import EVAL_WEIGHT, EvalMode
-from .typing import Array
-
-if TYPE_CHECKING:
-    from .ceed import Ceed
+from .typing import Array, CeedLike
 
 __all__ = ["QFunction", "QFunctionField", "make_context"]
 
@@ -124,7 +121,7 @@ class QFunction:
 
     def __init__(
         self,
-        ceed: Ceed,
+        ceed: CeedLike,
         func: Callable[..., None],
         inputs: Iterable[FieldSpec],
         outputs: Iterable[FieldSpec],

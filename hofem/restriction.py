@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .constants import NOTRANSPOSE, STRIDES_BACKEND, TRANSPOSE, TransposeMode, _Sentinel
-from .typing import Array, ArrayLike, IndexArray
-
-if TYPE_CHECKING:
-    from .ceed import Ceed
+from .typing import Array, ArrayLike, CeedLike, IndexArray
 
 __all__ = ["ElemRestriction"]
 
@@ -118,7 +114,7 @@ class ElemRestriction:
 
     def __init__(
         self,
-        ceed: Ceed,
+        ceed: CeedLike,
         num_elem: int,
         elem_size: int,
         num_comp: int,

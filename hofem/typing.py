@@ -13,13 +13,17 @@ does not carry them.
 - :data:`ArrayLike`: anything ``numpy.asarray`` takes (lists, NumPy arrays).
 - :data:`Tags`: facet tags or tag names of a mesh (``Mesh.tag_names``), one or
   several; None for the whole boundary.
+- :class:`CeedLike`: what restrictions, bases, QFunctions and operators use of the
+  :class:`hofem.Ceed` that made them (its backend, array module and conversions);
+  typed as a protocol so that those layers need not import the ``Ceed`` above them.
 - :data:`SparseMatrix`, :data:`LinearOperator`: SciPy's (CPU backends) or
   CuPy's (``cupyx.scipy.sparse``, CUDA backends) CSR matrix and
   ``LinearOperator``; ``Any`` for the reason :data:`Array` is.
 """
 
 from collections.abc import Iterable
-from typing import Any, TypeAlias
+from types import ModuleType
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +32,7 @@ __all__ = [
     "Array",
     "ArrayLike",
     "BoolArray",
+    "CeedLike",
     "FloatArray",
     "IndexArray",
     "LinearOperator",
@@ -51,3 +56,19 @@ SparseMatrix: TypeAlias = Any
 LinearOperator: TypeAlias = Any
 #: Facet tags or tag names (``Mesh.tag_names``), one or several; None: the whole boundary.
 Tags: TypeAlias = int | str | Iterable[int | str] | None
+
+
+class CeedLike(Protocol):
+    """The face of a :class:`hofem.Ceed` that the objects it creates use."""
+
+    backend: Any  # the resolved backend (hofem.backends.contract.Backend)
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def xp(self) -> ModuleType: ...
+
+    def asarray(self, x: Any, dtype: Any = None) -> Any: ...
+
+    def to_numpy(self, x: Any) -> np.ndarray: ...
