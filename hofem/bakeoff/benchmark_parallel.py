@@ -102,7 +102,7 @@ def run_case(
 
         device_bytes = cupy.get_default_memory_pool().total_bytes()
     local_dofs = space.local.num_dofs
-    footprint = solve_footprint(problem, x, M, variant)["bytes"]
+    footprint = solve_footprint(problem, x, variant=variant)["bytes"]
     balance = space.balance()
     rate = space.num_dofs * info.iterations / seconds
     return {
