@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import backends
+from .cg_variants import VARIANTS, pipelined_loop, single_reduction_loop
 from .operator import _OperatorBase
 from .typing import Array
 from .vector_ops import VectorOps
@@ -143,6 +144,7 @@ def cg(
     callback: Callable[[npt.NDArray[np.float64]], None] | None = None,
     check_every: int | None = None,
     device_loop: bool | None = None,
+    variant: str = "standard",
 ) -> tuple[npt.NDArray[np.float64], CGInfo]:
     """Conjugate gradients for symmetric positive definite ``A``, SciPy's conventions.
 
@@ -188,6 +190,14 @@ def cg(
     device_loop : bool, optional
         Default (None): the device loop where it applies.  False: always the
         host loop.  True: the device loop, or ValueError where it does not apply.
+    variant : {"standard", "single_reduction", "pipelined"}
+        ``"single_reduction"``: Chronopoulos-Gear CG, ``"pipelined"``:
+        Ghysels-Vanroose CG (:mod:`hofem.cg_variants`); both sum the inner products
+        of an iteration in one reduction (one all-reduce of three values on a
+        distributed operator, against two or three), the pipelined one overlapping
+        it with the operator.  Same stopping test and :class:`CGInfo`.  They run
+        in the host loop (the device loop is standard CG only).  See "CG variants"
+        in ``docs/solvers.md`` for their rounding and when each wins.
 
     Returns
     -------
@@ -202,11 +212,13 @@ def cg(
         ``A`` or ``M`` of an unsupported type; ``b`` not an array.
     ValueError
         Shapes that disagree, non-positive ``maxiter``/``check_every``,
-        negative tolerances; ``device_loop=True`` where it does not apply.
+        negative tolerances; ``device_loop=True`` where it does not apply;
+        an unknown ``variant``.
     """
     ops, maxiter = _checked_arguments(A, b, rtol, atol, maxiter, check_every)
     _check_shapes(A, b, x0, M)
-    device = _device_cg(A, b, x0, M, callback, device_loop)
+    _check_variant(variant, device_loop)
+    device = None if variant != "standard" else _device_cg(A, b, x0, M, callback, device_loop)
     if device is not None:
         inv_diag = None if M is None else M.inv_diag
         tol = max(rtol * ops.norm(b), atol)
@@ -219,7 +231,49 @@ def cg(
         raise ValueError(f"x0 must have shape {b.shape}, got {x.shape}")
     tol = max(rtol * ops.norm(b), atol)
     r = b - matvec(x) if x0 is not None else b.copy()  # (n,)
-    return _host_loop(ops, apply_dot, precond, x, r, tol, maxiter, check_every, callback)
+    if variant == "standard":
+        return _host_loop(ops, apply_dot, precond, x, r, tol, maxiter, check_every, callback)
+    loop = single_reduction_loop if variant == "single_reduction" else pipelined_loop
+    apply = A.apply if _applies_in_place(A, b) else _apply_into(matvec)
+    status, iterations, r_norm = loop(
+        ops, apply, precond, x, r, tol, maxiter, check_every, callback
+    )
+    return x, _report(status, iterations, r_norm, tol)
+
+
+def _check_variant(variant, device_loop):
+    """Raise ValueError for an unknown ``variant`` or one asked of the device loop."""
+    if variant not in VARIANTS:
+        choices = ", ".join(repr(v) for v in VARIANTS)
+        raise ValueError(f"variant must be one of {choices}; got {variant!r}")
+    if variant != "standard" and device_loop:
+        raise ValueError(
+            f"device_loop=True runs standard CG only; variant={variant!r} runs in the host "
+            "loop: leave device_loop=None"
+        )
+
+
+def _applies_in_place(A, b):
+    """Whether ``A.apply(v, out)`` writes ``A v`` into ``out``: a square hofem operator."""
+    return isinstance(A, _OperatorBase) and A.shape == (b.shape[0],) * 2
+
+
+def _apply_into(matvec):
+    """``apply(v, out)``: ``out = matvec(v)`` for matrices, LinearOperators, callables."""
+
+    def apply(v, out):
+        out[...] = matvec(v)
+
+    return apply
+
+
+def _report(status, iterations, r_norm, tol):
+    """The :class:`CGInfo` of a loop's ``(status, iterations, residual_norm)``."""
+    if status == "converged":
+        return CGInfo.converged(iterations, r_norm)
+    if status == "breakdown":
+        return CGInfo.breakdown(iterations, r_norm)
+    return CGInfo.not_converged(iterations, r_norm, tol)
 
 
 def _checked_arguments(A, b, rtol, atol, maxiter, check_every):

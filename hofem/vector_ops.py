@@ -9,7 +9,9 @@ of the vectors' library, so on a GPU nothing synchronizes with the host.
 """
 
 import math
+from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -69,3 +71,99 @@ class VectorOps:
         """``p = z + beta p`` in place, ``beta = rz_new / rz``."""
         p *= self._beta(rz_new, rz)
         p += z
+
+    # --- CG variants (hofem.cg(variant=...)): one reduction of k values per iteration ---------
+    def local_dots(self, pairs: Sequence[tuple[Array, Array]]) -> Array:
+        """``[a . b for (a, b) in pairs]`` over this process's entries, a (k,) array.
+
+        One pass over the vectors where the library can (Numba, CUDA); the
+        expressions here make one pass per pair.
+        """
+        xp = self.xp
+        return xp.stack([xp.vdot(a, b) for a, b in pairs])
+
+    def sum_start(self, values: Array) -> Any:
+        """Start summing the (k,) ``values`` over the ranks; :meth:`sum_finish` takes
+        what this returns.  Work done in between overlaps the reduction.  One process:
+        nothing to sum."""
+        return values
+
+    def sum_finish(self, pending: Any) -> Array:
+        """The (k,) sums over the ranks started by :meth:`sum_start`."""
+        return pending
+
+    def dots(self, pairs: Sequence[tuple[Array, Array]]) -> Array:
+        """The inner products of ``pairs`` as a (k,) array, summed over the ranks at once."""
+        return self.sum_finish(self.sum_start(self.local_dots(pairs)))
+
+    def variant_scalars(
+        self,
+        gamma: Array,
+        gamma_old: Array,
+        delta: Array,
+        alpha_old: Array,
+        first: bool,
+        breakdown: Array,
+    ) -> tuple[Array, Array]:
+        """``alpha, beta`` (0-d arrays) of Chronopoulos-Gear and Ghysels-Vanroose CG.
+
+        ``beta = gamma / gamma_old`` and ``alpha = gamma / (delta - beta gamma /
+        alpha_old)`` with ``gamma = r . u``, ``delta = w . u`` (``u = M r``, ``w = A u``);
+        the denominator is ``p . A p`` in exact arithmetic, so it raises ``breakdown``
+        as :meth:`update_xr` does.  ``first``: ``beta = 0``, ``alpha = gamma / delta``.
+        """
+        xp = self.xp
+        if first:
+            beta = xp.zeros(())
+            denominator = delta
+        else:
+            beta = self._beta(gamma, gamma_old)
+            denominator = delta - beta * gamma / xp.where(alpha_old != 0, alpha_old, 1.0)
+        return self._alpha(gamma, denominator, breakdown), beta
+
+    def single_reduction_update(
+        self,
+        alpha: Array,
+        beta: Array,
+        u: Array,
+        w: Array,
+        p: Array,
+        s: Array,
+        x: Array,
+        r: Array,
+    ) -> None:
+        """Chronopoulos-Gear: ``p = u + beta p; s = w + beta s; x += alpha p;
+        r -= alpha s`` (all (n,); ``u`` may be ``r``)."""
+        p *= beta
+        p += u
+        s *= beta
+        s += w
+        x += alpha * p
+        r -= alpha * s
+
+    def pipelined_update(self, alpha: Array, beta: Array, vectors: Sequence[Array | None]) -> Array:
+        """Ghysels-Vanroose: the recurrences of one iteration, then the local dots of the next.
+
+        ``vectors``: ``x r u w m n p s q z``, all (n,), with ``u``, ``m``, ``q`` None
+        unpreconditioned (``u = r``, ``m = w``, ``q = s``).  ``z = n + beta z;
+        q = m + beta q; s = w + beta s; p = u + beta p; x += alpha p; r -= alpha s;
+        u -= alpha q; w -= alpha z``; returns :meth:`local_dots` of ``(r, u), (w, u),
+        (r, r)`` for the new vectors (unpreconditioned ``(r, r), (w, r)``).
+        """
+        x, r, u, w, m, n, p, s, q, z = vectors
+        z *= beta
+        z += n
+        s *= beta
+        s += w
+        p *= beta
+        p += r if u is None else u
+        if u is not None:
+            q *= beta
+            q += m
+            u -= alpha * q
+        x += alpha * p
+        r -= alpha * s
+        w -= alpha * z
+        if u is None:
+            return self.local_dots(((r, r), (w, r)))
+        return self.local_dots(((r, u), (w, u), (r, r)))

@@ -184,3 +184,99 @@ def test_device_loop_validation(ceed):
         hf.cg(A, ceed.to_numpy(b))
     with pytest.raises(ValueError, match=r"x0 must have shape"):
         hf.cg(A, b, x0=b[:-1])
+
+
+VARIANTS = ("single_reduction", "pipelined")
+
+
+def _variant_allowance(variant, iterations):
+    """Iterations a variant may differ from standard CG (docs/solvers.md, "CG variants"):
+    Chronopoulos-Gear 1 + 1% (the threshold crossed an iteration apart; +2 of 253 seen on
+    SPD matrices), pipelined CG's larger rounding 1 + 5% (up to +4.7% at rtol 1e-8)."""
+    share = 0.01 if variant == "single_reduction" else 0.05
+    return 1 + round(share * iterations)
+
+
+@pytest.mark.parametrize("precondition", [False, True])
+def test_cg_variants_match_standard(ceed, precondition):
+    """Every variant: standard CG's solution to the tolerance, its iteration count within
+    the documented rounding difference, the same CGInfo; operators of every kind."""
+    for name, A, b in _cg_problems(ceed):
+        M = hf.jacobi(A) if precondition else None
+        x_std, std = hf.cg(A, b, rtol=1e-9, M=M)
+        scale = float(np.linalg.norm(ceed.to_numpy(x_std)))
+        b_norm = float(np.linalg.norm(ceed.to_numpy(b)))
+        for variant in VARIANTS:
+            x, info = hf.cg(A, b, rtol=1e-9, M=M, variant=variant)
+            assert info == 0 and info.message == "converged", (name, variant, info.message)
+            allowed = _variant_allowance(variant, std.iterations)
+            assert abs(info.iterations - std.iterations) <= allowed, (name, variant, info)
+            assert info.residual_norm <= 1e-9 * b_norm
+            true = float(np.linalg.norm(ceed.to_numpy(b - A(x))))
+            assert true <= 1.1e-9 * b_norm, (name, variant, true / b_norm)
+            error = float(np.linalg.norm(ceed.to_numpy(x - x_std)))
+            assert error <= 1e-7 * scale, (name, variant, error / scale)
+
+
+def test_cg_variants_with_pmg(ceed):
+    """A callable preconditioner (hf.pmg): the same iterations and solution."""
+    _, A, b = _cg_problems(ceed)[2]
+    M = hf.pmg(A)
+    x_std, std = hf.cg(A, b, rtol=1e-10, M=M)
+    for variant in VARIANTS:
+        x, info = hf.cg(A, b, rtol=1e-10, M=M, variant=variant)
+        assert info == 0 and abs(info.iterations - std.iterations) <= 1, (variant, info)
+        error = float(np.linalg.norm(ceed.to_numpy(x - x_std)))
+        assert error <= 1e-8 * float(np.linalg.norm(ceed.to_numpy(x_std))), variant
+
+
+def _spd_matrix(n, condition, seed):
+    """A dense SPD matrix (n, n) with eigenvalues spaced logarithmically in [1, condition]."""
+    rng = np.random.default_rng(seed)
+    Q = np.linalg.qr(rng.standard_normal((n, n)))[0]
+    return (Q * np.logspace(0, np.log10(condition), n)) @ Q.T, rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("precondition", [False, True])
+def test_cg_variants_on_spd_matrices(ref, precondition):
+    """Random SPD matrices (about 250 iterations at rtol 1e-8): the documented differences."""
+    A, b = _spd_matrix(300, 1e3, 0)
+    M = scipy.sparse.diags(1 / np.diag(A)) if precondition else None
+    x_std, std = hf.cg(A, b, rtol=1e-8, M=M)
+    for variant in VARIANTS:
+        x, info = hf.cg(scipy.sparse.csr_matrix(A), b, rtol=1e-8, M=M, variant=variant)
+        assert info == 0 and std == 0
+        assert abs(info.iterations - std.iterations) <= _variant_allowance(variant, 250), info
+        assert np.linalg.norm(b - A @ x) <= 1.1e-8 * np.linalg.norm(b), variant
+        np.testing.assert_allclose(x, x_std, rtol=0, atol=1e-6 * np.abs(x_std).max())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cg_variants_x0_callback_maxiter_breakdown(ref, variant):
+    A = scipy.sparse.diags(np.arange(1.0, 51.0))
+    b = np.ones(50)
+    seen = []
+    x, info = hf.cg(
+        A, b, x0=np.full(50, 0.5), variant=variant, callback=lambda xk: seen.append(xk.copy())
+    )
+    assert info == 0 and len(seen) == info.iterations
+    np.testing.assert_allclose(x, 1 / np.arange(1.0, 51.0), rtol=1e-7)
+    x, info = hf.cg(A, b, maxiter=3, variant=variant)
+    x_std, _ = hf.cg(A, b, maxiter=3)
+    assert info == 3 and info.iterations == 3 and "not converged in 3" in info.message
+    np.testing.assert_allclose(x, x_std, rtol=1e-12)  # the same Krylov iterate
+    x, info = hf.cg(lambda v: 2 * v, b, check_every=4, variant=variant)
+    assert info == 0 and info.iterations == 4  # converged at 1, noticed at the check
+    assert hf.cg(A, np.zeros(50), variant=variant)[1].iterations == 0
+    _, info = hf.cg(np.diag([1.0, -1.0, 2.0]), np.array([1.0, 1.0, 0.0]), variant=variant)
+    assert info < 0 and "breakdown by iteration 1" in info.message
+    _, info = hf.cg(lambda v: v * np.nan, np.ones(3), variant=variant)
+    assert info < 0
+
+
+def test_cg_variant_validation(ceed):
+    _, A, b = _cg_problems(ceed)[0]
+    with pytest.raises(ValueError, match="variant must be one of 'standard', 'single_reduction'"):
+        hf.cg(A, b, variant="chebyshev")
+    with pytest.raises(ValueError, match="device_loop=True runs standard CG only"):
+        hf.cg(A, b, variant="pipelined", device_loop=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import hofem as hf
 from hofem import meshes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,19 @@ def test_distributed_equals_serial(n, ceed):
     run = mpiexec(n, str(CASES), "equal", ceed.resource)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.strip().splitlines()[-1] == "OK equal"
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
+@pytest.mark.parametrize("resource", ["/cpu/self/ref", "/cpu/self/numba"])
+def test_cg_variants_equal_serial_with_one_reduction(n, resource):
+    """hf.cg(variant=...) on ParOperator: the serial solution and count, one all-reduce each."""
+    if resource not in hf.available():
+        pytest.skip(f"{resource} is not available here")
+    run = mpiexec(n, str(CASES), "variants", resource)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "OK variants"
 
 
 @pytest.mark.mpi

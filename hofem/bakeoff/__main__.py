@@ -29,6 +29,7 @@ from .common import (
     Parser,
     UsageError,
     add_ceed_argument,
+    add_cg_variant_argument,
     add_geometry_argument,
     add_preconditioner_argument,
     bp_name,
@@ -89,6 +90,7 @@ def parse_args(argv):
     )
     parser.add_argument("--maxiter", type=positive_int, default=None, help="CG iteration limit")
     add_preconditioner_argument(parser)
+    add_cg_variant_argument(parser)
     parser.add_argument(
         "--partition",
         choices=("rcb", "metis"),
@@ -178,6 +180,7 @@ def run_distributed(args):
         rtol=args.rtol,
         maxiter=args.maxiter,
         preconditioner=preconditioner_of(args),
+        variant=args.cg_variant,
     )
     balance = problem.space.balance()
     result["element_balance"] = balance["element_balance"]
@@ -234,6 +237,7 @@ def solve_one(argv):
         rtol=args.rtol,
         maxiter=args.maxiter,
         preconditioner=preconditioner_of(args),
+        variant=args.cg_variant,
     )
     report(result)
     return 0 if result["converged"] else 1

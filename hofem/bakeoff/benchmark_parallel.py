@@ -26,6 +26,7 @@ from .common import (
     EXIT_STATUS_EPILOG,
     Parser,
     add_ceed_argument,
+    add_cg_variant_argument,
     add_geometry_argument,
     add_preconditioner_argument,
     add_problem_arguments,
@@ -49,6 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
     add_preconditioner_argument(parser)
+    add_cg_variant_argument(parser)
     add_geometry_argument(parser)
     parser.add_argument(
         "--force",
@@ -63,10 +65,14 @@ def box_elements(dofs, p):
     return max(1, round((dofs ** (1 / 3) - 1) / p))
 
 
-def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", preconditioner=None):
+def run_case(
+    comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", preconditioner=None,
+    variant="standard",
+):  # fmt: skip
     """One timed case (collective); the result dict on every rank.
 
     ``preconditioner``: None, "jacobi" or "pmg"; its set-up is timed on its own.
+    ``variant``: :func:`hofem.cg`'s (standard, single_reduction, pipelined).
     """
     elements = box_elements(dofs, p)
     baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
@@ -81,11 +87,11 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", pr
     ceed.backend.synchronize()
     comm.Barrier()
     precond_setup_s = time.perf_counter() - start
-    hf.cg(op, b, rtol=0.0, maxiter=2, M=M)  # warm-up: compilation, NCCL/MPI set-up
+    hf.cg(op, b, rtol=0.0, maxiter=2, M=M, variant=variant)  # warm-up: compilation, NCCL/MPI
     ceed.backend.synchronize()
     comm.Barrier()
     start = time.perf_counter()
-    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations, M=M)
+    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations, M=M, variant=variant)
     ceed.backend.synchronize()
     comm.Barrier()
     seconds = time.perf_counter() - start
@@ -96,7 +102,7 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", pr
 
         device_bytes = cupy.get_default_memory_pool().total_bytes()
     local_dofs = space.local.num_dofs
-    footprint = solve_footprint(problem, x)["bytes"]
+    footprint = solve_footprint(problem, x, variant=variant)["bytes"]
     balance = space.balance()
     rate = space.num_dofs * info.iterations / seconds
     return {
@@ -110,6 +116,7 @@ def run_case(comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", pr
         "geometry_used": problem.geometry,
         "transport": space.exchange.transport,
         "preconditioner": preconditioner,
+        "cg_variant": variant,
         "precond_setup_s": precond_setup_s,
         "iterations": info.iterations,
         "solve_s": seconds,
@@ -167,6 +174,7 @@ def main(argv=None):
                 args.transport,
                 args.geometry,
                 preconditioner_of(args),
+                args.cg_variant,
             )
             if comm.rank == 0:
                 print(json.dumps(result), flush=True)

@@ -20,6 +20,7 @@ import numpy as np
 
 import hofem as hf
 from hofem import backends
+from hofem.cg_variants import VARIANTS as CG_VARIANTS
 from hofem.geometry import GEOMETRY_MODES
 
 from .problems import PROBLEMS, median_seconds
@@ -203,6 +204,17 @@ def preconditioner_of(args):
     """The preconditioner the arguments ask for: None, "jacobi" or "pmg"."""
     name = "jacobi" if args.jacobi else args.preconditioner
     return None if name == "none" else name
+
+
+def add_cg_variant_argument(parser):
+    """``--cg-variant standard|single_reduction|pipelined`` (``hf.cg``'s ``variant``)."""
+    parser.add_argument(
+        "--cg-variant",
+        choices=CG_VARIANTS,
+        default="standard",
+        help="CG variant (default standard; single_reduction: Chronopoulos-Gear, pipelined: "
+        "Ghysels-Vanroose; both one all-reduce an iteration, in the host loop)",
+    )
 
 
 def add_ceed_argument(parser, default, many=False):

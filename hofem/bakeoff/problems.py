@@ -270,7 +270,7 @@ def accuracy(problem, x):
     return residual, space.errors(full, problem.exact)
 
 
-def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
+def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None, variant="standard"):
     """Solve with CG and verify against the exact solution.
 
     A warm-up before the timed solve runs everything the solve runs (the
@@ -290,13 +290,15 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         Its set-up (:func:`hofem.jacobi`, :func:`hofem.pmg`) is timed on its
         own (``precond_setup_s``; on a first run it includes the JIT
         compilation of the coarse levels); ``time_to_solution_s`` is set-up plus solve.
+    variant : str
+        :func:`hofem.cg`'s ``variant`` (standard, single_reduction, pipelined).
 
     Returns
     -------
     dict
         bp, p, q, cell, elements, dofs, backend, geometry_used, ranks (MPI ranks: 1 when
         serial), rtol,
-        preconditioner, iterations, converged, setup_s, precond_setup_s (building
+        preconditioner, cg_variant, iterations, converged, setup_s, precond_setup_s (building
         the preconditioner), time_to_solution_s (precond_setup_s + solve_s), compile_s (the
         warm-up, first-run JIT compilation included), kernels_compiled (whether
         the warm-up compiled kernels, :class:`CompileWatch`), solve_s,
@@ -327,14 +329,15 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     precond_setup_s = time.perf_counter() - start
     start = time.perf_counter()
     with CompileWatch() as watch:
-        hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M)  # warm-up: compiles all the solve runs
+        # warm-up: compiles all the solve runs
+        hf.cg(op, problem.rhs, rtol=0.0, maxiter=2, M=M, variant=variant)
         synchronize()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M)
+    x, info = hf.cg(op, problem.rhs, rtol=rtol, maxiter=maxiter, M=M, variant=variant)
     synchronize()
     seconds = time.perf_counter() - start
-    footprint = solve_footprint(problem, x, M)["bytes"]
+    footprint = solve_footprint(problem, x, M, variant)["bytes"]
     host_peak = peak_rss_bytes()
     if comm is not None:
         per_rank = comm.allgather((footprint, host_peak))
@@ -353,6 +356,7 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
         "ranks": 1 if comm is None else comm.size,
         "rtol": rtol,
         "preconditioner": preconditioner,
+        "cg_variant": variant,
         "iterations": info.iterations,
         "converged": info == 0,
         "setup_s": problem.setup_seconds,
@@ -369,14 +373,21 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None):
     }
 
 
-def solve_footprint(problem, x, M=None):
+# work vectors hf.cg allocates, (unpreconditioned, preconditioned), by variant: standard
+# r, p, Ap (+ z); Chronopoulos-Gear r, p, s, w (+ u); Ghysels-Vanroose r, w, n, p, s, z
+# (+ u, m, q)
+CG_WORK_VECTORS = {"standard": (3, 4), "single_reduction": (4, 5), "pipelined": (6, 9)}
+
+
+def solve_footprint(problem, x, M=None, variant="standard"):
     """Bytes a CG solve of ``problem`` holds: its arrays plus CG's work vectors.
 
     The arrays reachable from the operator, space, right-hand side, free DOFs,
     solution ``x`` and preconditioner ``M`` (:func:`hofem.memory.memory_report`:
     q-data, restriction indices, offsets, mesh, halo buffers, scratch vectors),
     and the vectors :func:`hofem.cg` allocates while it runs (r, p, Ap; z
-    with a preconditioner). Memory-pool slack and temporaries are not counted.
+    with a preconditioner; more for the CG ``variant``, :data:`CG_WORK_VECTORS`).
+    Memory-pool slack and temporaries are not counted.
 
     Returns
     -------
@@ -385,7 +396,7 @@ def solve_footprint(problem, x, M=None):
         ``cg_vectors`` (bytes).
     """
     report = memory_report(problem.operator, problem.space, problem.rhs, problem.free, x, M)
-    cg_vectors = (3 if M is None else 4) * 8 * int(problem.rhs.size)
+    cg_vectors = CG_WORK_VECTORS[variant][M is not None] * 8 * int(problem.rhs.size)
     total = report["host_bytes"] + report["device_bytes"] + cg_vectors
     return {
         "bytes": total,

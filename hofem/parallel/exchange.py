@@ -332,6 +332,32 @@ class Exchange:
         )
         return out
 
+    def allreduce_start(self, values):
+        """Start summing a (k,) float64 array over the ranks; returns ``finish()`` -> the sums.
+
+        Over MPI a non-blocking ``Iallreduce`` of a host copy (the work done before
+        ``finish`` overlaps it); over NCCL an all-reduce queued on the current
+        stream (no host synchronization), which ``finish`` returns.
+        """
+        if self.transport == "mpi":
+            host = np.array(self.xp.asnumpy(values) if self.xp is not np else values, np.float64)
+            request = self.comm.Iallreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+
+            def finish():
+                request.Wait()
+                return self.xp.asarray(host)
+
+            return finish
+        import cupy
+        from cupy.cuda import nccl
+
+        out = cupy.array(values, dtype=np.float64)  # (k,), a copy reduced in place
+        stream = cupy.cuda.get_current_stream().ptr
+        nccl_communicator(self.comm).allReduce(
+            out.data.ptr, out.data.ptr, out.size, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, stream
+        )
+        return lambda: out
+
     def free(self) -> None:
         """Release the persistent requests, the NCCL communicator and the duplicated one."""
         self._forward.free()

@@ -44,7 +44,8 @@ class ParLevel(_OperatorBase):
         return self.space.exchange.prolong_transpose(diag)
 
     def vector_ops(self):
-        return ParallelVectorOps(super().vector_ops(), self.space.exchange.allreduce)
+        exchange = self.space.exchange
+        return ParallelVectorOps(super().vector_ops(), exchange.allreduce, exchange.allreduce_start)
 
 
 class ParTransfer:

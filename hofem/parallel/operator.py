@@ -28,12 +28,23 @@ class ParallelVectorOps(VectorOps):
     inner : hofem.vector_ops.VectorOps
     allreduce : callable
         0-d array -> its sum over the ranks (a 0-d array of the same library).
+    allreduce_start : callable, optional
+        (k,) array -> ``finish()`` returning its sums over the ranks, started at
+        once and finished on the call (:meth:`Exchange.allreduce_start
+        <hofem.parallel.exchange.Exchange.allreduce_start>`); default: ``allreduce``
+        of each value when ``finish`` is called.
     """
 
-    def __init__(self, inner: VectorOps, allreduce: Callable[[Array], Array]) -> None:
+    def __init__(
+        self,
+        inner: VectorOps,
+        allreduce: Callable[[Array], Array],
+        allreduce_start: Callable[[Array], Callable[[], Array]] | None = None,
+    ) -> None:
         super().__init__(inner.xp)
         self.inner = inner
         self._sum = allreduce
+        self._sum_start = allreduce_start or self._sum_each
 
     def dot(self, a: Array, b: Array) -> Array:
         return self._sum(self.inner.dot(a, b))
@@ -53,6 +64,30 @@ class ParallelVectorOps(VectorOps):
 
     def update_p(self, z: Array, rz_new: Array, rz: Array, p: Array) -> None:
         self.inner.update_p(z, rz_new, rz, p)
+
+    def _sum_each(self, values):
+        xp = self.xp
+        return lambda: xp.stack([self._sum(v) for v in values])
+
+    def local_dots(self, pairs):
+        return self.inner.local_dots(pairs)
+
+    def sum_start(self, values):
+        """One all-reduce of the (k,) ``values`` for the whole iteration, started now."""
+        return self._sum_start(values)
+
+    def sum_finish(self, pending):
+        return pending()
+
+    def variant_scalars(self, gamma, gamma_old, delta, alpha_old, first, breakdown):
+        return self.inner.variant_scalars(gamma, gamma_old, delta, alpha_old, first, breakdown)
+
+    def single_reduction_update(self, alpha, beta, u, w, p, s, x, r):
+        self.inner.single_reduction_update(alpha, beta, u, w, p, s, x, r)
+
+    def pipelined_update(self, alpha, beta, vectors):
+        """The rank's recurrences; returns its local inner products (for :meth:`sum_start`)."""
+        return self.inner.pipelined_update(alpha, beta, vectors)
 
 
 class ParOperator(_OperatorBase):
@@ -128,7 +163,8 @@ class ParOperator(_OperatorBase):
 
     def vector_ops(self) -> VectorOps:
         """Inner products summed over the ranks (see :class:`ParallelVectorOps`)."""
-        return ParallelVectorOps(super().vector_ops(), self.space.exchange.allreduce)
+        exchange = self.space.exchange
+        return ParallelVectorOps(super().vector_ops(), exchange.allreduce, exchange.allreduce_start)
 
     def __repr__(self) -> str:
         return f"ParOperator(shape={self.shape}, space={self.space!r})"

@@ -249,13 +249,72 @@ def group_pmg(resource):
             print(f"pmg {'tet' if simplex else 'hex'} p={p}: {it_p} iterations (serial {it_s})")
 
 
+def _count_reductions(exchange):
+    """Count the exchange's all-reduces (blocking or started) in ``counter[0]``."""
+    counter = [0]
+    for name in ("allreduce", "allreduce_start"):
+        method = getattr(exchange, name)
+
+        def counted(values, method=method):
+            counter[0] += 1
+            return method(values)
+
+        setattr(exchange, name, counted)  # an instance attribute shadows the method
+    return counter
+
+
+def group_variants(resource):
+    """hf.cg's variants on ParOperator: the serial solution and count, ONE all-reduce an iteration.
+
+    Standard CG sums twice an iteration (``p . Ap`` and ``r . r``), three times
+    preconditioned; the variants once, plus ``||b||`` for the tolerance and one at
+    iteration 0.
+    """
+    ceed = hf.Ceed(resource)
+    mesh, local = meshes.box(4, distort=0.1), par.box_local(comm, 4, distort=0.1)
+    serial, dist = setup("bp3", ceed, 3, mesh), setup_distributed("bp3", ceed, 3, comm, mesh=local)
+    to_serial = owned_in_serial(dist.space, serial.space)
+    free_s, free_d = ceed.to_numpy(serial.free), ceed.to_numpy(dist.free)
+    counter = _count_reductions(dist.space.exchange)
+    for M_s, M_d in ((None, None), (hf.jacobi(serial.operator), hf.jacobi(dist.operator))):
+        x_ref, ref = hf.cg(serial.operator, serial.rhs, rtol=1e-10, M=M_s, maxiter=2000)
+        full_ref = np.zeros(serial.space.num_dofs)
+        full_ref[free_s] = ceed.to_numpy(x_ref)
+        for variant in ("standard", "single_reduction", "pipelined"):
+            counter[0] = 0
+            x, info = hf.cg(dist.operator, dist.rhs, rtol=1e-10, M=M_d, maxiter=2000,
+                            variant=variant)  # fmt: skip
+            assert info == 0 and abs(info.iterations - ref.iterations) <= 1, (variant, info)
+            full = np.zeros(dist.space.num_owned_dofs)
+            full[free_d] = ceed.to_numpy(x)
+            diff = np.sqrt(global_sum(np.sum((full - full_ref[to_serial]) ** 2)))
+            assert diff <= 1e-8 * np.linalg.norm(full_ref), (variant, diff)
+            n = info.iterations
+            if variant != "standard":  # ||b||, then one per iteration and at iteration 0
+                expected = 2 + n
+            elif M_d is None:  # ||b||, ||r||, r . r; p . Ap and r . r an iteration
+                expected = 3 + 2 * n
+            else:  # ||b||, ||r||, r . z; p . Ap, ||r||, r . z an iteration (no r . z at the last)
+                expected = 2 + 3 * n
+            assert counter[0] == expected, (variant, counter[0], n)
+            if rank == 0:
+                print(f"{variant} M={M_d is not None}: {info.iterations} iterations (serial "
+                      f"{ref.iterations}), {counter[0]} all-reduces", flush=True)  # fmt: skip
+
+
 def par_max():
     from mpi4py import MPI
 
     return MPI.MAX
 
 
-GROUPS = {"equal": group_equal, "errors": group_errors, "crash": group_crash, "pmg": group_pmg}
+GROUPS = {
+    "equal": group_equal,
+    "errors": group_errors,
+    "crash": group_crash,
+    "pmg": group_pmg,
+    "variants": group_variants,
+}
 
 if __name__ == "__main__":
     group, resource = sys.argv[1], sys.argv[2]

@@ -158,3 +158,33 @@ extern "C" __global__ void cg_update_px(const long long n, const double *__restr
     if (Ap) Ap[i] = 0.0;
   }
 }
+
+// partial[j * gridDim.x + block] = the block's part of a_j . b_j for j < k (k <= 3; pass
+// any vectors for the unused pairs): the inner products of one iteration of the CG
+// variants in one pass (vector_ops.CupyVectorOps.local_dots).
+extern "C" __global__ void variant_dots(const long long n, const int k,
+                                        const double *__restrict__ a0,
+                                        const double *__restrict__ b0,
+                                        const double *__restrict__ a1,
+                                        const double *__restrict__ b1,
+                                        const double *__restrict__ a2,
+                                        const double *__restrict__ b2,
+                                        double *__restrict__ partial) {
+  __shared__ double scratch[1024];
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0;
+  GRID_STRIDE(i, n) {
+    s0 += a0[i] * b0[i];
+    if (k > 1) s1 += a1[i] * b1[i];
+    if (k > 2) s2 += a2[i] * b2[i];
+  }
+  s0 = block_sum(s0, scratch, threadIdx.x, blockDim.x);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s0;
+  if (k > 1) {
+    s1 = block_sum(s1, scratch, threadIdx.x, blockDim.x);
+    if (threadIdx.x == 0) partial[gridDim.x + blockIdx.x] = s1;
+  }
+  if (k > 2) {
+    s2 = block_sum(s2, scratch, threadIdx.x, blockDim.x);
+    if (threadIdx.x == 0) partial[2 * gridDim.x + blockIdx.x] = s2;
+  }
+}

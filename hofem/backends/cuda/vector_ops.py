@@ -54,6 +54,89 @@ class CupyVectorOps(VectorOps):
     def update_p(self, z, rz_new, rz, p):
         self._p(z, rz_new, rz, p)
 
+    @functools.cached_property
+    def _variant_kernels(self):
+        """The CG variants' kernels (compiled on first use): scalars, updates, dots."""
+        ek = cupy.ElementwiseKernel
+        scalars = ek(
+            "T gamma, T gamma_old, T delta, T alpha_old, bool first",
+            "bool breakdown, T alpha, T beta",
+            "T b = first ? 0.0 : gamma / (gamma_old != 0 ? gamma_old : 1.0);"
+            "T d = first ? delta : delta - b * gamma / (alpha_old != 0 ? alpha_old : 1.0);"
+            "breakdown = breakdown || !isfinite(d) || (d <= 0 && gamma != 0);"
+            "alpha = gamma / (d > 0 ? d : 1.0); beta = b",
+            "hofem_cg_variant_scalars",
+        )
+        # u = M r (preconditioned) or r itself (the kernel without u)
+        single = ek(
+            "T alpha, T beta, T u, T w",
+            "T p, T s, T x, T r",
+            "T p_i = u + beta * p; T s_i = w + beta * s; p = p_i; s = s_i;"
+            "x += alpha * p_i; r -= alpha * s_i",
+            "hofem_cg_single_reduction",
+        )
+        single_r = ek(
+            "T alpha, T beta, T w",
+            "T p, T s, T x, T r",
+            "T p_i = r + beta * p; T s_i = w + beta * s; p = p_i; s = s_i;"
+            "x += alpha * p_i; r -= alpha * s_i",
+            "hofem_cg_single_reduction_r",
+        )
+        pipelined = ek(
+            "T alpha, T beta, T m, T nv",
+            "T x, T r, T u, T w, T p, T s, T q, T z",
+            "T z_i = nv + beta * z; T q_i = m + beta * q; T s_i = w + beta * s;"
+            "T p_i = u + beta * p; z = z_i; q = q_i; s = s_i; p = p_i; x += alpha * p_i;"
+            "r -= alpha * s_i; u -= alpha * q_i; w -= alpha * z_i",
+            "hofem_cg_pipelined",
+        )
+        pipelined_r = ek(
+            "T alpha, T beta, T nv",
+            "T x, T r, T w, T p, T s, T z",
+            "T z_i = nv + beta * z; T s_i = w + beta * s; T p_i = r + beta * p;"
+            "z = z_i; s = s_i; p = p_i; x += alpha * p_i; r -= alpha * s_i; w -= alpha * z_i",
+            "hofem_cg_pipelined_r",
+        )
+        dots = kernels.cg_module().get_function("variant_dots")
+        return scalars, single, single_r, pipelined, pipelined_r, dots
+
+    def local_dots(self, pairs):
+        """Up to three inner products in one kernel, then one sum of the block partials."""
+        if len(pairs) > 3:
+            return super().local_dots(pairs)
+        *_, dots = self._variant_kernels
+        k = len(pairs)
+        vectors = [v for pair in pairs for v in pair] + [pairs[0][0]] * (6 - 2 * k)
+        partial = cupy.empty((3, self._blocks))  # (3, blocks): rows past k unused
+        n = pairs[0][0].size
+        dots((self._blocks,), (256,), (np.int64(n), np.int32(k), *vectors, partial))
+        return partial[:k].sum(axis=1)
+
+    def variant_scalars(self, gamma, gamma_old, delta, alpha_old, first, breakdown):
+        scalars, *_ = self._variant_kernels
+        alpha, beta = self.xp.empty(()), self.xp.empty(())
+        gamma_old = gamma if first else gamma_old
+        alpha_old = gamma if first else alpha_old
+        scalars(gamma, gamma_old, delta, alpha_old, np.bool_(first), breakdown, alpha, beta)
+        return alpha, beta
+
+    def single_reduction_update(self, alpha, beta, u, w, p, s, x, r):
+        _, single, single_r, *_ = self._variant_kernels
+        if u is r:
+            single_r(alpha, beta, w, p, s, x, r)
+        else:
+            single(alpha, beta, u, w, p, s, x, r)
+
+    def pipelined_update(self, alpha, beta, vectors):
+        """One kernel for the eight recurrences, one for the next local inner products."""
+        x, r, u, w, m, n, p, s, q, z = vectors
+        *_, pipelined, pipelined_r, _ = self._variant_kernels
+        if u is None:
+            pipelined_r(alpha, beta, n, x, r, w, p, s, z)
+            return self.local_dots(((r, r), (w, r)))
+        pipelined(alpha, beta, m, n, x, r, u, w, p, s, q, z)
+        return self.local_dots(((r, u), (w, u), (r, r)))
+
 
 @functools.cache
 def cupy_vector_ops() -> CupyVectorOps:

@@ -73,6 +73,23 @@ class NumbaVectorOps(VectorOps):
     def update_p(self, z, rz_new, rz, p):
         numba_kernels.cg_update_p(z, float(self._beta(rz_new, rz)), p)
 
+    def local_dots(self, pairs):
+        """All the inner products in one parallel pass over fixed chunks."""
+        left, right = zip(*pairs, strict=True)
+        return numba_kernels.cg_dots(left, right).sum(axis=0)
+
+    def single_reduction_update(self, alpha, beta, u, w, p, s, x, r):
+        numba_kernels.cg_single_reduction_update(float(alpha), float(beta), u, w, p, s, x, r)
+
+    def pipelined_update(self, alpha, beta, vectors):
+        """One parallel pass: the eight recurrences and the next local inner products."""
+        x, r, u, w, m, n, p, s, q, z = vectors
+        pre = u is not None
+        args = (x, r, u, w, m, n, p, s, q, z) if pre else (x, r, r, w, w, n, p, s, s, z)
+        partial = numba_kernels.cg_pipelined_update(float(alpha), float(beta), *args, pre)
+        sums = partial.sum(axis=0)  # (3,): r . u, w . u, r . r
+        return sums if pre else sums[:2]
+
 
 class NumbaBackend(RefBackend):
     """Numba-compiled CPU backend; delegates what it does not override to the reference."""

@@ -24,6 +24,9 @@ __all__ = [
     "basis_program",
     "block_dot",
     "cg_dot",
+    "cg_dots",
+    "cg_pipelined_update",
+    "cg_single_reduction_update",
     "cg_update_p",
     "cg_update_xr",
     "cg_update_xr_rr",
@@ -531,3 +534,86 @@ def transpose_map(indices, l_size):
 
 # a truncated cache file of the kernels above would fail every run: check before any compiles
 check_disk_cache(sys.modules[__name__])
+
+
+# Sub-blocks of the CG variants' multi-vector loops: a block of every vector stays in L1
+# while each inner product (or recurrence) runs over it as one vectorizable loop.
+_SUB = 512
+
+
+@numba.njit(**_REDUCE)
+def cg_dots(left, right):
+    """Per-chunk partial sums (chunks, k) of ``left[j] . right[j]``, all in one pass.
+
+    ``left``, ``right``: tuples of k float64 (n,) arrays (the same array may repeat).
+    """
+    n, k = left[0].shape[0], len(left)
+    partial = np.zeros((_CG_CHUNKS, k))  # (chunks, k)
+    for c in numba.prange(_CG_CHUNKS):
+        lo, hi = c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS
+        for b0 in range(lo, hi, _SUB):
+            b1 = min(b0 + _SUB, hi)
+            for j in range(k):
+                a_b, b_b = left[j][b0:b1], right[j][b0:b1]
+                total = 0.0
+                for i in range(b1 - b0):
+                    total += a_b[i] * b_b[i]
+                partial[c, j] += total
+    return partial
+
+
+@numba.njit(**_JIT)
+def cg_single_reduction_update(alpha, beta, u, w, p, s, x, r):
+    """``p = u + beta p; s = w + beta s; x += alpha p; r -= alpha s``; float64 (n,), u may be r."""
+    for i in numba.prange(x.shape[0]):
+        p_i = u[i] + beta * p[i]
+        s_i = w[i] + beta * s[i]
+        p[i] = p_i
+        s[i] = s_i
+        x[i] += alpha * p_i
+        r[i] -= alpha * s_i
+
+
+@numba.njit(**_REDUCE)
+def cg_pipelined_update(alpha, beta, x, r, u, w, m, nv, p, s, q, z, preconditioned):
+    """Ghysels-Vanroose's recurrences and the next local inner products in one pass.
+
+    ``z = n + beta z; q = m + beta q; s = w + beta s; p = u + beta p; x += alpha p;
+    r -= alpha s; u -= alpha q; w -= alpha z``; all float64 (n,).  Unpreconditioned
+    (``preconditioned`` False) ``u``, ``m``, ``q`` are not read (pass ``r``, ``w``,
+    ``s``): ``u = r``, ``q = s``.  Returns per-chunk partial sums (chunks, 3) of
+    ``r . u, w . u, r . r`` of the new vectors.
+    """
+    n = x.shape[0]
+    partial = np.empty((_CG_CHUNKS, 3))  # (chunks, 3)
+    for c in numba.prange(_CG_CHUNKS):
+        lo, hi = c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS
+        ru = wu = rr = 0.0
+        for i in range(lo, hi):
+            z_i = nv[i] + beta * z[i]
+            s_i = w[i] + beta * s[i]
+            z[i] = z_i
+            s[i] = s_i
+            if preconditioned:
+                q_i = m[i] + beta * q[i]
+                q[i] = q_i
+                p_i = u[i] + beta * p[i]
+                u_i = u[i] - alpha * q_i
+                u[i] = u_i
+            else:
+                p_i = r[i] + beta * p[i]
+            p[i] = p_i
+            x[i] += alpha * p_i
+            r_i = r[i] - alpha * s_i
+            r[i] = r_i
+            w_i = w[i] - alpha * z_i
+            w[i] = w_i
+            if not preconditioned:
+                u_i = r_i
+            ru += r_i * u_i
+            wu += w_i * u_i
+            rr += r_i * r_i
+        partial[c, 0] = ru
+        partial[c, 1] = wu
+        partial[c, 2] = rr
+    return partial
