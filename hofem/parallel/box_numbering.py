@@ -225,6 +225,58 @@ def range_numbering(comm, local_mesh, order):
     """
     (n, starts), p, rank = local_mesh.box_ranges, int(order), comm.rank
     n = [int(m) for m in n]
+    point, owner, touching, z0 = _range_points(n, p, starts, rank)
+    num_nodes = point.shape[1]
+    gid = _range_global_ids(n, p, starts, point, owner)
+    is_owned = owner == rank
+    num_owned = int(np.count_nonzero(is_owned))
+    ghost = np.flatnonzero(~is_owned)
+    ghost = ghost[np.lexsort((gid[ghost], owner[ghost]))]  # by owner, then the owner's order
+    local_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
+    local_id[is_owned] = np.arange(num_owned)
+    local_id[ghost] = num_owned + np.arange(len(ghost))
+    recv_ranks, recv_counts = np.unique(owner[ghost], return_counts=True)
+
+    # what each other rank ghosts of mine: my owned points that one of its cells touches
+    owned = np.flatnonzero(is_owned)
+    mine = np.arange(num_owned)
+    pairs = np.concatenate([(q[owned] * num_owned + mine)[v[owned]] for q, v in touching])
+    pairs = np.unique(pairs)  # (rank, owned node) of every rank touching a node of mine
+    pair_rank, pair_node = np.divmod(pairs, max(num_owned, 1))
+    send_ranks = [q for q in np.unique(pair_rank).tolist() if q != rank]
+    send_nodes = [pair_node[pair_rank == q] for q in send_ranks]  # ascending: the order on q
+
+    offsets, node = _range_offsets(n, p, starts[rank], starts[rank + 1], point, z0, local_id)
+    weights = ref.corner_weights(local_mesh.mesh.cell_type, p)
+    local = H1Numbering(local_mesh.mesh, p, offsets, num_nodes, node, weights)
+    return ParNumbering(
+        local=local,
+        num_owned=num_owned,
+        num_nodes=num_nodes,
+        first_global=_owned_before(int(starts[rank]), n, p),
+        num_global=_owned_before(int(np.prod(n)), n, p),
+        send_ranks=np.array(send_ranks, dtype=np.int32),
+        send_nodes=send_nodes,
+        recv_ranks=recv_ranks.astype(np.int32),
+        recv_counts=recv_counts.astype(np.int64),
+        ghost_global=gid[ghost],
+    )
+
+
+def _range_points(n, p, starts, rank):
+    """The lattice points the cells of ``rank`` touch, their owners and neighbouring cells.
+
+    Returns
+    -------
+    point : ndarray of int64, shape ``(dim, num_nodes)``
+        Lattice coordinates, ascending x-fastest order.
+    owner : ndarray of int64, shape ``(num_nodes,)``
+        Rank of the cell holding each point half-open.
+    touching : list of (ndarray, ndarray)
+        For each of the ``2**dim`` cells around a point: its rank and whether it exists.
+    z0 : int
+        First point layer (along the last axis) of the rank.
+    """
     dim, lattice = len(n), [m * p + 1 for m in n]
     c0, c1 = int(starts[rank]), int(starts[rank + 1])
     inner = int(np.prod(n[:-1]))
@@ -237,79 +289,49 @@ def range_numbering(comm, local_mesh, order):
     cell_of = [np.minimum(point[d] // p, n[d] - 1) for d in range(dim)]  # the owning cell
     owner_cell = sum(c * s for c, s in zip(cell_of, cell_strides, strict=True))
     touched = np.zeros(point.shape[1], dtype=bool)
-    touching = []  # (rank of the cell, its validity) for each neighbouring cell of a point
+    touching = []
     for corner in ref.tensor_lattice(1, dim).astype(np.int64):
         k = [point[d] // p - corner[d] * (point[d] % p == 0) for d in range(dim)]
         valid = np.all([(kd >= 0) & (kd < m) for kd, m in zip(k, n, strict=True)], axis=0)
         cell = sum(kd * s for kd, s in zip(k, cell_strides, strict=True))
         touched |= valid & (cell >= c0) & (cell < c1)
         touching.append((np.searchsorted(starts, cell, side="right") - 1, valid))
-    point, owner_cell = point[:, touched], owner_cell[touched]
-    touching = [(q[touched], v[touched]) for q, v in touching]
-    owner = np.searchsorted(starts, owner_cell, side="right") - 1  # (num_nodes,)
-    num_nodes = point.shape[1]
-    first = {q: _owned_before(int(starts[q]), n, p) for q in np.unique(owner).tolist()}
+    owner = np.searchsorted(starts, owner_cell[touched], side="right") - 1
+    return point[:, touched], owner, [(q[touched], v[touched]) for q, v in touching], z0
+
+
+def _range_global_ids(n, p, starts, point, owner):
+    """Global id of each point: its owner's first id, the owner's points on earlier
+    lattice rows, and its place in the owner's x-range on its row."""
+    dim, lattice = len(n), [m * p + 1 for m in n]
     row_strides = np.cumprod([1, *lattice[1:-1]])
-    row = np.zeros(num_nodes, dtype=np.int64)  # lattice row (coordinates after x) of each point
+    row = np.zeros(point.shape[1], dtype=np.int64)  # lattice row (coordinates after x)
     for d in range(1, dim):
         row += point[d] * row_strides[d - 1]
     rows = np.indices(lattice[1:][::-1] or [1]).reshape(max(dim - 1, 1), -1)[::-1]
     rows = rows[: dim - 1]  # (dim - 1, num_rows); one row in 1D
-    gid = np.empty(num_nodes, dtype=np.int64)
-    for q in first:
+    gid = np.empty(point.shape[1], dtype=np.int64)
+    for q in np.unique(owner).tolist():
         a_lo, count = _row_ranges(n, p, int(starts[q]), int(starts[q + 1]), rows)
         before = np.concatenate([[0], np.cumsum(count)])  # owned points of q in earlier rows
         mine = owner == q
-        gid[mine] = first[q] + before[row[mine]] + point[0, mine] - a_lo[row[mine]]
-    is_owned = owner == rank
-    num_owned = int(np.count_nonzero(is_owned))
-    ghost = np.flatnonzero(~is_owned)
-    ghost = ghost[np.lexsort((gid[ghost], owner[ghost]))]  # by owner, then the owner's order
-    local_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
-    local_id[is_owned] = np.arange(num_owned)
-    local_id[ghost] = num_owned + np.arange(len(ghost))
-    recv_ranks, recv_counts = np.unique(owner[ghost], return_counts=True)
+        first = _owned_before(int(starts[q]), n, p)
+        gid[mine] = first + before[row[mine]] + point[0, mine] - a_lo[row[mine]]
+    return gid
 
-    # what each other rank ghosts of mine: my owned points that one of its cells touches
-    owned_index = np.flatnonzero(is_owned)
-    send_ranks, send_nodes = [], []
-    pairs = np.unique(
-        np.concatenate(
-            [
-                (q[owned_index] * num_owned + np.arange(num_owned))[v[owned_index]]
-                for q, v in touching
-            ]
-        )
-    )
-    pair_rank, pair_node = np.divmod(pairs, max(num_owned, 1))
-    for q in np.unique(pair_rank).tolist():
-        if q != rank:
-            send_ranks.append(q)
-            send_nodes.append(pair_node[pair_rank == q])  # ascending: the order on q
 
-    # offsets: cells in lexicographic order; node (a, b, c) of a cell with corner 0 at
-    # lattice point o is o + (a, b, c), found through a dense map of the candidate layers
+def _range_offsets(n, p, c0, c1, point, z0, local_id):
+    """Local node ids ``(num_cells, P)`` of the cells ``c0..c1 - 1`` (lexicographic): node
+    ``(a, b, c)`` of a cell with corner 0 at lattice point ``o`` is ``o + (a, b, c)``,
+    found through a dense map of the rank's point layers. Also the nodes ``(P, dim)``."""
+    dim = len(n)
+    shape = [*(m * p + 1 for m in n[:-1]), int(point[-1].max()) - z0 + 1]
     flat_strides = np.cumprod([1, *shape[:-1]])
     dense = np.full(int(np.prod(shape)), -1, dtype=local_id.dtype)
-    point[-1] -= z0
-    dense[sum(point[d] * flat_strides[d] for d in range(dim))] = local_id
-    cells = np.arange(c0, c1, dtype=np.int64)
-    corner = np.unravel_index(cells, n[::-1])[::-1]  # per direction
+    flat = sum(point[d] * flat_strides[d] for d in range(dim)) - z0 * flat_strides[-1]
+    dense[flat] = local_id
+    corner = np.unravel_index(np.arange(int(c0), int(c1), dtype=np.int64), n[::-1])[::-1]
     origin = sum(corner[d] * p * flat_strides[d] for d in range(dim)) - z0 * flat_strides[-1]
     node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
     node_index = node @ flat_strides  # (P,)
-    offsets = dense[origin[:, None] + node_index[None, :]]  # (num_cells, P)
-    weights = ref.corner_weights(local_mesh.mesh.cell_type, p)
-    local = H1Numbering(local_mesh.mesh, p, offsets, num_nodes, node, weights)
-    return ParNumbering(
-        local=local,
-        num_owned=num_owned,
-        num_nodes=num_nodes,
-        first_global=int(first.get(rank, _owned_before(c0, n, p))),
-        num_global=_owned_before(int(np.prod(n)), n, p),
-        send_ranks=np.array(send_ranks, dtype=np.int32),
-        send_nodes=send_nodes,
-        recv_ranks=recv_ranks.astype(np.int32),
-        recv_counts=recv_counts.astype(np.int64),
-        ghost_global=gid[ghost],
-    )
+    return dense[origin[:, None] + node_index[None, :]], node
