@@ -235,16 +235,22 @@ def range_numbering(comm, local_mesh, order):
     local_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
     local_id[is_owned] = np.arange(num_owned)
     local_id[ghost] = num_owned + np.arange(len(ghost))
-    recv_ranks, recv_counts = np.unique(owner[ghost], return_counts=True)
+    per_rank = np.bincount(owner[ghost], minlength=comm.size)  # (size,) ghosts by owner
+    recv_ranks = np.flatnonzero(per_rank)
+    recv_counts = per_rank[recv_ranks]
 
     # what each other rank ghosts of mine: my owned points that one of its cells touches
     owned = np.flatnonzero(is_owned)
-    mine = np.arange(num_owned)
-    pairs = np.concatenate([(q[owned] * num_owned + mine)[v[owned]] for q, v in touching])
-    pairs = np.unique(pairs)  # (rank, owned node) of every rank touching a node of mine
-    pair_rank, pair_node = np.divmod(pairs, max(num_owned, 1))
-    send_ranks = [q for q in np.unique(pair_rank).tolist() if q != rank]
-    send_nodes = [pair_node[pair_rank == q] for q in send_ranks]  # ascending: the order on q
+    near = np.zeros(comm.size, dtype=bool)  # ranks whose cells touch a point of mine
+    for q, v in touching:
+        near[q[owned][v[owned]]] = True
+    send_ranks = [q for q in np.flatnonzero(near).tolist() if q != rank]
+    send_nodes = []  # ascending: the order on q
+    for q in send_ranks:
+        hit = np.zeros(num_owned, dtype=bool)
+        for cell_rank, v in touching:
+            hit |= (cell_rank[owned] == q) & v[owned]
+        send_nodes.append(np.flatnonzero(hit))
 
     offsets, node = _range_offsets(n, p, starts[rank], starts[rank + 1], point, z0, local_id)
     weights = ref.corner_weights(local_mesh.mesh.cell_type, p)
@@ -286,14 +292,23 @@ def _range_points(n, p, starts, rank):
     point = np.indices(shape[::-1]).reshape(dim, -1)[::-1].astype(np.int64)  # (dim, m), x fastest
     point[-1] += z0
     cell_strides = np.cumprod([1, *n[:-1]])
-    cell_of = [np.minimum(point[d] // p, n[d] - 1) for d in range(dim)]  # the owning cell
-    owner_cell = sum(c * s for c, s in zip(cell_of, cell_strides, strict=True))
+    # per direction, the cell part of the two cells around a point (upper, lower) and
+    # whether each exists; the owning cell is the upper one, the last cell at the top
+    upper = [point[d] // p for d in range(dim)]
+    lower = [u - (x % p == 0) for u, x in zip(upper, point, strict=True)]
+    clamped = [np.minimum(u, m - 1) for u, m in zip(upper, n, strict=True)]
+    owner_cell = sum(c * s for c, s in zip(clamped, cell_strides, strict=True))
+    sides = [
+        ((u * s, u < m), (w * s, w >= 0))
+        for u, w, m, s in zip(upper, lower, n, cell_strides, strict=True)
+    ]
     touched = np.zeros(point.shape[1], dtype=bool)
     touching = []
     for corner in ref.tensor_lattice(1, dim).astype(np.int64):
-        k = [point[d] // p - corner[d] * (point[d] % p == 0) for d in range(dim)]
-        valid = np.all([(kd >= 0) & (kd < m) for kd, m in zip(k, n, strict=True)], axis=0)
-        cell = sum(kd * s for kd, s in zip(k, cell_strides, strict=True))
+        cell, valid = sides[0][corner[0]]
+        for d in range(1, dim):
+            part, ok = sides[d][corner[d]]
+            cell, valid = cell + part, valid & ok
         touched |= valid & (cell >= c0) & (cell < c1)
         touching.append((np.searchsorted(starts, cell, side="right") - 1, valid))
     owner = np.searchsorted(starts, owner_cell[touched], side="right") - 1
@@ -311,7 +326,7 @@ def _range_global_ids(n, p, starts, point, owner):
     rows = np.indices(lattice[1:][::-1] or [1]).reshape(max(dim - 1, 1), -1)[::-1]
     rows = rows[: dim - 1]  # (dim - 1, num_rows); one row in 1D
     gid = np.empty(point.shape[1], dtype=np.int64)
-    for q in np.unique(owner).tolist():
+    for q in np.flatnonzero(np.bincount(owner)).tolist():
         a_lo, count = _row_ranges(n, p, int(starts[q]), int(starts[q + 1]), rows)
         before = np.concatenate([[0], np.cumsum(count)])  # owned points of q in earlier rows
         mine = owner == q
