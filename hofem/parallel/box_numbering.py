@@ -14,6 +14,8 @@ The contract is that of :func:`~hofem.parallel.numbering.distributed_numbering`
 owner's order), so everything downstream is shared.
 """
 
+from typing import Any
+
 import numpy as np
 
 from ..meshes import reference as ref
@@ -201,7 +203,7 @@ def _row_ranges(n, p, lo, hi, rows):
     return k_lo * p, count
 
 
-def range_numbering(comm, local_mesh, order):
+def range_numbering(comm: Any, local_mesh: Any, order: int) -> ParNumbering:
     """:class:`~hofem.parallel.ParNumbering` of a run of cells of a tensor-cell box.
 
     Rank ``r`` holds the cells ``starts[r] <= C < starts[r + 1]`` of the box's

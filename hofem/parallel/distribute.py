@@ -34,6 +34,11 @@ class LocalMesh:
         indices where the blocks start along each direction, ``(ranks_d + 1,)``
         each; the numbering is then computed in closed form
         (:func:`~hofem.parallel.box_numbering.box_numbering`).
+    box_ranges : (tuple of int, ndarray) or None
+        For a run of cells of a box of tensor cells (:func:`box_local` with uneven
+        slabs): the box's cells per direction and each rank's first cell in the
+        x-fastest order, ``(size + 1,)``; numbered in closed form by
+        :func:`~hofem.parallel.box_numbering.range_numbering`.
     """
 
     mesh: Mesh
@@ -95,7 +100,7 @@ def _merge_blocks(pieces):
     return mesh, ids
 
 
-def balanced_slabs(num_cells, size):
+def balanced_slabs(num_cells: int, size: int) -> np.ndarray:
     """First cell of each rank's part when ``num_cells`` cells are cut into ``size`` runs.
 
     Returns
@@ -130,7 +135,10 @@ def box_local(comm, n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
 
     The grid of ``n`` cells per direction is cut into ``prod(dims) = comm.size``
     blocks (the most cube-like split whose block counts fit ``n``); rank ``r``
-    takes block ``r`` (x fastest). Arguments are those of
+    takes block ``r`` (x fastest). When that split is slabs along the last axis
+    whose layers do not divide evenly, rank ``r`` takes the ``r``-th of
+    ``comm.size`` runs of cells in x-fastest order instead (:func:`balanced_slabs`:
+    the runs differ by at most one cell). Arguments are those of
     :func:`hofem.meshes.box`.
 
     Returns
