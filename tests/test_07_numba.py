@@ -128,6 +128,67 @@ def test_threads_give_identical_results(nb):
     np.testing.assert_array_equal(one, two)
 
 
+@pytest.mark.parametrize(
+    "available, local_ranks, want", [(2, 1, 2), (2, 2, 1), (16, 2, 8), (16, 3, 5), (1, 4, 1)]
+)
+def test_default_threads_share_the_cores_among_local_ranks(available, local_ranks, want):
+    from hofem.backends.numba.threads import default_num_threads
+
+    assert default_num_threads(available, local_ranks) == want
+
+
+def test_default_threads_reject_bad_counts():
+    from hofem.backends.numba.threads import default_num_threads
+
+    with pytest.raises(ValueError, match="positive"):
+        default_num_threads(0, 1)
+
+
+@pytest.mark.parametrize(
+    "environ, want",
+    [
+        ({}, 1),
+        ({"MPI_LOCALNRANKS": "2"}, 2),
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 4),
+        ({"MPI_LOCALNRANKS": "x", "PMIX_LOCAL_SIZE": "3"}, 3),
+        ({"MPI_LOCALNRANKS": "0"}, 1),
+    ],
+)
+def test_local_rank_count_from_the_launcher(environ, want):
+    from hofem.backends.numba.threads import local_rank_count
+
+    assert local_rank_count(environ) == want
+
+
+def test_parallel_loops_hand_out_chunks_dynamically(nb, monkeypatch):
+    """CG's vector kernels and the operator kernel run with Numba's chunk size 1 (chunks
+    handed out one at a time); the caller's chunk size is restored after."""
+    from hofem.backends.numba import kernels
+
+    op, _ = mass_operator(nb, n=3, p=2, dim=2)
+    seen = []
+
+    def recording(kernel):
+        def run(*args):
+            seen.append(numba.get_parallel_chunksize())
+            return kernel(*args)
+
+        return run
+
+    for name in ("cg_dot", "cg_update_xr_rr", "cg_update_p"):
+        monkeypatch.setattr(kernels, name, recording(getattr(kernels, name)))
+    b = np.ones(op.shape[0])
+    hf.cg(op, b, rtol=0.0, maxiter=1)  # builds the operator's plans
+    plans = [op.backend_data[k] for k in ("numba", "numba-dot") if k in op.backend_data]
+    for plan in plans:
+        monkeypatch.setitem(plan, "kernel", recording(plan["kernel"]))
+    before = numba.get_parallel_chunksize()
+    seen.clear()
+    hf.cg(op, b, rtol=0.0, maxiter=3)
+    assert plans and len(seen) >= 9 and set(seen) == {1}
+    assert numba.get_parallel_chunksize() == before
+
+
 @pytest.mark.parametrize("jacobi", [False, True])
 def test_cg_uses_backend_vector_ops(nb, monkeypatch, jacobi):
     """hofem.cg takes the backend's parallel vector ops; iterates match the NumPy ones,

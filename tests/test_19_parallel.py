@@ -202,6 +202,30 @@ def test_box_blocks_tile_the_box():
         meshes.box_block(2, [(1, 1), (0, 2), (0, 2)])
 
 
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("n", [(25, 25, 25), (4, 3, 7), (5, 9)])
+def test_uneven_slabs_split_cells_not_layers(n, size):
+    """A box whose layers do not divide among the ranks is cut into runs of cells that
+    differ by at most one cell, each built from at most 2 dim - 1 blocks in order."""
+    from hofem.parallel.distribute import _block_grid, _lex_boxes, _uneven_slabs, balanced_slabs
+
+    total = int(np.prod(n))
+    starts = balanced_slabs(total, size)
+    counts = np.diff(starts)
+    assert counts.max() - counts.min() <= 1 and starts[-1] == total
+    strides = np.cumprod([1, *n[:-1]])
+    for r in range(size):
+        boxes = _lex_boxes(int(starts[r]), int(starts[r + 1]), n)
+        assert 1 <= len(boxes) <= 2 * len(n) - 1
+        cells = []
+        for box in boxes:  # each box's cells x fastest, as box_block makes them
+            grids = np.meshgrid(*[np.arange(a, b) for a, b in box], indexing="ij")
+            cells.append(sum(g * s for g, s in zip(grids, strides, strict=True)).ravel(order="F"))
+        np.testing.assert_array_equal(np.concatenate(cells), np.arange(starts[r], starts[r + 1]))
+    if n == (25, 25, 25):  # whole layers would be 12 and 13 (or 8, 8, 9): uneven slabs
+        assert _uneven_slabs(n, _block_grid(n, size))
+
+
 @pytest.mark.mpi
 @needs_mpiexec
 @pytest.mark.parametrize("n", RANKS)

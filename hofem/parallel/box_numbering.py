@@ -14,6 +14,8 @@ The contract is that of :func:`~hofem.parallel.numbering.distributed_numbering`
 owner's order), so everything downstream is shared.
 """
 
+from typing import Any
+
 import numpy as np
 
 from ..meshes import reference as ref
@@ -21,7 +23,7 @@ from ..meshes.numbering import H1Numbering
 from ..restriction import index_dtype
 from .layout import ParNumbering
 
-__all__ = ["box_numbering"]
+__all__ = ["box_numbering", "range_numbering"]
 
 
 def _lattice_cuts(cuts, p):
@@ -170,3 +172,183 @@ def _owned_first(shape, owned, dtype):
     block = tuple(slice(0, w) for w in owned[::-1])
     local_id[block] = np.arange(int(np.prod(owned)), dtype=dtype).reshape(owned[::-1])
     return local_id.ravel()
+
+
+def _owned_before(c, n, p):
+    """Lattice points owned by the cells ``C < c`` (x fastest), each point owned by the cell
+    holding it half-open (the box's upper faces by the last cells): a closed form."""
+    if len(n) == 1:
+        return c * p + (1 if c == n[0] else 0)
+    inner = int(np.prod(n[:-1]))
+    k, r = divmod(c, inner)
+    layers = k * p + (1 if k == n[-1] else 0)  # point layers of the whole layers below
+    inner_points = int(np.prod([m * p + 1 for m in n[:-1]]))
+    width = p + (1 if k == n[-1] - 1 else 0) if k < n[-1] else 0
+    return layers * inner_points + width * (_owned_before(r, n[:-1], p) if r else 0)
+
+
+def _row_ranges(n, p, lo, hi, rows):
+    """Owned x-ranges ``[a_lo, a_lo + count)`` of the cells ``lo <= C < hi`` on lattice rows.
+
+    ``rows`` holds the lattice coordinates after x of each row, ``(dim - 1, num_rows)``.
+    """
+    base = np.zeros(rows.shape[1], dtype=np.int64)  # (num_rows,) cell index of x = 0
+    stride = n[0]
+    for d in range(1, len(n)):
+        base = base + np.minimum(rows[d - 1] // p, n[d] - 1) * stride
+        stride *= n[d]
+    k_lo = np.clip(lo - base, 0, n[0])
+    k_hi = np.clip(hi - base, 0, n[0])
+    count = np.where(k_hi > k_lo, (k_hi - k_lo) * p + (k_hi == n[0]), 0)
+    return k_lo * p, count
+
+
+def range_numbering(comm: Any, local_mesh: Any, order: int) -> ParNumbering:
+    """:class:`~hofem.parallel.ParNumbering` of a run of cells of a tensor-cell box.
+
+    Rank ``r`` holds the cells ``starts[r] <= C < starts[r + 1]`` of the box's
+    lexicographic order (:func:`hofem.parallel.box_local` with uneven slabs). A
+    lattice point is owned by the cell holding it half-open (the cell below it
+    along every direction where it lies on a face, the box's upper faces by the
+    last cells), so a rank owns only points it holds, and each lattice row's
+    owned points are one x-range per rank: owners, counts and the owners'
+    numbering are arithmetic on rows, as for blocks.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    local_mesh : LocalMesh
+        ``box_ranges = (n, starts)`` set, tensor cells in lexicographic order.
+    order : int
+
+    Returns
+    -------
+    ParNumbering
+    """
+    (n, starts), p, rank = local_mesh.box_ranges, int(order), comm.rank
+    n = [int(m) for m in n]
+    point, owner, touching, z0 = _range_points(n, p, starts, rank)
+    num_nodes = point.shape[1]
+    gid = _range_global_ids(n, p, starts, point, owner)
+    is_owned = owner == rank
+    num_owned = int(np.count_nonzero(is_owned))
+    ghost = np.flatnonzero(~is_owned)
+    ghost = ghost[np.lexsort((gid[ghost], owner[ghost]))]  # by owner, then the owner's order
+    local_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
+    local_id[is_owned] = np.arange(num_owned)
+    local_id[ghost] = num_owned + np.arange(len(ghost))
+    per_rank = np.bincount(owner[ghost], minlength=comm.size)  # (size,) ghosts by owner
+    recv_ranks = np.flatnonzero(per_rank)
+    recv_counts = per_rank[recv_ranks]
+
+    # what each other rank ghosts of mine: my owned points that one of its cells touches
+    owned = np.flatnonzero(is_owned)
+    near = np.zeros(comm.size, dtype=bool)  # ranks whose cells touch a point of mine
+    for q, v in touching:
+        near[q[owned][v[owned]]] = True
+    send_ranks = [q for q in np.flatnonzero(near).tolist() if q != rank]
+    send_nodes = []  # ascending: the order on q
+    for q in send_ranks:
+        hit = np.zeros(num_owned, dtype=bool)
+        for cell_rank, v in touching:
+            hit |= (cell_rank[owned] == q) & v[owned]
+        send_nodes.append(np.flatnonzero(hit))
+
+    offsets, node = _range_offsets(n, p, starts[rank], starts[rank + 1], point, z0, local_id)
+    weights = ref.corner_weights(local_mesh.mesh.cell_type, p)
+    local = H1Numbering(local_mesh.mesh, p, offsets, num_nodes, node, weights)
+    return ParNumbering(
+        local=local,
+        num_owned=num_owned,
+        num_nodes=num_nodes,
+        first_global=_owned_before(int(starts[rank]), n, p),
+        num_global=_owned_before(int(np.prod(n)), n, p),
+        send_ranks=np.array(send_ranks, dtype=np.int32),
+        send_nodes=send_nodes,
+        recv_ranks=recv_ranks.astype(np.int32),
+        recv_counts=recv_counts.astype(np.int64),
+        ghost_global=gid[ghost],
+    )
+
+
+def _range_points(n, p, starts, rank):
+    """The lattice points the cells of ``rank`` touch, their owners and neighbouring cells.
+
+    Returns
+    -------
+    point : ndarray of int64, shape ``(dim, num_nodes)``
+        Lattice coordinates, ascending x-fastest order.
+    owner : ndarray of int64, shape ``(num_nodes,)``
+        Rank of the cell holding each point half-open.
+    touching : list of (ndarray, ndarray)
+        For each of the ``2**dim`` cells around a point: its rank and whether it exists.
+    z0 : int
+        First point layer (along the last axis) of the rank.
+    """
+    dim, lattice = len(n), [m * p + 1 for m in n]
+    c0, c1 = int(starts[rank]), int(starts[rank + 1])
+    inner = int(np.prod(n[:-1]))
+    # candidates: every lattice point of the point layers this rank's cells reach
+    z0, z1 = (c0 // inner) * p, ((c1 - 1) // inner + 1) * p + 1
+    shape = [*lattice[:-1], z1 - z0]
+    point = np.indices(shape[::-1]).reshape(dim, -1)[::-1].astype(np.int64)  # (dim, m), x fastest
+    point[-1] += z0
+    cell_strides = np.cumprod([1, *n[:-1]])
+    # per direction, the cell part of the two cells around a point (upper, lower) and
+    # whether each exists; the owning cell is the upper one, the last cell at the top
+    upper = [point[d] // p for d in range(dim)]
+    lower = [u - (x % p == 0) for u, x in zip(upper, point, strict=True)]
+    clamped = [np.minimum(u, m - 1) for u, m in zip(upper, n, strict=True)]
+    owner_cell = sum(c * s for c, s in zip(clamped, cell_strides, strict=True))
+    sides = [
+        ((u * s, u < m), (w * s, w >= 0))
+        for u, w, m, s in zip(upper, lower, n, cell_strides, strict=True)
+    ]
+    touched = np.zeros(point.shape[1], dtype=bool)
+    touching = []
+    for corner in ref.tensor_lattice(1, dim).astype(np.int64):
+        cell, valid = sides[0][corner[0]]
+        for d in range(1, dim):
+            part, ok = sides[d][corner[d]]
+            cell, valid = cell + part, valid & ok
+        touched |= valid & (cell >= c0) & (cell < c1)
+        touching.append((np.searchsorted(starts, cell, side="right") - 1, valid))
+    owner = np.searchsorted(starts, owner_cell[touched], side="right") - 1
+    return point[:, touched], owner, [(q[touched], v[touched]) for q, v in touching], z0
+
+
+def _range_global_ids(n, p, starts, point, owner):
+    """Global id of each point: its owner's first id, the owner's points on earlier
+    lattice rows, and its place in the owner's x-range on its row."""
+    dim, lattice = len(n), [m * p + 1 for m in n]
+    row_strides = np.cumprod([1, *lattice[1:-1]])
+    row = np.zeros(point.shape[1], dtype=np.int64)  # lattice row (coordinates after x)
+    for d in range(1, dim):
+        row += point[d] * row_strides[d - 1]
+    rows = np.indices(lattice[1:][::-1] or [1]).reshape(max(dim - 1, 1), -1)[::-1]
+    rows = rows[: dim - 1]  # (dim - 1, num_rows); one row in 1D
+    gid = np.empty(point.shape[1], dtype=np.int64)
+    for q in np.flatnonzero(np.bincount(owner)).tolist():
+        a_lo, count = _row_ranges(n, p, int(starts[q]), int(starts[q + 1]), rows)
+        before = np.concatenate([[0], np.cumsum(count)])  # owned points of q in earlier rows
+        mine = owner == q
+        first = _owned_before(int(starts[q]), n, p)
+        gid[mine] = first + before[row[mine]] + point[0, mine] - a_lo[row[mine]]
+    return gid
+
+
+def _range_offsets(n, p, c0, c1, point, z0, local_id):
+    """Local node ids ``(num_cells, P)`` of the cells ``c0..c1 - 1`` (lexicographic): node
+    ``(a, b, c)`` of a cell with corner 0 at lattice point ``o`` is ``o + (a, b, c)``,
+    found through a dense map of the rank's point layers. Also the nodes ``(P, dim)``."""
+    dim = len(n)
+    shape = [*(m * p + 1 for m in n[:-1]), int(point[-1].max()) - z0 + 1]
+    flat_strides = np.cumprod([1, *shape[:-1]])
+    dense = np.full(int(np.prod(shape)), -1, dtype=local_id.dtype)
+    flat = sum(point[d] * flat_strides[d] for d in range(dim)) - z0 * flat_strides[-1]
+    dense[flat] = local_id
+    corner = np.unravel_index(np.arange(int(c0), int(c1), dtype=np.int64), n[::-1])[::-1]
+    origin = sum(corner[d] * p * flat_strides[d] for d in range(dim)) - z0 * flat_strides[-1]
+    node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
+    node_index = node @ flat_strides  # (P,)
+    return dense[origin[:, None] + node_index[None, :]], node

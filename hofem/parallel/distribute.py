@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING
@@ -14,7 +13,7 @@ import numpy as np
 from ..meshes import box_block
 from ..meshes import read as read_mesh
 from ..meshes.mesh import Mesh
-from ..typing import ArrayLike, IndexArray
+from ..typing import IndexArray
 from .comm import check_all
 from .partition import partition
 
@@ -43,12 +42,81 @@ class LocalMesh:
         indices where the blocks start along each direction, ``(ranks_d + 1,)``
         each; the numbering is then computed in closed form
         (:func:`~hofem.parallel.box_numbering.box_numbering`).
+    box_ranges : (tuple of int, ndarray) or None
+        For a run of cells of a box of tensor cells (:func:`box_local` with uneven
+        slabs): the box's cells per direction and each rank's first cell in the
+        x-fastest order, ``(size + 1,)``; numbered in closed form by
+        :func:`~hofem.parallel.box_numbering.range_numbering`.
     """
 
     mesh: Mesh
     vertex_ids: IndexArray  # (mesh.num_points,)
     num_global_cells: int
     box_cuts: tuple[IndexArray, ...] | None = None
+    box_ranges: tuple | None = None
+
+
+def _lex_boxes(c0, c1, n):
+    """The cells ``c0 <= C < c1`` of a grid of ``n`` cells (x fastest) as boxes, in order.
+
+    Returns
+    -------
+    list of list of (start, stop)
+        At most ``2 dim - 1`` boxes, each ``dim`` ranges, whose cells in turn (each x
+        fastest) are the range in lexicographic order.
+    """
+    if len(n) == 1:
+        return [[(c0, c1)]] if c1 > c0 else []
+    inner = int(np.prod(n[:-1]))
+    (k0, r0), (k1, r1) = divmod(c0, inner), divmod(c1, inner)
+    if k0 == k1:
+        return [[*b, (k0, k0 + 1)] for b in _lex_boxes(r0, r1, n[:-1])]
+    boxes = []
+    if r0:
+        boxes += [[*b, (k0, k0 + 1)] for b in _lex_boxes(r0, inner, n[:-1])]
+        k0 += 1
+    if k1 > k0:
+        boxes.append([(0, m) for m in n[:-1]] + [(k0, k1)])
+    if r1:
+        boxes += [[*b, (k1, k1 + 1)] for b in _lex_boxes(0, r1, n[:-1])]
+    return boxes
+
+
+def _merge_blocks(pieces):
+    """One mesh of :func:`box_block` pieces, their shared vertices joined by global id."""
+    meshes = [m for m, _ in pieces]
+    if len(meshes) == 1:
+        return pieces[0]
+    ids, first, inverse = np.unique(
+        np.concatenate([v for _, v in pieces]), return_index=True, return_inverse=True
+    )
+    points = np.concatenate([m.points for m in meshes])[first]
+    shift = np.cumsum([0] + [m.num_points for m in meshes])  # local vertex id offsets
+    cells = np.concatenate([inverse[m.cells + o] for m, o in zip(meshes, shift, strict=False)])
+    facets = np.concatenate([inverse[m.facets + o] for m, o in zip(meshes, shift, strict=False)])
+    geometry = None if meshes[0].geometry is None else np.concatenate([m.geometry for m in meshes])
+    m0 = meshes[0]
+    mesh = Mesh(
+        points,
+        m0.cell_type,
+        cells,
+        facets,
+        np.concatenate([m.facet_tags for m in meshes]),
+        m0.tag_names,
+        geometry,
+    )
+    return mesh, ids
+
+
+def balanced_slabs(num_cells: int, size: int) -> np.ndarray:
+    """First cell of each rank's part when ``num_cells`` cells are cut into ``size`` runs.
+
+    Returns
+    -------
+    ndarray of int64, shape ``(size + 1,)``
+        ``r * num_cells // size``: the parts differ by at most one cell.
+    """
+    return np.arange(size + 1, dtype=np.int64) * num_cells // size
 
 
 def _block_grid(n, size):
@@ -65,20 +133,20 @@ def _block_grid(n, size):
     return best
 
 
-def box_local(
-    comm: MPI.Comm,
-    n: int | Sequence[int],
-    dim: int = 3,
-    simplex: bool = False,
-    order: int = 1,
-    distort: float = 0.0,
-    bounds: ArrayLike | None = None,  # (dim, 2)
-) -> LocalMesh:
+def _uneven_slabs(n, dims):
+    """The block grid is slabs along the last axis whose layers do not divide evenly."""
+    return all(d == 1 for d in dims[:-1]) and dims[-1] > 1 and n[-1] % dims[-1] != 0
+
+
+def box_local(comm, n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
     """This rank's block of :func:`hofem.meshes.box`, built without the rest of the box.
 
     The grid of ``n`` cells per direction is cut into ``prod(dims) = comm.size``
     blocks (the most cube-like split whose block counts fit ``n``); rank ``r``
-    takes block ``r`` (x fastest). Arguments are those of
+    takes block ``r`` (x fastest). When that split is slabs along the last axis
+    whose layers do not divide evenly, rank ``r`` takes the ``r``-th of
+    ``comm.size`` runs of cells in x-fastest order instead (:func:`balanced_slabs`:
+    the runs differ by at most one cell). Arguments are those of
     :func:`hofem.meshes.box`.
 
     Returns
@@ -103,13 +171,23 @@ def box_local(
                 f"cannot split a box of {'x'.join(map(str, n_d))} cells into {comm.size} "
                 f"non-empty blocks (one per rank): use fewer ranks or more elements"
             )
-        coords = np.unravel_index(comm.rank, dims[::-1])[::-1]  # x fastest
-        cuts = tuple(np.arange(d + 1) * m // d for m, d in zip(n_d, dims, strict=True))
-        block = [(cut[c], cut[c + 1]) for cut, c in zip(cuts, coords, strict=True)]
-        mesh, vertex_ids = box_block(n_d, block, dim, simplex, order, distort, bounds)
         tensor = not simplex or dim == 1
         num_cells = int(np.prod(n_d)) * (1 if tensor else math.factorial(dim))
-        result = LocalMesh(mesh, vertex_ids, num_cells, cuts if tensor else None)
+        if _uneven_slabs(n_d, dims):
+            # whole layers would leave the ranks up to a layer apart: cut the cells
+            # (x fastest, the split axis slowest) into runs that differ by one cell
+            starts = balanced_slabs(int(np.prod(n_d)), comm.size)
+            boxes = _lex_boxes(int(starts[comm.rank]), int(starts[comm.rank + 1]), n_d)
+            pieces = [box_block(n_d, b, dim, simplex, order, distort, bounds) for b in boxes]
+            mesh, vertex_ids = _merge_blocks(pieces)
+            ranges = (n_d, starts) if tensor else None
+            result = LocalMesh(mesh, vertex_ids, num_cells, None, ranges)
+        else:
+            coords = np.unravel_index(comm.rank, dims[::-1])[::-1]  # x fastest
+            cuts = tuple(np.arange(d + 1) * m // d for m, d in zip(n_d, dims, strict=True))
+            block = [(cut[c], cut[c + 1]) for cut, c in zip(cuts, coords, strict=True)]
+            mesh, vertex_ids = box_block(n_d, block, dim, simplex, order, distort, bounds)
+            result = LocalMesh(mesh, vertex_ids, num_cells, cuts if tensor else None)
     except (ValueError, TypeError) as exc:
         error = exc
     check_all(comm, error)

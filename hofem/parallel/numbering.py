@@ -24,7 +24,7 @@ from mpi4py import MPI
 from ..meshes import h1_numbering
 from ..meshes.numbering import H1Numbering
 from ..restriction import index_dtype
-from .box_numbering import box_numbering
+from .box_numbering import box_numbering, range_numbering
 from .layout import ParNumbering
 
 if TYPE_CHECKING:
@@ -142,6 +142,8 @@ def distributed_numbering(comm: MPI.Comm, local_mesh: LocalMesh, order: int) -> 
     """
     if local_mesh.box_cuts is not None:
         return box_numbering(comm, local_mesh, order)
+    if local_mesh.box_ranges is not None:
+        return range_numbering(comm, local_mesh, order)
     mesh, vertex_ids = local_mesh.mesh, np.asarray(local_mesh.vertex_ids, dtype=np.int64)
     base = h1_numbering(mesh, order)
     num_nodes = base.num_nodes

@@ -117,6 +117,12 @@ def meshes_under_test():
         lambda: par.box_local(comm, (3, 2, 2), simplex=True, order=2, distort=0.1),
         (1, 2, 3, 4),
     )
+    yield (  # uneven slabs for 2 and 3 ranks: runs of cells, not whole layers
+        "box-hex-runs",
+        meshes.box((1, 1, 7), order=2, distort=0.1),
+        lambda: par.box_local(comm, (1, 1, 7), order=2, distort=0.1),
+        (2, 3),  # p = 1 has no interior node
+    )
     method = "metis" if _has_pymetis() else "rcb"
     for name in ("lshape_hex.msh", "curved_tet10.msh"):
         path = meshes.data_path(name)

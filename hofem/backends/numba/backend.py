@@ -29,6 +29,7 @@ else:
 
     from . import kernels as numba_kernels
     from . import operator as numba_operator
+    from . import threads as numba_threads
 
 __all__ = ["NumbaBackend", "NumbaBasisData", "NumbaRestrictionData"]
 
@@ -61,17 +62,23 @@ class NumbaVectorOps(VectorOps):
     """Parallel Numba loops for CG; reductions over fixed chunks (thread-count independent)."""
 
     def dot(self, a, b):
-        return numba_kernels.cg_dot(a, b).sum()
+        with numba_kernels.dynamic_schedule():
+            return numba_kernels.cg_dot(a, b).sum()
 
     def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
-        numba_kernels.cg_update_xr(float(self._alpha(rz, pAp, breakdown)), p, Ap, x, r)
+        alpha = float(self._alpha(rz, pAp, breakdown))
+        with numba_kernels.dynamic_schedule():
+            numba_kernels.cg_update_xr(alpha, p, Ap, x, r)
 
     def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
         alpha = float(self._alpha(rz, pAp, breakdown))
-        return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
+        with numba_kernels.dynamic_schedule():
+            return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
 
     def update_p(self, z, rz_new, rz, p):
-        numba_kernels.cg_update_p(z, float(self._beta(rz_new, rz)), p)
+        beta = float(self._beta(rz_new, rz))
+        with numba_kernels.dynamic_schedule():
+            numba_kernels.cg_update_p(z, beta, p)
 
     def local_dots(self, pairs):
         """All the inner products in one parallel pass over fixed chunks."""
@@ -98,6 +105,10 @@ class NumbaBackend(RefBackend):
     # hf.STRIDES_BACKEND interleaves the elements of each SIMD block, as the kernels hold them:
     # stored quadrature data is read in place as whole vectors (see operator.py)
     STRIDES_LANES = BLK
+
+    def __init__(self) -> None:
+        super().__init__()
+        numba_threads.configure_threads()
 
     @classmethod
     def check_available(cls):
@@ -218,7 +229,8 @@ class NumbaBackend(RefBackend):
             ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
             # an inlined QFunction's lanes vectorize in (first-call) compilation with SLP on
             with numba_kernels._slp_vectorize() if plan["traced"] else contextlib.nullcontext():
-                return plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
+                with numba_kernels.dynamic_schedule():
+                    return plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
         except NumbaError as exc:
             plan["fallback"] = True
             warnings.warn(

@@ -389,12 +389,34 @@ _CG_CHUNKS = 64
 _REDUCE = {**_JIT, "fastmath": {"reassoc", "contract"}}
 
 
+@contextlib.contextmanager
+def dynamic_schedule():
+    """Run the parallel loops inside one chunk at a time (Numba's dynamic schedule).
+
+    Without it each thread gets one equal share of a loop, and a thread that loses its
+    core to another process holds the loop back by its whole share; with it that thread
+    holds back one chunk while the others take the rest.  (Set from Python: inside a
+    kernel, ``numba.set_parallel_chunksize`` stops the on-disk cache.)  Only loops over
+    coarse chunks (CG's ``_CG_CHUNKS``, the operator's coloured element chunks) run in
+    it: a loop over single entries would pay for each one.
+    """
+    old = numba.set_parallel_chunksize(1)
+    try:
+        yield
+    finally:
+        numba.set_parallel_chunksize(old)
+
+
 @numba.njit(**_JIT)
 def cg_update_xr(alpha, p, Ap, x, r):
     """``x += alpha p; r -= alpha Ap`` in one pass; all float64 (n,)."""
-    for i in numba.prange(x.shape[0]):
-        x[i] += alpha * p[i]
-        r[i] -= alpha * Ap[i]
+    n = x.shape[0]
+    for c in numba.prange(_CG_CHUNKS):
+        chunk = slice(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS)
+        p_c, Ap_c, x_c, r_c = p[chunk], Ap[chunk], x[chunk], r[chunk]
+        for i in range(x_c.shape[0]):
+            x_c[i] += alpha * p_c[i]
+            r_c[i] -= alpha * Ap_c[i]
 
 
 # Each chunk works on slices of the vectors: indexing the whole array at ``start + i`` keeps
@@ -455,8 +477,12 @@ def gather_add_entries(w, index, v):
 @numba.njit(**_JIT)
 def cg_update_p(z, beta, p):
     """``p = z + beta p`` in place; float64 (n,)."""
-    for i in numba.prange(p.shape[0]):
-        p[i] = z[i] + beta * p[i]
+    n = p.shape[0]
+    for c in numba.prange(_CG_CHUNKS):
+        chunk = slice(c * n // _CG_CHUNKS, (c + 1) * n // _CG_CHUNKS)
+        z_c, p_c = z[chunk], p[chunk]
+        for i in range(p_c.shape[0]):
+            p_c[i] = z_c[i] + beta * p_c[i]
 
 
 @numba.njit(cache=True, error_model="numpy", boundscheck=False)
