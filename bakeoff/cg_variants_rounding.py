@@ -6,7 +6,7 @@ iteration count, the true relative residual ``||b - A x|| / ||b||`` at the stop 
 residual gap ``| true - recursive | / recursive`` (the recursive residual is the one the
 stopping test reads).  Problems: BP1/BP3 on small boxes (none, Jacobi, pmg) and dense
 SPD matrices with logarithmically spaced eigenvalues.  Output kept in
-``bakeoff/cg_variants_rounding.txt``; summary in docs/solvers.md, "CG variants".
+``bakeoff/results/cpu/cg_variants_rounding.txt``; summary in docs/solvers.md, "CG variants".
 """
 
 import sys

@@ -223,12 +223,15 @@ def cg(
         inv_diag = None if M is None else M.inv_diag
         tol = max(rtol * ops.norm(b), atol)
         return _device_solve(device, b, x0, tol, maxiter, inv_diag, check_every)
+    return _host_solve(A, b, x0, M, ops, rtol, atol, maxiter, check_every, callback, variant)
+
+
+def _host_solve(A, b, x0, M, ops, rtol, atol, maxiter, check_every, callback, variant):
+    """:func:`cg` in the host loop of ``variant``: ``(x, CGInfo)``."""
     check_every = 1 if check_every is None else int(check_every)
     matvec, apply_dot = _host_apply(A, b, ops)
     precond = _matvec(M, "M") if M is not None else None
     x = ops.xp.zeros_like(b) if x0 is None else ops.xp.array(x0, dtype=b.dtype, copy=True)
-    if x.shape != b.shape:
-        raise ValueError(f"x0 must have shape {b.shape}, got {x.shape}")
     tol = max(rtol * ops.norm(b), atol)
     r = b - matvec(x) if x0 is not None else b.copy()  # (n,)
     if variant == "standard":

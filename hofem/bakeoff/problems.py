@@ -296,16 +296,13 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None, variant
     Returns
     -------
     dict
-        bp, p, q, cell, elements, dofs, backend, geometry_used, ranks (MPI ranks: 1 when
-        serial), rtol,
-        preconditioner, cg_variant, iterations, converged, setup_s, precond_setup_s (building
-        the preconditioner), time_to_solution_s (precond_setup_s + solve_s), compile_s (the
-        warm-up, first-run JIT compilation included), kernels_compiled (whether
-        the warm-up compiled kernels, :class:`CompileWatch`), solve_s,
-        dofs_x_iter_per_s (of the solve alone), rel_residual, l2_error,
-        host_peak_bytes (the process's peak resident memory, before the
-        error computation), footprint_bytes (:func:`solve_footprint`); on
-        several ranks the largest rank's bytes.
+        bp, p, q, cell, elements, dofs, backend, geometry_used, ranks (1 when serial),
+        rtol, preconditioner, cg_variant, iterations, converged, setup_s,
+        precond_setup_s, time_to_solution_s (precond_setup_s + solve_s), compile_s (the
+        warm-up), kernels_compiled (:class:`CompileWatch`), solve_s, dofs_x_iter_per_s
+        (of the solve alone), rel_residual, l2_error, host_peak_bytes (peak resident
+        memory before the error computation), footprint_bytes (:func:`solve_footprint`);
+        on several ranks the largest rank's bytes.
 
     Raises
     ------
