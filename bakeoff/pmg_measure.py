@@ -2,7 +2,8 @@
 
 Usage::
 
-    python bakeoff/pmg_measure.py iterations --ceed /cpu/self/ref --out bakeoff/results/cpu/pmg_iterations.jsonl
+    python bakeoff/pmg_measure.py iterations --ceed /cpu/self/ref \
+        --out bakeoff/results/cpu/pmg_iterations.jsonl
     NUMBA_NUM_THREADS=1 python bakeoff/pmg_measure.py time --ceed /cpu/self/numba \
         --orders 4 6 --dofs 1e6 --out bakeoff/results/pmg_time.jsonl
 
