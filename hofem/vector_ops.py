@@ -62,3 +62,52 @@ class VectorOps:
         """``p = z + beta p`` in place, ``beta = rz_new / rz``."""
         p *= self._beta(rz_new, rz)
         p += z
+
+    # --- Chebyshev smoothing and transfers (hofem.multigrid): one pass per step -------------
+    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+        """``r = b - Ax; d = c D^-1 r``; from zero (``Ax`` None): ``d = c D^-1 b``, ``r`` unused.
+
+        ``c`` a float, ``inv_diag`` ``D^-1`` (n,); the rest (n,) vectors.
+        """
+        xp = self.xp
+        if Ax is not None:
+            xp.subtract(b, Ax, out=r)
+            b = r
+        xp.multiply(inv_diag, b, out=d)
+        d *= c
+
+    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+        """``x += d; r -= Ad; d = a d + c D^-1 r``;
+        from zero (``b`` given): ``x = d; r = b - Ad``, then the same ``d``."""
+        xp = self.xp
+        if b is None:
+            x += d
+            r -= Ad
+        else:
+            x[...] = d
+            xp.subtract(b, Ad, out=r)
+        d *= a
+        d += c * (inv_diag * r)
+
+    def chebyshev_last(self, Ad, d, x, r, b=None):
+        """The last step: ``x += d; r -= Ad`` (``r`` None: ``x += d`` only);
+        from zero (``b`` given): ``x = d; r = b - Ad``."""
+        if b is not None:
+            x[...] = d
+            self.xp.subtract(b, Ad, out=r)
+            return
+        x += d
+        if r is not None:
+            r -= Ad
+
+    def scatter_scaled(self, values, index, scale, out):
+        """``out[index] = scale * values`` (``scale`` None: 1); ``index`` distinct, (n,)."""
+        out[index] = values if scale is None else scale * values
+
+    def gather_scaled(self, w, index, scale, v, add=False):
+        """``v = scale * w[index]``, or ``v +=`` with ``add`` (``scale`` None: 1); ``v`` (n,)."""
+        part = w[index] if scale is None else scale * w[index]
+        if add:
+            v += part
+        else:
+            v[...] = part

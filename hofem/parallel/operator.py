@@ -40,6 +40,21 @@ class ParallelVectorOps(VectorOps):
     def update_p(self, z, rz_new, rz, p):
         self.inner.update_p(z, rz_new, rz, p)
 
+    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+        self.inner.chebyshev_start(c, inv_diag, b, Ax, r, d)
+
+    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+        self.inner.chebyshev_step(a, c, inv_diag, Ad, d, x, r, b)
+
+    def chebyshev_last(self, Ad, d, x, r, b=None):
+        self.inner.chebyshev_last(Ad, d, x, r, b)
+
+    def scatter_scaled(self, values, index, scale, out):
+        self.inner.scatter_scaled(values, index, scale, out)
+
+    def gather_scaled(self, w, index, scale, v, add=False):
+        self.inner.gather_scaled(w, index, scale, v, add)
+
 
 class ParOperator(_OperatorBase):
     """A distributed square operator on the T-vectors of a :class:`ParH1Space`.
