@@ -69,6 +69,10 @@ class Hierarchy:
         ``coarse_solver(make)`` -> ``solve(b) -> x`` on the coarsest level,
         where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
         distributed hierarchy gathers the matrix and the vectors around it.
+    assembly : list or None
+        Operators with the diagonals and matrices of ``operators``, cheaper to
+        assemble (stored geometry where ``operators`` compute it on the fly);
+        None: assemble ``operators``.  :func:`pmg` drops them after its set-up.
     """
 
     operators: list
@@ -77,6 +81,7 @@ class Hierarchy:
     orders: list
     coarse_solver: Callable
     info: dict = field(default_factory=dict)
+    assembly: list | None = None
 
 
 def register_hierarchy(cls: type, builder: Callable) -> None:
@@ -295,24 +300,23 @@ class AMGCycle:
         Chebyshev interval as fractions of each level's largest eigenvalue of ``D^-1 A``.
     ops : hofem.vector_ops.VectorOps, optional
         The smoothers' fused vector steps on ``xp``'s arrays; default ``VectorOps(xp)``.
+    eig_steps : int
+        Lanczos steps of each level's eigenvalue estimate (:func:`estimate_max_eigenvalue`).
     """
 
-    def __init__(self, ml, xp=np, cycles=1, degree=2, bounds=(0.3, 1.1), ops=None):
+    def __init__(self, ml, xp=np, cycles=1, degree=2, bounds=(0.3, 1.1), ops=None, eig_steps=10):
         import scipy.linalg
-        import scipy.sparse
-        from pyamg.util.linalg import approximate_spectral_radius
 
         self.xp, self.cycles = xp, int(cycles)
         ops = VectorOps(xp) if ops is None else ops
         self.levels = []  # (A, P, R, smoother) on xp, fine to coarse
         for level in ml.levels[:-1]:
             A = level.A.tocsr()
-            inv_sqrt = scipy.sparse.diags(1.0 / np.sqrt(A.diagonal()))
-            lam = approximate_spectral_radius(inv_sqrt @ A @ inv_sqrt, symmetric=True)
+            inv_diag = 1.0 / A.diagonal()
+            # a few Lanczos steps on the host, as on the p-levels (pyamg's Arnoldi costs more)
+            lam = estimate_max_eigenvalue(_matrix_apply(A), inv_diag, VectorOps(np), eig_steps)
             A_x = device_matrix(A, xp)
-            smoother = Chebyshev(
-                _matrix_apply(A_x), xp.asarray(1.0 / A.diagonal()), lam, degree, bounds, ops
-            )
+            smoother = Chebyshev(_matrix_apply(A_x), xp.asarray(inv_diag), lam, degree, bounds, ops)
             P, R = device_matrix(level.P, xp), device_matrix(level.R, xp)
             self.levels.append((A_x, P, R, smoother))
         coarsest = np.asarray(ml.levels[-1].A.toarray())
@@ -342,7 +346,12 @@ class AMGCycle:
 def amg_solver(A_host, xp, cycles=1, ops=None):
     """:class:`AMGCycle` of pyamg's smoothed-aggregation hierarchy of ``A_host`` (host CSR)."""
     pyamg = import_pyamg()
-    ml = pyamg.smoothed_aggregation_solver(A_host.tocsr(), symmetry="hermitian", max_coarse=500)
+    # the prolongation's Jacobi smoothing scaled by local row sums: no eigenvalue estimate
+    # (pyamg's Arnoldi was most of its set-up), the same iteration counts
+    smooth = ("jacobi", {"omega": 4.0 / 3.0, "weighting": "local"})
+    ml = pyamg.smoothed_aggregation_solver(
+        A_host.tocsr(), symmetry="hermitian", smooth=smooth, max_coarse=500
+    )
     return AMGCycle(ml, xp, cycles, ops=ops)
 
 
@@ -403,7 +412,8 @@ class PMG:
         The coarsest level's solve.
     shape : (int, int)
     setup_seconds : float
-        Wall time of the set-up (levels, diagonals, eigenvalue estimates, AMG).
+        Wall time of the set-up (levels, diagonals, eigenvalue estimates, AMG);
+        ``hierarchy.info["setup_seconds"]`` splits it into those four.
     """
 
     def __init__(self, hierarchy, smoothers, coarse, setup_seconds):
@@ -524,16 +534,26 @@ def pmg(
             f"one, or their hofem.parallel versions), got {type(A).__name__}"
         )
     hierarchy = builder(A, orders)
+    seconds = {"levels": time.perf_counter() - start, "diagonals": 0.0, "eigenvalues": 0.0}
     smoothers = []
-    for op in hierarchy.operators[:-1]:
-        inv_diag = 1.0 / op.linear_assemble_diagonal()
+    assembly = hierarchy.assembly or hierarchy.operators
+    for op, twin in zip(hierarchy.operators[:-1], assembly, strict=False):
+        mark = time.perf_counter()
+        inv_diag = 1.0 / twin.linear_assemble_diagonal()
         ops = op.vector_ops()
+        seconds["diagonals"] += time.perf_counter() - mark
+        mark = time.perf_counter()
         lam = estimate_max_eigenvalue(op.apply, inv_diag, ops, eig_steps)
+        seconds["eigenvalues"] += time.perf_counter() - mark
         smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds, ops))
+    mark = time.perf_counter()
     local_ops = hierarchy.operators[0].ceed.backend.vector_ops()
 
     def make(A_host, xp):  # the gathered coarse solve of a distributed hierarchy is on the host
         return amg_solver(A_host, xp, coarse_cycles, local_ops if local_ops.xp is xp else None)
 
     coarse = hierarchy.coarse_solver(make)
+    hierarchy.assembly = None  # the stored q-data, needed for the set-up only
+    seconds["coarse"] = time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
+    hierarchy.info["setup_seconds"] = seconds
     return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)
