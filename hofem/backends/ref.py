@@ -448,18 +448,14 @@ class RefBackend(Backend):
         (Q_1d, P_1d), dim = rows_in[0][0].shape, len(rows_in[0])  # the same for rows_out
         D = self._qfunction_matrix(op)  # (S_out, S_in, E Q)
         E = op.num_elem
-        points, nodes = "zyx"[3 - dim :], "kji"[3 - dim :]  # slowest first: x is fastest
-        subscripts = (
-            f"e{points},"
-            + ",".join(f"{q}{n}" for q, n in zip(points, nodes, strict=True))
-            + f"->e{nodes}"
-        )
-        out = xp.zeros((E,) + (P_1d,) * dim)
+        out = xp.zeros((E,) + (P_1d,) * dim)  # (E, [P_z,] [P_y,] P_x)
         for a, m_out in enumerate(rows_out):
             for b, m_in in enumerate(rows_in):
-                mats = [xp.asarray(m_out[k] * m_in[k]) for k in reversed(range(dim))]
-                d = D[a, b].reshape((E,) + (Q_1d,) * dim)  # (E, [Q_z,] [Q_y,] Q_x)
-                out += xp.einsum(subscripts, d, *mats, optimize=True)
+                t = D[a, b].reshape((E,) + (Q_1d,) * dim)  # (E, [Q_z,] [Q_y,] Q_x)
+                for k in range(dim):  # the fastest point axis is direction k's: contract it,
+                    # and put its node axis after E, so the last one ends slowest
+                    t = xp.moveaxis(t @ xp.asarray(m_out[k] * m_in[k]), -1, 1)
+                out += t
         return out.reshape(E, -1)
 
     def element_matrices(self, op):
