@@ -4,9 +4,10 @@ Usage::
 
     python bakeoff/pmg_measure.py iterations --ceed /cpu/self/ref --out bakeoff/pmg_iterations.jsonl
     NUMBA_NUM_THREADS=1 python bakeoff/pmg_measure.py time --ceed /cpu/self/numba \
-        --orders 4 6 --dofs 1e6 --out bakeoff/pmg_time.jsonl
+        --orders 4 6 --dofs 1e6 --repeat 2 --out bakeoff/pmg_time.jsonl
 
-One JSON line per case, appended to ``--out``.
+One JSON line per case, appended to ``--out``; ``time`` records wall and process
+seconds (on a shared machine the process seconds are the uncontended single-core time).
 """
 
 import argparse
