@@ -65,6 +65,8 @@ __all__ = [
 ]
 
 _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
+# on-the-fly operator made by a form -> the _form arguments that remake it with stored geometry
+_ON_THE_FLY = weakref.WeakKeyDictionary()
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 
@@ -233,6 +235,7 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
         coords, geo = _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, coords.coordinates)
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
+        _ON_THE_FLY[op] = (space, form, fields, coefficient, q_extra, quad_mode)
     else:
         apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"
         r_q, qdata = _qdata(space, kind, basis, rule, coefficient)
@@ -366,10 +369,14 @@ def multigrid_hierarchy(A, orders=None):
         )
     orders = coarse_orders(space.order, orders)
     levels, prolong, restrict = [A], [], []
+    twin = _stored_twin(op)
+    assembly = None if twin is None else [SubOperator(twin, A.free_dofs) if restricted else twin]
     fine_free = A.free_dofs if restricted else None
     for order in orders[1:]:
         coarse_space = space.with_order(order)
         coarse, P, R = op.multigrid_level(coarse_space.restriction)
+        if twin is not None:
+            twin = twin.multigrid_level(coarse_space.restriction)[0]
         if restricted:
             free = coarse.ceed.asarray(_coarse_free(space, coarse_space, fine_free))
             P, R = RestrictedTransfer(P, fine_free, free), RestrictedTransfer(R, free, fine_free)
@@ -377,16 +384,32 @@ def multigrid_hierarchy(A, orders=None):
             fine_free = levels[-1].free_dofs
         else:
             levels.append(coarse)
+        if twin is not None:
+            assembly.append(SubOperator(twin, fine_free) if restricted else twin)
         prolong.append(P)
         restrict.append(R)
         op, space = coarse, coarse_space
 
     def coarse_solver(make):
-        matrix = levels[-1].linear_assemble()
+        matrix = (hierarchy.assembly or levels)[-1].linear_assemble()
         xp = levels[-1].ceed.xp
         return make(matrix if xp is np else matrix.get(), xp)
 
-    return Hierarchy(levels, prolong, restrict, orders, coarse_solver)
+    hierarchy = Hierarchy(levels, prolong, restrict, orders, coarse_solver, assembly=assembly)
+    return hierarchy
+
+
+def _stored_twin(op):
+    """The form ``op`` with stored geometry on the same quadrature, where ``op`` computes
+    its geometry on the fly (else None).
+
+    Its levels have the same diagonals and matrices as ``op``'s, and assembling
+    them probes the QFunction once per input component: with stored q-data a
+    probe is a few products per point, on the fly it recomputes the Jacobians
+    at every point.  Built once, its q-data is shared by every level.
+    """
+    args = _ON_THE_FLY.get(op)
+    return None if args is None else _form(*args, geometry="stored")
 
 
 def _coarse_free(fine, coarse, fine_free):

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .operator import SubOperator
+from .transfer import Transfer
+from .vector_ops import VectorOps
 
 __all__ = [
     "PMG",
@@ -67,6 +69,10 @@ class Hierarchy:
         ``coarse_solver(make)`` -> ``solve(b) -> x`` on the coarsest level,
         where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
         distributed hierarchy gathers the matrix and the vectors around it.
+    assembly : list or None
+        Operators with the diagonals and matrices of ``operators``, cheaper to
+        assemble (stored geometry where ``operators`` compute it on the fly);
+        None: assemble ``operators``.  :func:`pmg` drops them after its set-up.
     """
 
     operators: list
@@ -75,6 +81,7 @@ class Hierarchy:
     orders: list
     coarse_solver: Callable
     info: dict = field(default_factory=dict)
+    assembly: list | None = None
 
 
 def register_hierarchy(cls: type, builder: Callable) -> None:
@@ -174,6 +181,9 @@ class Chebyshev:
     Chebyshev polynomial of that interval (Saad, Iterative Methods, Alg. 12.1);
     its error propagator ``I - q(D^-1 A) D^-1 A`` is A-self-adjoint, so the same
     smoother before and after a coarse correction gives a symmetric cycle.
+    Each step is one application of ``A`` and one fused vector pass
+    (:meth:`hofem.vector_ops.VectorOps.chebyshev_step`); the work vectors are
+    allocated once, here.
 
     Parameters
     ----------
@@ -186,57 +196,67 @@ class Chebyshev:
         Operator applications per smoothing step.
     bounds : (float, float)
         The interval as fractions of ``lambda_max`` (PETSc's default ``(0.1, 1.1)``).
+    ops : hofem.vector_ops.VectorOps, optional
+        The vectors' fused steps; default NumPy's expressions.
     """
 
-    def __init__(self, apply, inv_diag, lambda_max, degree=2, bounds=(0.1, 1.1)):
+    def __init__(self, apply, inv_diag, lambda_max, degree=2, bounds=(0.1, 1.1), ops=None):
         self.apply_op = apply
         self.inv_diag = inv_diag
         self.degree = int(degree)
+        self.ops = VectorOps(np) if ops is None else ops
         lo, hi = bounds[0] * lambda_max, bounds[1] * lambda_max
-        self.theta, self.delta = (hi + lo) / 2, (hi - lo) / 2
-        self._Ad = inv_diag.copy()  # (n,) scratch for A d
+        theta, delta = (hi + lo) / 2, (hi - lo) / 2
+        self.theta, self.delta = theta, delta
+        # d_0 = c_0 D^-1 r_0, then d_k = a_k d_{k-1} + c_k D^-1 r_k (the three-term recurrence)
+        self.c0, self.coefficients = 1.0 / theta, []
+        sigma = theta / delta
+        rho = 1.0 / sigma
+        for _ in range(self.degree - 1):
+            rho_new = 1.0 / (2.0 * sigma - rho)
+            self.coefficients.append((rho_new * rho, 2.0 * rho_new / delta))
+            rho = rho_new
+        xp = self.ops.xp
+        n = inv_diag.shape[0]
+        self._Ad, self._d, self._r = (xp.empty(n) for _ in range(3))  # (n,) work vectors
 
-    def smooth(self, b, x=None):
+    def smooth(self, b, x=None, out=None):
         """Smooth ``A x = b``: from zero (``x`` None) or in place on ``x``.
 
         Both cost ``degree`` applications of ``A``.
+
+        Parameters
+        ----------
+        b : array (n,)
+        x : array (n,), optional
+            The iterate to smooth in place; None: start from zero.
+        out : array (n,), optional
+            From zero: where ``x`` goes (default a new array).
 
         Returns
         -------
         x : array (n,)
         r : array (n,) or None
-            ``b - A x`` when ``x`` was None (the last application gives it), else None.
+            ``b - A x`` when ``x`` was None (the last application gives it; a work
+            vector of this smoother, valid until its next ``smooth``), else None.
         """
-        Ad, zero = self._Ad, x is None
+        ops, Ad, d, r, inv_diag = self.ops, self._Ad, self._d, self._r, self.inv_diag
+        zero = x is None
         if zero:
-            x, r = xp_zeros_like(b), b.copy()
+            x = ops.xp.empty_like(b) if out is None else out
+            ops.chebyshev_start(self.c0, inv_diag, b, None, None, d)
         else:
             self.apply_op(x, Ad)
-            r = b - Ad
-        sigma = self.theta / self.delta
-        rho = 1.0 / sigma
-        d = self.inv_diag * r / self.theta
-        for k in range(self.degree):
-            x += d
-            last = k == self.degree - 1
-            if last and not zero:
-                break
+            ops.chebyshev_start(self.c0, inv_diag, b, Ad, r, d)
+        for k, (a, c) in enumerate(self.coefficients):
             self.apply_op(d, Ad)
-            r -= Ad
-            if last:
-                break
-            rho_new = 1.0 / (2.0 * sigma - rho)
-            d *= rho_new * rho
-            d += (2.0 * rho_new / self.delta) * (self.inv_diag * r)
-            rho = rho_new
-        return x, (r if zero else None)
-
-
-def xp_zeros_like(a):
-    """Zeros shaped like ``a``, of ``a``'s array library."""
-    out = a.copy()
-    out.fill(0.0)
-    return out
+            ops.chebyshev_step(a, c, inv_diag, Ad, d, x, r, b if zero and k == 0 else None)
+        if zero:  # the last step's application gives the residual the coarse level needs
+            self.apply_op(d, Ad)
+            ops.chebyshev_last(Ad, d, x, r, b if self.degree == 1 else None)
+            return x, r
+        ops.chebyshev_last(None, d, x, None)
+        return x, None
 
 
 def device_matrix(A, xp):
@@ -278,23 +298,25 @@ class AMGCycle:
         Chebyshev degree of the level smoothers.
     bounds : (float, float)
         Chebyshev interval as fractions of each level's largest eigenvalue of ``D^-1 A``.
+    ops : hofem.vector_ops.VectorOps, optional
+        The smoothers' fused vector steps on ``xp``'s arrays; default ``VectorOps(xp)``.
+    eig_steps : int
+        Lanczos steps of each level's eigenvalue estimate (:func:`estimate_max_eigenvalue`).
     """
 
-    def __init__(self, ml, xp=np, cycles=1, degree=2, bounds=(0.3, 1.1)):
+    def __init__(self, ml, xp=np, cycles=1, degree=2, bounds=(0.3, 1.1), ops=None, eig_steps=10):
         import scipy.linalg
-        import scipy.sparse
-        from pyamg.util.linalg import approximate_spectral_radius
 
         self.xp, self.cycles = xp, int(cycles)
+        ops = VectorOps(xp) if ops is None else ops
         self.levels = []  # (A, P, R, smoother) on xp, fine to coarse
         for level in ml.levels[:-1]:
             A = level.A.tocsr()
-            inv_sqrt = scipy.sparse.diags(1.0 / np.sqrt(A.diagonal()))
-            lam = approximate_spectral_radius(inv_sqrt @ A @ inv_sqrt, symmetric=True)
+            inv_diag = 1.0 / A.diagonal()
+            # a few Lanczos steps on the host, as on the p-levels (pyamg's Arnoldi costs more)
+            lam = estimate_max_eigenvalue(_matrix_apply(A), inv_diag, VectorOps(np), eig_steps)
             A_x = device_matrix(A, xp)
-            smoother = Chebyshev(
-                _matrix_apply(A_x), xp.asarray(1.0 / A.diagonal()), lam, degree, bounds
-            )
+            smoother = Chebyshev(_matrix_apply(A_x), xp.asarray(inv_diag), lam, degree, bounds, ops)
             P, R = device_matrix(level.P, xp), device_matrix(level.R, xp)
             self.levels.append((A_x, P, R, smoother))
         coarsest = np.asarray(ml.levels[-1].A.toarray())
@@ -321,19 +343,29 @@ class AMGCycle:
         return x
 
 
-def amg_solver(A_host, xp, cycles=1):
+def amg_solver(A_host, xp, cycles=1, ops=None):
     """:class:`AMGCycle` of pyamg's smoothed-aggregation hierarchy of ``A_host`` (host CSR)."""
     pyamg = import_pyamg()
-    ml = pyamg.smoothed_aggregation_solver(A_host.tocsr(), symmetry="hermitian", max_coarse=500)
-    return AMGCycle(ml, xp, cycles)
+    # the prolongation's Jacobi smoothing scaled by local row sums: no eigenvalue estimate
+    # (pyamg's Arnoldi was most of its set-up), the same iteration counts
+    smooth = ("jacobi", {"omega": 4.0 / 3.0, "weighting": "local"})
+    ml = pyamg.smoothed_aggregation_solver(
+        A_host.tocsr(), symmetry="hermitian", smooth=smooth, max_coarse=500
+    )
+    return AMGCycle(ml, xp, cycles, ops=ops)
 
 
 class RestrictedTransfer:
     """A transfer between the free DOFs of two levels: ``T[free_out][:, free_in]``.
 
+    On a serial :class:`~hofem.transfer.Transfer` the multiplicity scaling rides
+    on the scatter (restriction) or on the gather (prolongation): one pass each
+    side of the matrix-free operator (:meth:`~hofem.vector_ops.VectorOps.scatter_scaled`,
+    :meth:`~hofem.vector_ops.VectorOps.gather_scaled`).
+
     Parameters
     ----------
-    transfer : hofem.transfer.Transfer
+    transfer : hofem.transfer.Transfer or a distributed transfer
     free_out, free_in : int arrays of the backend
         Sorted free L-vector indices of the output and input levels.
     """
@@ -341,18 +373,31 @@ class RestrictedTransfer:
     def __init__(self, transfer, free_out, free_in):
         self.ceed, self.transfer = transfer.ceed, transfer
         self.free_out, self.free_in = free_out, free_in
+        self.ops = self.ceed.backend.vector_ops()  # rank-local: scatter and gather only
         xp = self.ceed.xp
         self._in = xp.zeros(transfer.shape[1])  # (in l_size,) constrained entries stay 0
         self._out = xp.empty(transfer.shape[0])  # (out l_size,)
         self.shape = (free_out.size, free_in.size)
+        self._apply, self._scale_in, self._scale_out = transfer.apply, None, None
+        if isinstance(transfer, Transfer):  # its weight here, on the free entries only
+            self._apply = transfer.op.apply
+            if transfer.transpose:
+                self._scale_in = transfer.weight[free_in]  # (n_in,)
+            else:
+                self._scale_out = transfer.weight[free_out]  # (n_out,)
 
     def apply(self, u, v):
         """``v = T[free_out][:, free_in] u``."""
-        backend = self.ceed.backend
-        backend.scatter_entries(u, self.free_in, self._in)
-        self.transfer.apply(self._in, self._out)
-        v.fill(0.0)
-        backend.gather_add_entries(self._out, self.free_out, v)
+        self._run(u, v, add=False)
+
+    def apply_add(self, u, v):
+        """``v += T[free_out][:, free_in] u``."""
+        self._run(u, v, add=True)
+
+    def _run(self, u, v, add):
+        self.ops.scatter_scaled(u, self.free_in, self._scale_in, self._in)
+        self._apply(self._in, self._out)
+        self.ops.gather_scaled(self._out, self.free_out, self._scale_out, v, add)
 
 
 class PMG:
@@ -367,7 +412,8 @@ class PMG:
         The coarsest level's solve.
     shape : (int, int)
     setup_seconds : float
-        Wall time of the set-up (levels, diagonals, eigenvalue estimates, AMG).
+        Wall time of the set-up (levels, diagonals, eigenvalue estimates, AMG);
+        ``hierarchy.info["setup_seconds"]`` splits it into those four.
     """
 
     def __init__(self, hierarchy, smoothers, coarse, setup_seconds):
@@ -375,6 +421,15 @@ class PMG:
         self.shape = hierarchy.operators[0].shape
         self.ceed = hierarchy.operators[0].ceed
         self.setup_seconds = setup_seconds
+        xp = self.ceed.xp
+        # per level below the finest: its right-hand side (the restricted residual) and
+        # iterate; per level above the coarsest: the prolonged correction (non-fused transfers)
+        self._b = [None] + [xp.empty(op.shape[0]) for op in hierarchy.operators[1:]]
+        self._x = [None] + [xp.empty(op.shape[0]) for op in hierarchy.operators[1:-1]]
+        self._e = [
+            None if isinstance(P, RestrictedTransfer) else xp.empty(P.shape[0])
+            for P in hierarchy.prolong
+        ]
 
     def __call__(self, r):
         """``z = M r`` (one V-cycle from zero), a new array."""
@@ -385,15 +440,18 @@ class PMG:
     def _cycle(self, level, b):
         if level == len(self.smoothers):
             return self.coarse(b)
-        xp = self.ceed.xp
         restrict, prolong = self.hierarchy.restrict[level], self.hierarchy.prolong[level]
-        x, r = self.smoothers[level].smooth(b)
-        r_c = xp.empty(restrict.shape[0])
-        restrict.apply(r, r_c)
-        e = xp.empty(prolong.shape[0])
-        prolong.apply(self._cycle(level + 1, r_c), e)
-        x += e
-        self.smoothers[level].smooth(b, x)
+        smoother = self.smoothers[level]
+        x, r = smoother.smooth(b, out=self._x[level])
+        b_c = self._b[level + 1]
+        restrict.apply(r, b_c)
+        x_c = self._cycle(level + 1, b_c)
+        if self._e[level] is None:
+            prolong.apply_add(x_c, x)
+        else:
+            prolong.apply(x_c, self._e[level])
+            x += self._e[level]
+        smoother.smooth(b, x)
         return x
 
     def as_linear_operator(self):
@@ -476,10 +534,26 @@ def pmg(
             f"one, or their hofem.parallel versions), got {type(A).__name__}"
         )
     hierarchy = builder(A, orders)
+    seconds = {"levels": time.perf_counter() - start, "diagonals": 0.0, "eigenvalues": 0.0}
     smoothers = []
-    for op in hierarchy.operators[:-1]:
-        inv_diag = 1.0 / op.linear_assemble_diagonal()
-        lam = estimate_max_eigenvalue(op.apply, inv_diag, op.vector_ops(), eig_steps)
-        smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds))
-    coarse = hierarchy.coarse_solver(lambda A_host, xp: amg_solver(A_host, xp, coarse_cycles))
+    assembly = hierarchy.assembly or hierarchy.operators
+    for op, twin in zip(hierarchy.operators[:-1], assembly, strict=False):
+        mark = time.perf_counter()
+        inv_diag = 1.0 / twin.linear_assemble_diagonal()
+        ops = op.vector_ops()
+        seconds["diagonals"] += time.perf_counter() - mark
+        mark = time.perf_counter()
+        lam = estimate_max_eigenvalue(op.apply, inv_diag, ops, eig_steps)
+        seconds["eigenvalues"] += time.perf_counter() - mark
+        smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds, ops))
+    mark = time.perf_counter()
+    local_ops = hierarchy.operators[0].ceed.backend.vector_ops()
+
+    def make(A_host, xp):  # the gathered coarse solve of a distributed hierarchy is on the host
+        return amg_solver(A_host, xp, coarse_cycles, local_ops if local_ops.xp is xp else None)
+
+    coarse = hierarchy.coarse_solver(make)
+    hierarchy.assembly = None  # the stored q-data, needed for the set-up only
+    seconds["coarse"] = time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
+    hierarchy.info["setup_seconds"] = seconds
     return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)

@@ -173,7 +173,7 @@ class Transfer:
     def apply(self, u, v):
         """``v = T u`` (T the prolongation or restriction)."""
         if self.transpose:
-            self._scratch[...] = self.weight * u
+            self.ceed.xp.multiply(self.weight, u, out=self._scratch)
             self.op.apply(self._scratch, v)
         else:
             self.op.apply(u, v)

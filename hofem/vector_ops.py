@@ -167,3 +167,68 @@ class VectorOps:
         if u is None:
             return self.local_dots(((r, r), (w, r)))
         return self.local_dots(((r, u), (w, u), (r, r)))
+
+    # --- Chebyshev smoothing and transfers (hofem.multigrid): one pass per step -------------
+    def chebyshev_start(
+        self, c: float, inv_diag: Array, b: Array, Ax: Array | None, r: Array, d: Array
+    ) -> None:
+        """``r = b - Ax; d = c D^-1 r``; from zero (``Ax`` None): ``d = c D^-1 b``, ``r`` unused.
+
+        ``c`` a float, ``inv_diag`` ``D^-1`` (n,); the rest (n,) vectors.
+        """
+        xp = self.xp
+        if Ax is not None:
+            xp.subtract(b, Ax, out=r)
+            b = r
+        xp.multiply(inv_diag, b, out=d)
+        d *= c
+
+    def chebyshev_step(
+        self,
+        a: float,
+        c: float,
+        inv_diag: Array,
+        Ad: Array,
+        d: Array,
+        x: Array,
+        r: Array,
+        b: Array | None = None,
+    ) -> None:
+        """``x += d; r -= Ad; d = a d + c D^-1 r``;
+        from zero (``b`` given): ``x = d; r = b - Ad``, then the same ``d``."""
+        xp = self.xp
+        if b is None:
+            x += d
+            r -= Ad
+        else:
+            x[...] = d
+            xp.subtract(b, Ad, out=r)
+        d *= a
+        d += c * (inv_diag * r)
+
+    def chebyshev_last(
+        self, Ad: Array, d: Array, x: Array, r: Array, b: Array | None = None
+    ) -> None:
+        """The last step: ``x += d; r -= Ad`` (``r`` None: ``x += d`` only);
+        from zero (``b`` given): ``x = d; r = b - Ad``."""
+        if b is not None:
+            x[...] = d
+            self.xp.subtract(b, Ad, out=r)
+            return
+        x += d
+        if r is not None:
+            r -= Ad
+
+    def scatter_scaled(self, values: Array, index: Array, scale: Array, out: Array) -> None:
+        """``out[index] = scale * values`` (``scale`` None: 1); ``index`` distinct, (n,)."""
+        out[index] = values if scale is None else scale * values
+
+    def gather_scaled(
+        self, w: Array, index: Array, scale: Array, v: Array, add: bool = False
+    ) -> None:
+        """``v = scale * w[index]``, or ``v +=`` with ``add`` (``scale`` None: 1); ``v`` (n,)."""
+        part = w[index] if scale is None else scale * w[index]
+        if add:
+            v += part
+        else:
+            v[...] = part

@@ -203,3 +203,89 @@ def test_distributed_pmg_equals_serial(n):
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.strip().splitlines()[-1] == "OK pmg"
+
+
+def _vectors(ceed, n, count, seed=6):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(n) for _ in range(count)]
+
+
+@pytest.mark.parametrize("zero", [False, True], ids=["from_x", "from_zero"])
+def test_vector_ops_chebyshev_steps_match_numpy(ceed, zero):
+    """Every backend's fused Chebyshev steps against the NumPy expressions."""
+    n, a, c = 1003, 0.37, -1.9
+    ops = ceed.backend.vector_ops()
+    inv_diag, b, Ad, d, x, r = _vectors(ceed, n, 6)
+    on = [ceed.asarray(v.copy()) for v in (inv_diag, b, Ad, d, x, r)]
+    got = {}
+
+    def host(name, v):
+        got[name] = ceed.to_numpy(v).copy()
+
+    # start: r = b - Ad; d = c D^-1 r; from zero: d = c D^-1 b
+    ops.chebyshev_start(c, on[0], on[1], None if zero else on[2], on[5], on[3])
+    host("start_d", on[3])
+    r_start = r if zero else b - Ad
+    d_start = c * inv_diag * (b if zero else r_start)
+    np.testing.assert_allclose(got["start_d"], d_start, rtol=1e-14, atol=1e-14)
+    if not zero:
+        np.testing.assert_allclose(ceed.to_numpy(on[5]), r_start, rtol=1e-14, atol=1e-14)
+    # step: x += d; r -= Ad; d = a d + c D^-1 r; from zero: x = d; r = b - Ad
+    on = [ceed.asarray(v.copy()) for v in (inv_diag, b, Ad, d, x, r)]
+    ops.chebyshev_step(a, c, *on[:1], on[2], on[3], on[4], on[5], on[1] if zero else None)
+    x_new = d if zero else x + d
+    r_new = b - Ad if zero else r - Ad
+    d_new = a * d + c * inv_diag * r_new
+    for v, expected in zip(on[3:], (d_new, x_new, r_new), strict=True):
+        np.testing.assert_allclose(ceed.to_numpy(v), expected, rtol=1e-13, atol=1e-13)
+    # last: x += d; r -= Ad (r None: x only); from zero: x = d; r = b - Ad
+    for with_r in (True, False):
+        if zero and not with_r:
+            continue
+        on = [ceed.asarray(v.copy()) for v in (inv_diag, b, Ad, d, x, r)]
+        ops.chebyshev_last(on[2], on[3], on[4], on[5] if with_r else None, on[1] if zero else None)
+        np.testing.assert_allclose(ceed.to_numpy(on[4]), x_new, rtol=1e-14, atol=1e-14)
+        r_expected = r_new if with_r else r
+        np.testing.assert_allclose(ceed.to_numpy(on[5]), r_expected, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "scaled"])
+def test_vector_ops_scaled_scatter_gather_match_numpy(ceed, scaled):
+    """Every backend's scaled scatter and gather (set and add) against NumPy indexing."""
+    l_size, rng = 517, np.random.default_rng(7)
+    index = np.sort(rng.choice(l_size, 301, replace=False))
+    values, scale, w, v = (
+        rng.standard_normal(301),
+        rng.standard_normal(301),
+        *_vectors(ceed, l_size, 1),
+        rng.standard_normal(301),
+    )
+    ops = ceed.backend.vector_ops()
+    for dtype in (np.int32, np.int64):
+        idx = ceed.asarray(index.astype(dtype))
+        s = ceed.asarray(scale) if scaled else None
+        factor = scale if scaled else 1.0
+        out = ceed.asarray(np.zeros(l_size))
+        ops.scatter_scaled(ceed.asarray(values), idx, s, out)
+        expected = np.zeros(l_size)
+        expected[index] = factor * values
+        np.testing.assert_allclose(ceed.to_numpy(out), expected, rtol=1e-15)
+        for add in (False, True):
+            got = ceed.asarray(v.copy())
+            ops.gather_scaled(ceed.asarray(w), idx, s, got, add=add)
+            expected = factor * w[index] + (v if add else 0.0)
+            np.testing.assert_allclose(ceed.to_numpy(got), expected, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("form", "dim", "p"), [("diffusion", 3, 3), ("mass", 3, 2), ("diffusion", 2, 4)]
+)
+def test_sum_factorized_diagonal_is_the_assembled_one(ceed, form, dim, p):
+    """The tensor-product diagonal (hf.pmg's smoother scaling) against the assembled matrix."""
+    space = hf.H1Space(ceed, meshes.box(2, dim=dim), p)
+    for geometry in ("stored", "on_the_fly"):
+        A = getattr(hf, form)(space, geometry=geometry)
+        diag = ceed.to_numpy(A.linear_assemble_diagonal())
+        matrix = A.linear_assemble()
+        matrix = matrix if ceed.xp is np else matrix.get()
+        np.testing.assert_allclose(diag, matrix.diagonal(), rtol=1e-12, atol=1e-14)

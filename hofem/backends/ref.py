@@ -349,7 +349,10 @@ class RefBackend(Backend):
         return np.concatenate([self._dense_field_basis(f, r) for f in fields]), r  # (S, Q, CP)
 
     def _qfunction_matrix(self, op):
-        """Pointwise linearization D: (E*Q, S_out, S_in), by probing the QFunction."""
+        """Pointwise linearization D: (S_out, S_in, E*Q), by probing the QFunction.
+
+        Points last: each probe's outputs are written as whole rows.
+        """
         xp = self.xp
         npts = op.num_elem * op.num_qpts
         inputs = [None if f.is_active else self.input_qvec(op, f, None) for f in op.input_fields]
@@ -357,7 +360,7 @@ class RefBackend(Backend):
         active_out = [i for i, f in enumerate(op.output_fields) if f.is_active]
         s_in = sum(op.input_fields[i].size for i in active_in)
         s_out = sum(op.output_fields[i].size for i in active_out)
-        D = xp.zeros((npts, s_out, s_in))
+        D = xp.empty((s_out, s_in, npts))
         col = 0
         for i in active_in:
             for row in range(op.input_fields[i].size):
@@ -367,7 +370,7 @@ class RefBackend(Backend):
                 probe[i][row] = 1.0
                 outputs = [xp.zeros((f.size, npts)) for f in op.output_fields]
                 op.qf.apply(probe, outputs)
-                D[:, :, col] = xp.concatenate([outputs[k] for k in active_out]).T
+                D[:, col, :] = xp.concatenate([outputs[k] for k in active_out])
                 col += 1
         return D
 
@@ -376,7 +379,7 @@ class RefBackend(Backend):
         for start in range(0, op.num_elem, step):
             stop = min(op.num_elem, start + step)
             Q = op.num_qpts
-            yield start, stop, D[start * Q : stop * Q].reshape(stop - start, Q, *D.shape[1:])
+            yield start, stop, D[:, :, start * Q : stop * Q].reshape(*D.shape[:2], stop - start, Q)
 
     def _element_sum(self, op, subscripts, out_shape, per_elem):
         """Per-element ``einsum(subscripts, B_out, D_e, B_in)`` over bounded element chunks.
@@ -387,25 +390,78 @@ class RefBackend(Backend):
         B_in, r_in = self._active_basis(op, False)  # (S_in, Q, C_in P_in)
         B_out, r_out = self._active_basis(op, True)  # (S_out, Q, C_out P_out)
         B_in, B_out = xp.asarray(B_in), xp.asarray(B_out)
-        D = self._qfunction_matrix(op)  # (E Q, S_out, S_in)
+        D = self._qfunction_matrix(op)  # (S_out, S_in, E Q)
         result = xp.zeros((op.num_elem, *out_shape(B_out.shape[2], B_in.shape[2])))
-        per_elem = op.num_qpts * (D[0].size + per_elem(B_out.shape[0], B_in.shape[2]))
+        per_elem = op.num_qpts * (D.shape[0] * D.shape[1] + per_elem(B_out.shape[0], B_in.shape[2]))
         for start, stop, D_e in self._element_chunks(op, D, per_elem):
             result[start:stop] = xp.einsum(subscripts, B_out, D_e, B_in, optimize=True)
         return result, r_in, r_out
 
     def operator_assemble_diagonal(self, op):
-        """Diagonal as an L-vector: sum over elements of diag(B_out^T D B_in)."""
-        diag, _, r_out = self._element_sum(
-            op, "aqi,eqab,bqi->ei", lambda n_out, n_in: (n_out,), lambda s_out, n_in: 0
-        )
+        """Diagonal as an L-vector: sum over elements of diag(B_out^T D B_in).
+
+        Sum-factorized on scalar tensor-product fields (:meth:`_tensor_diagonal`),
+        else from the dense element bases.
+        """
+        rows_out, rows_in = self._tensor_rows(op, True), self._tensor_rows(op, False)
+        same = rows_out and rows_in and rows_out[0][0].shape == rows_in[0][0].shape
+        if same and len(rows_out[0]) == len(rows_in[0]):
+            r_out = next(f for f in op.output_fields if f.is_active).restriction
+            diag = self._tensor_diagonal(op, rows_out, rows_in)
+        else:
+            diag, _, r_out = self._element_sum(
+                op, "aqi,abeq,bqi->ei", lambda n_out, n_in: (n_out,), lambda s_out, n_in: 0
+            )
         e = diag.reshape(op.num_elem, r_out.num_comp, r_out.elem_size)
         return self.restriction_apply(r_out, e, TRANSPOSE, signed=False)
+
+    @staticmethod
+    def _tensor_rows(op, output):
+        """Each row of the active basis (:meth:`_active_basis`) as its 1D factors, x first:
+        ``B_a = kron(.., M_a[1], M_a[0])``; None unless every active field is a scalar
+        tensor-product field of EVAL_INTERP or EVAL_GRAD (the same 1D shapes)."""
+        fields = [f for f in (op.output_fields if output else op.input_fields) if f.is_active]
+        rows = []
+        for f in fields:
+            b = f.basis
+            if b is None or not b.is_tensor or f.restriction.num_comp != 1:
+                return None
+            if f.eval_mode is EVAL_INTERP:
+                rows.append([b.interp_1d] * b.dim)
+            elif f.eval_mode is EVAL_GRAD:
+                B, G = b.interp_1d, b.grad_1d
+                rows.extend([G if e == d else B for e in range(b.dim)] for d in range(b.dim))
+            else:
+                return None
+        shapes = {(len(row), m.shape) for row in rows for m in row}
+        return rows if len(shapes) == 1 else None
+
+    def _tensor_diagonal(self, op, rows_out, rows_in):
+        """Element diagonals (num_elem, P) of scalar tensor-product fields, sum-factorized.
+
+        ``diag_e[i] = sum_ab sum_q B_a[q, i] D_ab[e, q] B_b[q, i]``, and
+        ``B_a[q, i] B_b[q, i]`` is the Kronecker product of the 1D products
+        ``M_a[k] * M_b[k]`` (entrywise): one 1D contraction per direction instead
+        of the dense ``(Q, P)`` element basis.
+        """
+        xp = self.xp
+        (Q_1d, P_1d), dim = rows_in[0][0].shape, len(rows_in[0])  # the same for rows_out
+        D = self._qfunction_matrix(op)  # (S_out, S_in, E Q)
+        E = op.num_elem
+        out = xp.zeros((E,) + (P_1d,) * dim)  # (E, [P_z,] [P_y,] P_x)
+        for a, m_out in enumerate(rows_out):
+            for b, m_in in enumerate(rows_in):
+                t = D[a, b].reshape((E,) + (Q_1d,) * dim)  # (E, [Q_z,] [Q_y,] Q_x)
+                for k in range(dim):  # the fastest point axis is direction k's: contract it,
+                    # and put its node axis after E, so the last one ends slowest
+                    t = xp.moveaxis(t @ xp.asarray(m_out[k] * m_in[k]), -1, 1)
+                out += t
+        return out.reshape(E, -1)
 
     def element_matrices(self, op):
         """Element matrices (num_elem, C_out*P_out, C_in*P_in), unsigned."""
         return self._element_sum(
-            op, "aqi,eqab,bqk->eik", lambda n_out, n_in: (n_out, n_in), lambda s, n: s * n
+            op, "aqi,abeq,bqk->eik", lambda n_out, n_in: (n_out, n_in), lambda s, n: s * n
         )
 
     def operator_assemble(self, op):

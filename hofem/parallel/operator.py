@@ -89,6 +89,21 @@ class ParallelVectorOps(VectorOps):
         """The rank's recurrences; returns its local inner products (for :meth:`sum_start`)."""
         return self.inner.pipelined_update(alpha, beta, vectors)
 
+    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+        self.inner.chebyshev_start(c, inv_diag, b, Ax, r, d)
+
+    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+        self.inner.chebyshev_step(a, c, inv_diag, Ad, d, x, r, b)
+
+    def chebyshev_last(self, Ad, d, x, r, b=None):
+        self.inner.chebyshev_last(Ad, d, x, r, b)
+
+    def scatter_scaled(self, values, index, scale, out):
+        self.inner.scatter_scaled(values, index, scale, out)
+
+    def gather_scaled(self, w, index, scale, v, add=False):
+        self.inner.gather_scaled(w, index, scale, v, add)
+
 
 class ParOperator(_OperatorBase):
     """A distributed square operator on the T-vectors of a :class:`ParH1Space`.

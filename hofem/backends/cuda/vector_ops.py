@@ -137,6 +137,107 @@ class CupyVectorOps(VectorOps):
         pipelined(alpha, beta, m, n, x, r, u, w, p, s, q, z)
         return self.local_dots(((r, u), (w, u), (r, r)))
 
+    # --- Chebyshev smoothing and transfers: one elementwise kernel per step ---------------
+    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+        if Ax is None:
+            _chebyshev_kernels()["scale"](float(c), inv_diag, b, d)
+        else:
+            _chebyshev_kernels()["start"](float(c), inv_diag, b, Ax, r, d)
+
+    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+        kernels = _chebyshev_kernels()
+        if b is None:
+            kernels["step"](float(a), float(c), inv_diag, Ad, d, x, r)
+        else:
+            kernels["step_zero"](float(a), float(c), inv_diag, Ad, b, d, x, r)
+
+    def chebyshev_last(self, Ad, d, x, r, b=None):
+        if b is not None:
+            _chebyshev_kernels()["last_zero"](Ad, b, d, x, r)
+        elif r is None:
+            x += d
+        else:
+            self._xr(1.0, d, Ad, x, r)
+
+    def scatter_scaled(self, values, index, scale, out):
+        if scale is None:
+            _chebyshev_kernels()["scatter"](values, index, out)
+        else:
+            _chebyshev_kernels()["scatter_scaled"](values, index, scale, out)
+
+    def gather_scaled(self, w, index, scale, v, add=False):
+        name = ("gather_add" if add else "gather") + ("" if scale is None else "_scaled")
+        args = (w, index, v) if scale is None else (w, index, scale, v)
+        _chebyshev_kernels()[name](*args)
+
+
+@functools.cache
+def _chebyshev_kernels():
+    """The elementwise kernels of :meth:`CupyVectorOps.chebyshev_step` and the transfers.
+
+    ``I`` is the index type (int32 or int64); the gathered/scattered vector is ``raw``.
+    """
+    kernel = cupy.ElementwiseKernel
+    return {
+        "start": kernel(
+            "float64 c, float64 inv_diag, float64 b, float64 Ax",
+            "float64 r, float64 d",
+            "double r_i = b - Ax; r = r_i; d = c * inv_diag * r_i",
+            "hofem_cheb_start",
+        ),
+        "scale": kernel(
+            "float64 c, float64 inv_diag, float64 b",
+            "float64 d",
+            "d = c * inv_diag * b",
+            "hofem_cheb_scale",
+        ),
+        "step": kernel(
+            "float64 a, float64 c, float64 inv_diag, float64 Ad",
+            "float64 d, float64 x, float64 r",
+            "double r_i = r - Ad; double d_i = d; x += d_i; r = r_i;"
+            "d = a * d_i + c * inv_diag * r_i",
+            "hofem_cheb_step",
+        ),
+        "step_zero": kernel(
+            "float64 a, float64 c, float64 inv_diag, float64 Ad, float64 b",
+            "float64 d, float64 x, float64 r",
+            "double r_i = b - Ad; double d_i = d; x = d_i; r = r_i;"
+            "d = a * d_i + c * inv_diag * r_i",
+            "hofem_cheb_step_zero",
+        ),
+        "last_zero": kernel(
+            "float64 Ad, float64 b, float64 d",
+            "float64 x, float64 r",
+            "x = d; r = b - Ad",
+            "hofem_cheb_last_zero",
+        ),
+        "scatter": kernel(
+            "float64 values, I index", "raw float64 dest", "dest[index] = values", "hofem_scatter"
+        ),
+        "scatter_scaled": kernel(
+            "float64 values, I index, float64 scale",
+            "raw float64 dest",
+            "dest[index] = scale * values",
+            "hofem_scatter_scaled",
+        ),
+        "gather": kernel("raw float64 w, I index", "float64 v", "v = w[index]", "hofem_gather"),
+        "gather_add": kernel(
+            "raw float64 w, I index", "float64 v", "v += w[index]", "hofem_gather_add"
+        ),
+        "gather_scaled": kernel(
+            "raw float64 w, I index, float64 scale",
+            "float64 v",
+            "v = scale * w[index]",
+            "hofem_gather_scaled",
+        ),
+        "gather_add_scaled": kernel(
+            "raw float64 w, I index, float64 scale",
+            "float64 v",
+            "v += scale * w[index]",
+            "hofem_gather_add_scaled",
+        ),
+    }
+
 
 @functools.cache
 def cupy_vector_ops() -> CupyVectorOps:

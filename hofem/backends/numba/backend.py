@@ -97,6 +97,40 @@ class NumbaVectorOps(VectorOps):
         sums = partial.sum(axis=0)  # (3,): r . u, w . u, r . r
         return sums if pre else sums[:2]
 
+    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+        if Ax is None:
+            numba_kernels.chebyshev_scale(float(c), inv_diag, b, d)
+        else:
+            numba_kernels.chebyshev_start(float(c), inv_diag, b, Ax, r, d)
+
+    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+        if b is None:
+            numba_kernels.chebyshev_step(float(a), float(c), inv_diag, Ad, d, x, r)
+        else:
+            numba_kernels.chebyshev_step_zero(float(a), float(c), inv_diag, Ad, b, d, x, r)
+
+    def chebyshev_last(self, Ad, d, x, r, b=None):
+        if b is not None:
+            numba_kernels.chebyshev_last_zero(Ad, b, d, x, r)
+        elif r is None:
+            numba_kernels.add_to(d, x)
+        else:
+            numba_kernels.cg_update_xr(1.0, d, Ad, x, r)
+
+    def scatter_scaled(self, values, index, scale, out):
+        if scale is None:
+            numba_kernels.scatter_entries(values, index, out)
+        else:
+            numba_kernels.scatter_scaled(values, index, scale, out)
+
+    def gather_scaled(self, w, index, scale, v, add=False):
+        if scale is None:
+            kernel = numba_kernels.gather_add_entries if add else numba_kernels.gather_entries
+            kernel(w, index, v)
+        else:
+            kernel = numba_kernels.gather_scaled_add if add else numba_kernels.gather_scaled
+            kernel(w, index, scale, v)
+
 
 class NumbaBackend(RefBackend):
     """Numba-compiled CPU backend; delegates what it does not override to the reference."""

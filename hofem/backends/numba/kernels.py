@@ -21,6 +21,7 @@ from ...restriction import index_dtype
 from .codegen import BLK, Source, check_disk_cache, load_module
 
 __all__ = [
+    "add_to",
     "basis_program",
     "block_dot",
     "cg_dot",
@@ -30,16 +31,25 @@ __all__ = [
     "cg_update_p",
     "cg_update_xr",
     "cg_update_xr_rr",
+    "chebyshev_last_zero",
+    "chebyshev_scale",
+    "chebyshev_start",
+    "chebyshev_step",
+    "chebyshev_step_zero",
     "compile_contract",
     "contract_program",
     "gather",
     "gather_add_entries",
     "gather_block",
+    "gather_entries",
     "gather_lanes",
+    "gather_scaled",
+    "gather_scaled_add",
     "scatter_block",
     "scatter_csr",
     "scatter_entries",
     "scatter_lanes",
+    "scatter_scaled",
     "tile_source",
     "transpose_map",
 ]
@@ -556,6 +566,90 @@ def transpose_map(indices, l_size):
     row_ptr = np.zeros(l_size + 1, dtype=dtype)
     np.cumsum(np.bincount(flat, minlength=l_size), out=row_ptr[1:])
     return row_ptr, entries
+
+
+# --- Chebyshev smoothing and transfers of hofem.multigrid: one pass per step -------------------
+
+
+@numba.njit(**_JIT)
+def chebyshev_start(c, inv_diag, b, Ax, r, d):
+    """``r = b - Ax; d = c inv_diag r``; float64 (n,)."""
+    for i in numba.prange(d.shape[0]):
+        r_i = b[i] - Ax[i]
+        r[i] = r_i
+        d[i] = c * inv_diag[i] * r_i
+
+
+@numba.njit(**_JIT)
+def chebyshev_scale(c, inv_diag, b, d):
+    """``d = c inv_diag b``; float64 (n,)."""
+    for i in numba.prange(d.shape[0]):
+        d[i] = c * inv_diag[i] * b[i]
+
+
+@numba.njit(**_JIT)
+def chebyshev_step(a, c, inv_diag, Ad, d, x, r):
+    """``x += d; r -= Ad; d = a d + c inv_diag r``; float64 (n,)."""
+    for i in numba.prange(d.shape[0]):
+        r_i = r[i] - Ad[i]
+        d_i = d[i]
+        x[i] += d_i
+        r[i] = r_i
+        d[i] = a * d_i + c * inv_diag[i] * r_i
+
+
+@numba.njit(**_JIT)
+def chebyshev_step_zero(a, c, inv_diag, Ad, b, d, x, r):
+    """``x = d; r = b - Ad; d = a d + c inv_diag r``; float64 (n,)."""
+    for i in numba.prange(d.shape[0]):
+        r_i = b[i] - Ad[i]
+        d_i = d[i]
+        x[i] = d_i
+        r[i] = r_i
+        d[i] = a * d_i + c * inv_diag[i] * r_i
+
+
+@numba.njit(**_JIT)
+def chebyshev_last_zero(Ad, b, d, x, r):
+    """``x = d; r = b - Ad``; float64 (n,)."""
+    for i in numba.prange(d.shape[0]):
+        x[i] = d[i]
+        r[i] = b[i] - Ad[i]
+
+
+@numba.njit(**_JIT)
+def add_to(d, x):
+    """``x += d``; float64 (n,)."""
+    for i in numba.prange(x.shape[0]):
+        x[i] += d[i]
+
+
+@numba.njit(**_JIT)
+def scatter_scaled(values, index, scale, out):
+    """``out[index] = scale * values``; float64 values, scale (n,), int index (n,) distinct."""
+    for i in numba.prange(index.shape[0]):
+        out[index[i]] = scale[i] * values[i]
+
+
+@numba.njit(**_JIT)
+def gather_scaled(w, index, scale, v):
+    """``v = scale * w[index]``; float64 w (l_size,), int index (n,), scale, v (n,)."""
+    for i in numba.prange(index.shape[0]):
+        v[i] = scale[i] * w[index[i]]
+
+
+@numba.njit(**_JIT)
+def gather_scaled_add(w, index, scale, v):
+    """``v += scale * w[index]``; float64 w (l_size,), int index (n,), scale, v (n,)."""
+    for i in numba.prange(index.shape[0]):
+        v[i] += scale[i] * w[index[i]]
+
+
+@numba.njit(**_JIT)
+def gather_entries(w, index, v):
+    """``v = w[index]``; float64 w (l_size,), int index (n,), v (n,)."""
+    for i in numba.prange(index.shape[0]):
+        v[i] = w[index[i]]
 
 
 # a truncated cache file of the kernels above would fail every run: check before any compiles
