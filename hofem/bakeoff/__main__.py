@@ -21,7 +21,6 @@ import sys
 
 import hofem as hf
 from hofem import meshes
-from hofem.backends import BackendUnavailable
 
 from .common import (
     EXIT_STATUS_EPILOG,
@@ -39,7 +38,7 @@ from .common import (
     preconditioner_of,
     run_reporting_usage_errors,
 )
-from .distributed import launched_under_mpi, setup_distributed
+from .distributed import ceed_on_every_rank, launched_under_mpi, setup_distributed
 from .estimate import case_estimate
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve
 
@@ -146,14 +145,7 @@ def run_distributed(args):
     from hofem import parallel as par
 
     comm = par.world()
-    error, ceed = None, None
-    try:  # the same on every rank: one line from rank 0, exit status 2
-        if args.ceed.startswith("/gpu"):
-            par.bind_device(comm)
-        ceed = hf.Ceed(args.ceed)
-    except (BackendUnavailable, ImportError) as exc:
-        error = exc
-    par.check_all(comm, error)
+    ceed = ceed_on_every_rank(comm, args.ceed)
     if not args.force and args.mesh is None:
         _, refusal = case_estimate(
             args.bp, ceed, args.order, elements=args.elements, simplex=args.simplex,

@@ -19,7 +19,6 @@ import json
 import time
 
 import hofem as hf
-from hofem.backends import BackendUnavailable
 from hofem.memory import peak_rss_bytes
 
 from .common import (
@@ -34,7 +33,7 @@ from .common import (
     positive_int,
     preconditioner_of,
 )
-from .distributed import setup_distributed
+from .distributed import ceed_on_every_rank, setup_distributed
 from .estimate import case_estimate
 from .problems import make_preconditioner, solve_footprint
 
@@ -151,14 +150,7 @@ def main(argv=None):
     args = parse_args(argv)
     comm = par.world()
     with par.abort_on_error(prog=PROG):
-        error, ceed = None, None
-        try:  # the same on every rank: one line from rank 0, exit status 2
-            if args.ceed.startswith("/gpu"):
-                par.bind_device(comm)
-            ceed = hf.Ceed(args.ceed)
-        except (BackendUnavailable, ImportError) as exc:
-            error = exc
-        par.check_all(comm, error)
+        ceed = ceed_on_every_rank(comm, args.ceed)
         scale = comm.size if args.per_rank else 1
         cases = [(bp, p, d * scale) for bp in args.problems for p in args.orders for d in args.dofs]
         if not args.force:

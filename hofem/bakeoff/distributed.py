@@ -28,6 +28,27 @@ def launched_under_mpi():
     return False
 
 
+def ceed_on_every_rank(comm, resource):
+    """``hf.Ceed(resource)`` on every rank (each bound to its GPU for ``/gpu``), collective.
+
+    A backend or extra missing on any rank raises on every rank
+    (``hofem.parallel.check_all``), so rank 0 reports it in one line and none hangs.
+    """
+    import hofem as hf
+    from hofem import parallel as par
+    from hofem.backends import BackendUnavailable
+
+    error, ceed = None, None
+    try:
+        if resource.startswith("/gpu"):
+            par.bind_device(comm)
+        ceed = hf.Ceed(resource)
+    except (BackendUnavailable, ImportError) as exc:
+        error = exc
+    par.check_all(comm, error)
+    return ceed
+
+
 def setup_distributed(
     bp_name,
     ceed,
