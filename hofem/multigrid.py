@@ -20,11 +20,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .operator import SubOperator
 from .transfer import Transfer
+from .typing import Array, LinearOperator
 from .vector_ops import VectorOps
 
 __all__ = [
@@ -416,7 +418,13 @@ class PMG:
         ``hierarchy.info["setup_seconds"]`` splits it into those four.
     """
 
-    def __init__(self, hierarchy, smoothers, coarse, setup_seconds):
+    def __init__(
+        self,
+        hierarchy: Hierarchy,
+        smoothers: list[Chebyshev],
+        coarse: Callable[[Array], Array],
+        setup_seconds: float,
+    ) -> None:
         self.hierarchy, self.smoothers, self.coarse = hierarchy, smoothers, coarse
         self.shape = hierarchy.operators[0].shape
         self.ceed = hierarchy.operators[0].ceed
@@ -431,7 +439,7 @@ class PMG:
             for P in hierarchy.prolong
         ]
 
-    def __call__(self, r):
+    def __call__(self, r: Array) -> Array:
         """``z = M r`` (one V-cycle from zero), a new array."""
         return self._cycle(0, r)
 
@@ -454,7 +462,7 @@ class PMG:
         smoother.smooth(b, x)
         return x
 
-    def as_linear_operator(self):
+    def as_linear_operator(self) -> LinearOperator:
         """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying the V-cycle."""
         return self.ceed.backend.linear_operator(self.shape, self)
 
@@ -477,7 +485,7 @@ def _check_options(degree, bounds, eig_steps, coarse_cycles):
 
 
 def pmg(
-    A,
+    A: Any,
     orders: Sequence[int] | None = None,
     *,
     degree: int = 2,

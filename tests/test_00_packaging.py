@@ -72,7 +72,7 @@ ANNOTATED_MODULES = [
     "hofem.vector_ops",
 ]
 # Names of hofem.multigrid, whose API is annotated by its own rewrite.
-NOT_YET_ANNOTATED = {"PMG", "pmg"}
+NOT_YET_ANNOTATED: set[str] = set()
 
 
 def _public_functions(owner, name, obj):
