@@ -46,8 +46,8 @@ __all__ = [
 # E- or Q-vectors (the others materialize them during an apply)
 FUSED_BACKENDS = ("/cpu/self/numba", "/gpu/cuda/gen")
 
-# Factor on every estimate: the measured peaks above are within 5% of the terms, and
-# the largest runs that fit (1.7e9 DOFs of BP3 in 141 GB) leave no more room than that.
+# Factor on every estimate: the terms already follow the measured peaks (docs/bakeoff.md,
+# "Memory estimate"), and a larger factor would refuse the largest runs that do fit.
 SAFETY_MARGIN = 1.05
 # host memory of the interpreter, NumPy/SciPy and Numba (a GPU process: CuPy and the
 # CUDA context too), measured as the peak resident set of a case on a 2^3-cell box

@@ -44,8 +44,7 @@ class ParLevel(_OperatorBase):
         return self.space.exchange.prolong_transpose(diag)
 
     def vector_ops(self):
-        exchange = self.space.exchange
-        return ParallelVectorOps(super().vector_ops(), exchange.allreduce, exchange.allreduce_start)
+        return ParallelVectorOps(super().vector_ops(), self.space.exchange)
 
 
 class ParTransfer:

@@ -13,6 +13,7 @@ from ..vector_ops import VectorOps
 
 if TYPE_CHECKING:
     from ..space import H1Space
+    from .exchange import Exchange
     from .space import ParH1Space
 
 __all__ = ["ParOperator", "ParallelVectorOps", "diffusion", "mass"]
@@ -26,25 +27,17 @@ class ParallelVectorOps(VectorOps):
     Parameters
     ----------
     inner : hofem.vector_ops.VectorOps
-    allreduce : callable
-        0-d array -> its sum over the ranks (a 0-d array of the same library).
-    allreduce_start : callable, optional
-        (k,) array -> ``finish()`` returning its sums over the ranks, started at
-        once and finished on the call (:meth:`Exchange.allreduce_start
-        <hofem.parallel.exchange.Exchange.allreduce_start>`); default: ``allreduce``
-        of each value when ``finish`` is called.
+    exchange : hofem.parallel.exchange.Exchange
+        Its ``allreduce`` (0-d array -> its sum over the ranks) and
+        ``allreduce_start`` ((k,) array -> ``finish()`` returning the sums: one
+        reduction per CG iteration, started at once).
     """
 
-    def __init__(
-        self,
-        inner: VectorOps,
-        allreduce: Callable[[Array], Array],
-        allreduce_start: Callable[[Array], Callable[[], Array]] | None = None,
-    ) -> None:
+    def __init__(self, inner: VectorOps, exchange: Exchange) -> None:
         super().__init__(inner.xp)
         self.inner = inner
-        self._sum = allreduce
-        self._sum_start = allreduce_start or self._sum_each
+        self._sum = exchange.allreduce
+        self._sum_start = exchange.allreduce_start
 
     def dot(self, a: Array, b: Array) -> Array:
         return self._sum(self.inner.dot(a, b))
@@ -64,10 +57,6 @@ class ParallelVectorOps(VectorOps):
 
     def update_p(self, z: Array, rz_new: Array, rz: Array, p: Array) -> None:
         self.inner.update_p(z, rz_new, rz, p)
-
-    def _sum_each(self, values):
-        xp = self.xp
-        return lambda: xp.stack([self._sum(v) for v in values])
 
     def local_dots(self, pairs):
         return self.inner.local_dots(pairs)
@@ -178,8 +167,7 @@ class ParOperator(_OperatorBase):
 
     def vector_ops(self) -> VectorOps:
         """Inner products summed over the ranks (see :class:`ParallelVectorOps`)."""
-        exchange = self.space.exchange
-        return ParallelVectorOps(super().vector_ops(), exchange.allreduce, exchange.allreduce_start)
+        return ParallelVectorOps(super().vector_ops(), self.space.exchange)
 
     def __repr__(self) -> str:
         return f"ParOperator(shape={self.shape}, space={self.space!r})"
