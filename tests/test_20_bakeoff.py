@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from util import assert_usage_error
 
 import hofem as hf
 from hofem import meshes
@@ -230,13 +231,7 @@ BAD = [
 
 @pytest.mark.parametrize("argv", BAD, ids=" ".join)
 def test_bad_values_exit_2_with_one_line(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(argv)
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    (line,) = captured.err.splitlines()
-    assert line.startswith("python -m hofem.bakeoff") and ": error: " in line
+    assert_usage_error(cli.main, argv, capsys, "python -m hofem.bakeoff")
 
 
 def test_bad_value_from_the_shell_no_traceback():

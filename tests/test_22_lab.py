@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from lab import ROOT
+from util import assert_usage_error
 
 import hofem as hf
 from bakeoff import __main__ as lab
@@ -41,13 +42,7 @@ BAD = [
 
 @pytest.mark.parametrize("argv", BAD, ids=lambda argv: " ".join(argv) or "nothing")
 def test_bad_values_exit_2_with_one_line(argv, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        lab.main(argv)
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    (line,) = captured.err.splitlines()
-    assert line.startswith("python -m bakeoff") and ": error: " in line
+    assert_usage_error(lab.main, argv, capsys, "python -m bakeoff")
 
 
 def test_help_from_the_repository_root():

@@ -51,3 +51,16 @@ def half_written_operator(ceed, n):
     op.set_field("u", space.restriction, space.basis(), hf.VECTOR_ACTIVE)
     op.set_field("v", space.make_restriction(2), space.basis(2), hf.VECTOR_ACTIVE)
     return op, np.random.default_rng(7).standard_normal(space.num_dofs)
+
+
+def assert_usage_error(main, argv, capsys, prog):
+    """``main(argv)`` exits 2 with nothing on stdout and one ``PROG ...: error: ...`` line."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(prog) and ": error: " in line
