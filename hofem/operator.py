@@ -613,6 +613,7 @@ class SubOperator(_OperatorBase):
             free_dofs=self._free,
             work_vectors=self.work_vectors,
             constrained_dofs=lambda: self.constrained_dofs,
+            distributed=inner.distributed,
         )
 
     def _through(self, run, u, v):

@@ -33,7 +33,15 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from ..typing import Array  # the shapes are in each method's docstring
 from ..vector_ops import VectorOps
 
-__all__ = ["Array", "Backend", "DeviceCG", "DeviceCGTarget", "SupportsApply"]
+__all__ = [
+    "Array",
+    "Backend",
+    "DeviceCG",
+    "DeviceCGTarget",
+    "DeviceExchange",
+    "DistributedParts",
+    "SupportsApply",
+]
 
 
 class SupportsApply(Protocol):
@@ -43,6 +51,60 @@ class SupportsApply(Protocol):
 
     def apply(self, u: Array, v: Array) -> None:
         """``v = A u``, ``u`` and ``v`` of shape ``(shape[1],)`` and ``(shape[0],)``."""
+
+    def apply_add(self, u: Array, v: Array) -> None:
+        """``v += A u``."""
+
+
+class DeviceExchange(Protocol):
+    """A distributed operator's communication, for a device CG on its rank's L-vectors.
+
+    The owned DOFs come first in a rank's L-vector, so its first ``num_owned``
+    entries are the T-vector and the ghosts are the rest, in the order they are
+    received. Every call only queues work on the current stream (no host
+    synchronization), so the whole iteration can be captured as a CUDA graph.
+    """
+
+    num_owned: int
+
+    def start_prolong_l(self, x_l: Array) -> None:
+        """Begin filling the ghost entries of ``x_l (l_size,)`` from their owners."""
+
+    def finish_prolong_l(self) -> None:
+        """Order the current stream after the ghosts of :meth:`start_prolong_l` arrived."""
+
+    def start_transpose_l(self, y_l: Array) -> None:
+        """Begin sending the ghost entries of ``y_l (l_size,)`` to their owners."""
+
+    def finish_transpose_l(self) -> list[tuple[Array, Array]]:
+        """``(index (k,), values (k,))`` pairs to add into ``y_l`` (indices unique per pair)."""
+
+    def allreduce_inplace(self, values: Array) -> None:
+        """Sum the float64 ``values (k,)`` over the ranks, in place, stream-ordered."""
+
+    def agree(self, count: int) -> int:
+        """The smallest ``count`` over the ranks (host collective): every rank must replay
+        the same number of iterations, since each one holds collective calls."""
+
+
+@dataclass(frozen=True)
+class DistributedParts:
+    """A distributed operator on a rank: two local operators and the exchange between them.
+
+    Attributes
+    ----------
+    exchange : DeviceExchange
+    before, after : SupportsApply or None
+        Square operators on the rank's L-vectors adding their part of ``A``
+        (``apply_add``): ``before`` touches no ghost (it runs while the ghosts
+        arrive), ``after`` the rest.
+    l_size : int
+    """
+
+    exchange: DeviceExchange
+    before: SupportsApply | None
+    after: SupportsApply | None
+    l_size: int
 
 
 @dataclass(frozen=True)
@@ -68,6 +130,9 @@ class DeviceCGTarget:
         DOFs, which the loop may use for ``p`` and ``Ap`` if it keeps those zero.
     constrained_dofs : callable () -> int64 array (n - n_free,), or None
         The L-vector indices not in ``free_dofs`` (made on first call).
+    distributed : DistributedParts or None
+        A distributed operator's parts (``operator`` is then the operator on
+        T-vectors of size ``n``, and each iteration runs on the rank's L-vectors).
     """
 
     operator: SupportsApply
@@ -75,6 +140,7 @@ class DeviceCGTarget:
     free_dofs: Array | None = None
     work_vectors: tuple[Array, Array] | None = None
     constrained_dofs: Callable[[], Array] | None = None
+    distributed: DistributedParts | None = None
 
 
 class DeviceCG(Protocol):

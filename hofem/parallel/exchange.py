@@ -143,19 +143,24 @@ class NcclChannel:
             if b > a
         ]
 
-    def start(self):
+    def start(self, send=None, recv=None):
+        """Send ``send`` (default ``send_buf``) and receive into ``recv`` (default
+        ``recv_buf``), device arrays of the channel's sizes, after the current stream's
+        queued work."""
         from cupy.cuda import nccl
 
         if not (self._sends or self._recvs):
             return
+        send = self.send_buf if send is None else send
+        recv = self.recv_buf if recv is None else recv
         self._ready.record()
         self._stream.wait_event(self._ready)
         stream = self._stream.ptr
         nccl.groupStart()
         for q, a, n in self._recvs:
-            self._nccl.recv(self.recv_buf.data.ptr + 8 * a, n, nccl.NCCL_FLOAT64, q, stream)
+            self._nccl.recv(recv.data.ptr + 8 * a, n, nccl.NCCL_FLOAT64, q, stream)
         for q, a, n in self._sends:
-            self._nccl.send(self.send_buf.data.ptr + 8 * a, n, nccl.NCCL_FLOAT64, q, stream)
+            self._nccl.send(send.data.ptr + 8 * a, n, nccl.NCCL_FLOAT64, q, stream)
         nccl.groupEnd()
         self._done.record(self._stream)
 
@@ -312,6 +317,48 @@ class Exchange:
         y_t = self.xp.zeros(self.t_size)
         self.prolong_transpose_add(y_l, y_t)
         return y_t
+
+    # --- in place on L-vectors, for a device CG (hofem.backends.contract.DeviceExchange) ----
+    def start_prolong_l(self, x_l: Array) -> None:
+        """Begin ``x_l = P x_l[:num_owned]``: the ghosts received straight into ``x_l``'s tail.
+
+        Needs NCCL and one component (the ghosts then are ``x_l[num_owned:]``, in order).
+        """
+        if self._send_t.size:
+            self.xp.take(x_l, self._send_t, out=self._forward.send_buf)
+        self._forward.start(recv=x_l[self.num_owned :])
+
+    def finish_prolong_l(self) -> None:
+        """Order the current stream after :meth:`start_prolong_l`'s ghosts arrived."""
+        self._forward.finish()
+
+    def start_transpose_l(self, y_l: Array) -> None:
+        """Begin sending ``y_l``'s ghost tail to the owners (see :meth:`start_prolong_l`)."""
+        self._reverse.start(send=y_l[self.num_owned :])
+
+    def finish_transpose_l(self) -> list[tuple[Array, Array]]:
+        """``(T indices, received values)`` per neighbour, to add into the owned entries."""
+        received = self._reverse.finish()
+        return [(index, received[a:b]) for index, (a, b) in self._send_segments if b > a]
+
+    def allreduce_inplace(self, values: Array) -> None:
+        """Sum the device array ``values (k,)`` over the ranks in place, on the current
+        stream (NCCL); nothing to do on one rank."""
+        from cupy.cuda import nccl
+
+        if self.comm.size == 1:
+            return
+        import cupy
+
+        stream = cupy.cuda.get_current_stream().ptr
+        ptr = values.data.ptr
+        nccl_communicator(self.comm).allReduce(
+            ptr, ptr, values.size, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, stream
+        )
+
+    def agree(self, count: int) -> int:
+        """The smallest ``count`` over the ranks."""
+        return self.comm.allreduce(int(count), op=MPI.MIN)
 
     # --- reductions ------------------------------------------------------------------------
     def allreduce(self, value: Array | float) -> Array:

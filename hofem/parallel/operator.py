@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..backends.contract import DeviceCGTarget, DistributedParts
 from ..forms import diffusion as _diffusion
 from ..forms import mass as _mass
 from ..operator import _OperatorBase
@@ -164,6 +165,17 @@ class ParOperator(_OperatorBase):
             if op is not None:
                 diag += op.linear_assemble_diagonal()
         return self.space.exchange.prolong_transpose(diag)
+
+    def device_cg_target(self) -> DeviceCGTarget | None:
+        """The rank's parts for a device CG on its L-vectors (CUDA backends, NCCL, one
+        component: the ghosts are then the L-vector's tail), else None (host loop)."""
+        exchange = self.space.exchange
+        if self.ceed.backend.device_cg is None or exchange.transport != "nccl":
+            return None
+        if exchange.num_comp != 1:
+            return None
+        parts = DistributedParts(exchange, self.interior, self.boundary, exchange.l_size)
+        return DeviceCGTarget(operator=self, fusable=False, distributed=parts)
 
     def vector_ops(self) -> VectorOps:
         """Inner products summed over the ranks (see :class:`ParallelVectorOps`)."""

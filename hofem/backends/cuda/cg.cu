@@ -188,3 +188,27 @@ extern "C" __global__ void variant_dots(const long long n, const int k,
     if (threadIdx.x == 0) partial[2 * gridDim.x + blockIdx.x] = s2;
   }
 }
+
+// One block: out[j] = sum of partial[j * n .. (j + 1) * n) for j < k: a rank's share of
+// CG's inner products, which the distributed device CG then sums over the ranks.
+extern "C" __global__ void cg_reduce(const double *__restrict__ partial, const long long n,
+                                     const int k, double *__restrict__ out,
+                                     const long long *__restrict__ f) {
+  __shared__ double scratch[1024];
+  if (f[F_STATUS] != RUNNING) return;
+  for (int j = 0; j < k; ++j) {
+    const double sum = sum_partials(partial + j * n, n, scratch);
+    if (threadIdx.x == 0) out[j] = sum;
+  }
+}
+
+// v[index[i]] += values[i] for i < m, the indices unique: the ghosts' contributions that
+// other ranks sent to this rank's owned DOFs.
+extern "C" __global__ void cg_add_entries(const long long m,
+                                          const long long *__restrict__ index,
+                                          const double *__restrict__ values,
+                                          double *__restrict__ v,
+                                          const long long *__restrict__ f) {
+  if (f[F_STATUS] != RUNNING) return;
+  GRID_STRIDE(i, m) v[index[i]] += values[i];
+}

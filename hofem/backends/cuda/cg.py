@@ -32,6 +32,7 @@ the iteration is captured once as a CUDA graph and replayed.
 """
 
 import functools
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -97,10 +98,18 @@ class DeviceCG:
         self.target = target
         self.inner, self.free = target.operator, target.free_dofs  # free: (n_free,) or None
         self.n = self.inner.shape[0]
-        # the fused kernel that also forms p . Ap, or None
-        self.fused = backend.cg_apply_dot(self.inner) if target.fusable else None
         self.module = kernels.cg_module()
         self.blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+        self.parts = target.distributed
+        if self.parts is None:
+            # the fused kernel that also forms p . Ap, or None
+            self.fused = backend.cg_apply_dot(self.inner) if target.fusable else None
+            self.l_size, self.exchange = self.n, None
+        else:  # p and Ap are the rank's L-vectors, whose first n entries are the T-vector
+            local = [op for op in (self.parts.before, self.parts.after) if op is not None]
+            fused = [backend.cg_apply_dot(op) for op in local]
+            self.fused = fused if all(k is not None for k in fused) else None
+            self.l_size, self.exchange = self.parts.l_size, self.parts.exchange
 
     def _to_l(self, a):
         """A vector of the solve's size as an L-vector: zero on the constrained DOFs."""
@@ -143,19 +152,15 @@ class DeviceCG:
         del r0
         x = cupy.zeros(self.n) if x0 is None else self._to_l(x0)
         inv = None if inv_diag is None else self._to_l(inv_diag)  # (n,)
-        rr = float(cupy.vdot(r, r))
+        p, Ap = self._work_vectors()  # (l_size,): p[:n] is the T-vector p, zero where constrained
+        p_t = p[: self.n]
+        p_t[...] = r if inv is None else inv * r  # z
+        Ap[...] = 0.0
+        rr, rz = self._sums(r, p_t if inv is not None else None)
         if math.sqrt(rr) <= tol:
             return self._result(x, RUNNING, 0, math.sqrt(rr))
-        # p and Ap: a restricted operator's work L-vectors (zero where constrained)
-        if self.target.work_vectors is not None:
-            p, Ap = self.target.work_vectors
-        else:
-            p, Ap = cupy.empty(self.n), cupy.empty(self.n)
-        p[...] = r if inv is None else inv * r  # z
-        Ap[...] = 0.0
         s = cupy.zeros(NUM_SCALARS)  # (NUM_SCALARS,) the scalars of cg.cu
-        s[S_RZ] = rr if inv is None else cupy.vdot(r, p)
-        s[S_TOL] = tol
+        s[S_RZ], s[S_TOL] = rz, tol
         f = cupy.asarray(np.array([RUNNING, 0, maxiter], dtype=np.int64))  # (NUM_FLAGS,)
         step = self._step(x, r, p, Ap, inv, s, f)  # allocates its partial sums here
         # the iterations run on a stream of their own (captured there as a graph), after
@@ -165,10 +170,25 @@ class DeviceCG:
         with stream:
             status, iterations = self._iterate(step, f, maxiter, check_every, stream)
             if status in _X_PENDING:
-                x += s[S_ALPHA] * p
+                x += s[S_ALPHA] * p_t
         stream.synchronize()
         del r, inv
         return self._result(x, status, iterations, math.sqrt(float(s[S_RR])))
+
+    def _work_vectors(self):
+        """``p`` and ``Ap`` of the iteration, ``(l_size,)``: a restricted serial operator's
+        own work vectors (zero where constrained), else new ones."""
+        if self.target.work_vectors is not None and self.parts is None:
+            return self.target.work_vectors
+        return cupy.zeros(self.l_size), cupy.zeros(self.l_size)
+
+    def _sums(self, r, z):
+        """``(r . r, r . z)`` over every rank, on the host (``z`` None: ``r . r`` twice)."""
+        sums = cupy.stack([cupy.vdot(r, r), cupy.vdot(r, r if z is None else z)])  # (2,)
+        if self.exchange is not None:
+            self.exchange.allreduce_inplace(sums)
+        rr, rz = (float(v) for v in sums.get())
+        return rr, rz
 
     def _iterate(self, step, f, maxiter, check_every, stream):
         """Launch iterations, checking ``f`` between batches; return (status, iterations)."""
@@ -178,6 +198,8 @@ class DeviceCG:
         status, iterations = _flags(f)
         while status == RUNNING and launched < maxiter:
             count = min(batch, maxiter - launched)
+            if self.exchange is not None:  # every rank replays the same collectives
+                count = self.exchange.agree(count)
             start = time.perf_counter()
             for _ in range(count):
                 launch()
@@ -198,36 +220,115 @@ class DeviceCG:
         """One iteration's launches on the current stream, allocation-free."""
         n, m = np.int64(self.n), self.module
         grid, threads = (self.blocks,), (_THREADS,)
-        fused = self.fused
-        pap_partial = cupy.empty(fused.num_blocks if fused is not None else self.blocks)
-        rr_partial = cupy.empty(self.blocks)  # (blocks,)
-        rz_partial = cupy.empty(self.blocks) if inv is not None else None
+        apply_pap, pap, num_pap = self._apply_stage(p, Ap, f)
+        r_partial = cupy.empty(2 * self.blocks)  # (2, blocks) partial sums of r . r, r . z
+        rr_partial = r_partial[: self.blocks]
+        rz_partial = r_partial[self.blocks :] if inv is not None else None
+        reduce_r = None
+        if self.exchange is not None:  # the sums over every rank, one value each
+            sum_r, r_sums = self._local_sums(
+                r_partial if inv is not None else rr_partial, 2 if inv is not None else 1, f
+            )
+
+            def reduce_r():
+                sum_r()
+                self.exchange.allreduce_inplace(r_sums)
+
         # Ap = 0 on the constrained DOFs of a restricted operator (none: no launch)
         constrained = None
         if self.free is not None and self.free.size < self.n:
             constrained = self.target.constrained_dofs()  # (n - n_free,) int64
-        names = ("cg_dot", "cg_zero_entries", "cg_alpha", "cg_update_r", "cg_beta", "cg_update_px")
-        dot, zero, alpha, update_r, beta, update_px = (m.get_function(k) for k in names)
+        names = ("cg_zero_entries", "cg_alpha", "cg_update_r", "cg_beta", "cg_update_px")
+        zero, alpha, update_r, beta, update_px = (m.get_function(k) for k in names)
         pointer = lambda a: _NULL if a is None else a  # noqa: E731
-        num_partials = np.int64(pap_partial.size)
         num_constrained = np.int64(0 if constrained is None else constrained.size)
-        inv_p, rz_p = pointer(inv), pointer(rz_partial)
-        zeroed = pointer(Ap if fused is not None else None)  # the fused kernel adds into Ap
+        inv_p = pointer(inv)
+        if reduce_r is None:
+            rr_args = (rr_partial, pointer(rz_partial), np.int64(self.blocks))
+        else:
+            rr_args = (r_sums, r_sums[1:] if inv is not None else _NULL, np.int64(1))
+        # the kernels that add into Ap need it zero: cg_update_px clears the T-vector part
+        zeroed = pointer(Ap if self.fused is not None or self.parts is not None else None)
+        ghosts = Ap[self.n :] if self.l_size > self.n else None  # (l_size - n,)
 
         def step():
-            if fused is not None:  # Ap is zero here (cg_update_px, or set before the loop)
-                fused.apply_dot(p, Ap, pap_partial, f)
-            else:
-                self.inner.apply(p, Ap)
-                dot(grid, threads, (n, p, Ap, pap_partial, f))
+            apply_pap()
             if constrained is not None:
                 zero(grid, threads, (num_constrained, constrained, Ap, f))
-            alpha((1,), (1024,), (pap_partial, num_partials, s, f))
-            update_r(grid, threads, (n, s, f, Ap, r, inv_p, rr_partial, rz_p))
-            beta((1,), (1024,), (rr_partial, rz_p, np.int64(self.blocks), s, f))
+            alpha((1,), (1024,), (pap, num_pap, s, f))
+            update_r(grid, threads, (n, s, f, Ap, r, inv_p, rr_partial, pointer(rz_partial)))
+            if reduce_r is not None:
+                reduce_r()
+            beta((1,), (1024,), (*rr_args, s, f))
             update_px(grid, threads, (n, s, f, r, inv_p, x, p, zeroed))
+            if ghosts is not None:
+                ghosts.fill(0.0)
 
         return step
+
+    def _apply_stage(self, p, Ap, f):
+        """``Ap = A p`` and ``p . Ap``: ``(launch, pAp partial sums, their count)``."""
+        dot = self.module.get_function("cg_dot")
+        grid, threads = (self.blocks,), (_THREADS,)
+        if self.parts is None:
+            fused = self.fused
+            pap = cupy.empty(fused.num_blocks if fused is not None else self.blocks)
+
+            def serial():  # Ap is zero here for the fused kernel (cg_update_px, or set before)
+                if fused is not None:
+                    fused.apply_dot(p, Ap, pap, f)
+                else:
+                    self.inner.apply(p, Ap)
+                    dot(grid, threads, (np.int64(self.n), p, Ap, pap, f))
+
+            return serial, pap, np.int64(pap.size)
+        return self._distributed_apply(p, Ap, f)
+
+    def _distributed_apply(self, p, Ap, f):
+        """The rank's part of ``Ap`` on L-vectors, ghosts exchanged, ``p . Ap`` summed over
+        the ranks.  ``pᵀ A p = Σ_ranks p_l . (A_local p_l)`` (``p_l = P p``), so the local
+        operator's ``p . Ap``, before its ghosts go to their owners, adds up to it.
+
+        The collective calls (the exchanges and the all-reduce) are ordered one after
+        the other on the stream: NCCL calls of one communicator must not run concurrently.
+        """
+        parts, exchange, fused = self.parts, self.exchange, self.fused
+        local = [op for op in (parts.before, parts.after) if op is not None]
+        sizes = [k.num_blocks for k in fused] if fused is not None else [self.blocks]
+        pap = cupy.empty(sum(sizes))  # (sum(sizes),) this rank's partial sums of p . Ap
+        views = [pap[a:b] for a, b in itertools.pairwise(np.cumsum([0, *sizes]))]
+        sum_local, pap_sum = self._local_sums(pap, 1, f)
+        dot, add = (self.module.get_function(k) for k in ("cg_dot", "cg_add_entries"))
+        grid, threads = (self.blocks,), (_THREADS,)
+
+        def distributed():
+            exchange.start_prolong_l(p)
+            for j, op in enumerate(local):
+                if op is parts.after:  # the cells that touch ghosts
+                    exchange.finish_prolong_l()
+                if fused is not None:
+                    fused[j].apply_dot(p, Ap, views[j], f)
+                else:
+                    op.apply_add(p, Ap)
+            if parts.after is None:
+                exchange.finish_prolong_l()
+            if fused is None:
+                dot(grid, threads, (np.int64(self.l_size), p, Ap, pap, f))
+            exchange.start_transpose_l(Ap)
+            sum_local()  # overlaps the transfer
+            for index, values in exchange.finish_transpose_l():
+                add(grid, threads, (np.int64(index.size), index, values, Ap, f))
+            exchange.allreduce_inplace(pap_sum)
+
+        return distributed, pap_sum, np.int64(1)
+
+    def _local_sums(self, partial, k, f):
+        """``(launch, out (k,))``: the launch sums ``k`` equal rows of ``partial`` into
+        ``out`` (one block, a fixed order), which the caller then sums over the ranks."""
+        kernel = self.module.get_function("cg_reduce")
+        out = cupy.zeros(k)  # (k,)
+        n = np.int64(partial.size // k)
+        return lambda: kernel((1,), (1024,), (partial, n, np.int32(k), out, f)), out
 
     @staticmethod
     def _graph(step, stream):
