@@ -37,6 +37,8 @@ QFunction row ``d * C + c`` of a gradient is block ``c * DIM + d``, so the
 """
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -229,7 +231,9 @@ def _index_type(field):
     return "int" if index_dtype == np.int32 else "long long"
 
 
-def field_address(param, name, field, writable):
+def field_address(
+    param: Callable[[str], None], name: str, field: Any, writable: bool
+) -> Callable[..., tuple[str, str, str]]:
     """Declare a field's vector, offsets and component stride with ``param(declaration)``.
 
     Returns ``address(c, per_elem, elem="elem")``: the C++ ``(pointer, idx, base)`` of

@@ -36,8 +36,11 @@ The ``dot=True`` variant also writes the block partial sums of ``u . Au``
 (see :mod:`.operator_fuse`), with the same parameters after the fields.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import functools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,6 +58,9 @@ from .operator_fuse import (
     field_address,
 )
 from .ref import cupy
+
+if TYPE_CHECKING:
+    from ...operator import Operator
 
 __all__ = [
     "SimplexLaunch",
@@ -74,7 +80,7 @@ SHARED_BYTES = 48 * 1024
 THREADS = 128
 # points per thread where an input is cell-constant: its values, and the geometry the
 # QFunction derives from them, serve this many points; more costs registers per point
-CONSTANT_POINTS = 4
+CONSTANT_POINTS = 2
 # (dim, P, Q) -> SimplexLaunch keyword overrides where another launch measured faster
 LAUNCH_BY_SHAPE = {}
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
@@ -95,7 +101,10 @@ class SimplexLaunch:
     shared : frozenset of str
         Names (``"B0"``, ``"G1"``) of the matrices copied to shared memory.
     shared_bytes : int
-        Static shared memory of one block.
+        Static shared memory of one block, at most: the budget it was chosen for.
+    used_bytes : int
+        Static shared memory of one block: the per-element arrays, the shared matrices
+        and the dot variant's block-sum scratch.
     """
 
     threads: int
@@ -103,9 +112,10 @@ class SimplexLaunch:
     points_per_thread: int
     shared: frozenset
     shared_bytes: int
+    used_bytes: int
 
 
-def simplex_shape(op):
+def simplex_shape(op: Operator) -> tuple[int, int, int] | None:
     """The ``(dim, P, Q)`` of ``op``'s simplex kernel (``P`` the largest basis), or None.
 
     An operator fuses here when every interp/grad/weight field has a dense
@@ -146,7 +156,7 @@ def _pitch(P):
     return P | 1
 
 
-def host_matrices(op):
+def host_matrices(op: Operator) -> list[np.ndarray]:
     """The kernel's matrix parameters on the host, in order: per matrix set ``j``,
     ``B`` (Q, pitch), ``G`` (dim, Q, pitch) zero-padded to the odd :func:`_pitch`,
     ``Bt`` (P, Q) and ``Gt`` (dim, P, Q)."""
@@ -186,7 +196,9 @@ def _element_doubles(op):
     return nodes + points
 
 
-def simplex_launch(op, shape, shared_bytes=SHARED_BYTES, **overrides):
+def simplex_launch(
+    op: Operator, shape: tuple[int, int, int], shared_bytes: int = SHARED_BYTES, **overrides: Any
+) -> SimplexLaunch | None:
     """The :class:`SimplexLaunch` of ``op`` (``shape`` from :func:`simplex_shape`), or None
     when one element's shared arrays do not fit ``shared_bytes``.
 
@@ -218,7 +230,8 @@ def simplex_launch(op, shape, shared_bytes=SHARED_BYTES, **overrides):
         if given.get("shared_matrices", True) and size <= free:
             shared.add(name)
             free -= size
-    return SimplexLaunch(threads, elems, ppt, frozenset(shared), shared_bytes)
+    used = shared_bytes - free
+    return SimplexLaunch(threads, elems, ppt, frozenset(shared), shared_bytes, used)
 
 
 class _Source:
@@ -379,7 +392,7 @@ class _Source:
         return lines
 
 
-def kernel_source(op, launch, dot=False):
+def kernel_source(op: Operator, launch: SimplexLaunch, dot: bool = False) -> str:
     """CUDA source of ``op``'s fused simplex kernel ``apply`` (needs no device).
 
     Parameters
@@ -486,7 +499,7 @@ class SimplexOperator(FusedOperator):
 
     layout = "simplex"
 
-    def __init__(self, op, shape, launch):
+    def __init__(self, op: Operator, shape: tuple[int, int, int], launch: SimplexLaunch) -> None:
         self._op, self._shape, self._launch = op, shape, launch
         self._matrices = [cupy.asarray(M) for M in host_matrices(op)]  # kernel_source's order
         self._block = (launch.threads, 1, 1)
@@ -497,9 +510,9 @@ class SimplexOperator(FusedOperator):
             for f in op.input_fields
             if f.eval_mode is EVAL_WEIGHT
         }
-        used = launch.shared_bytes  # at most; the SM's shared memory bounds resident blocks
+        # blocks per SM, by threads and by shared memory
         sm_shared = cupy.cuda.Device().attributes["MaxSharedMemoryPerMultiprocessor"]
-        resident = max(1, min(2048 // launch.threads, sm_shared // used))
+        resident = max(1, min(2048 // launch.threads, sm_shared // launch.used_bytes))
         self.num_blocks = self._grid(op.num_elem, launch.elems, resident)
 
     def _compile(self, code):
@@ -509,7 +522,7 @@ class SimplexOperator(FusedOperator):
         return kernel_source(self._op, self._launch, dot)
 
 
-def simplex_operator(op):
+def simplex_operator(op: Operator) -> SimplexOperator | None:
     """``op``'s :class:`SimplexOperator`, or None where it cannot fuse (not all bases
     dense on one set of points, or one element's shared arrays too large)."""
     shape = simplex_shape(op)
