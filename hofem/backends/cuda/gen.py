@@ -4,8 +4,11 @@ G, B, the QFunction, B^T and G^T run in one kernel per operator
 (:mod:`hofem.backends.cuda.operator_fuse`): E-vectors and Q-vectors stay in
 registers and shared memory; 3D operators of ``P_1d, Q_1d <= 8`` run one warp per element
 with every x and y stage (and the collocated derivative's) on the fp64 tensor cores where
-that measured faster (:mod:`hofem.backends.cuda.operator_warp`).  Operators that cannot
-fuse (non-tensor or mixed bases, oriented restrictions, QFunction bodies that cannot be traced) and
+that measured faster (:mod:`hofem.backends.cuda.operator_warp`).  Operators of dense
+(simplex) bases fuse into one kernel of gather, point and node stages
+(:mod:`hofem.backends.cuda.operator_simplex`).  Operators that cannot
+fuse (tensor and dense bases mixed, oriented restrictions, QFunction bodies that cannot be
+traced, simplex elements whose arrays overflow shared memory) and
 everything else (restrictions, bases, assembly) are inherited from
 ``/gpu/cuda/batched``.
 """
@@ -29,12 +32,13 @@ class CudaGenBackend(CudaBatchedBackend):
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
         from .operator_fuse import FusedOperator, fusable_shape
+        from .operator_simplex import simplex_operator
         from .operator_warp import WarpFusedOperator, use_warp_layout
 
         def build(op):
             shape = fusable_shape(op, _MAX_T_1D)
-            if shape is None:
-                return None
+            if shape is None:  # dense (simplex) bases, or None
+                return simplex_operator(op)
             fused = WarpFusedOperator if use_warp_layout(op, shape) else FusedOperator
             return fused(op, shape)
 

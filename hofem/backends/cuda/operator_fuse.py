@@ -37,6 +37,8 @@ QFunction row ``d * C + c`` of a gradient is block ``c * DIM + d``, so the
 """
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -229,6 +231,36 @@ def _index_type(field):
     return "int" if index_dtype == np.int32 else "long long"
 
 
+def field_address(
+    param: Callable[[str], None], name: str, field: Any, writable: bool
+) -> Callable[..., tuple[str, str, str]]:
+    """Declare a field's vector, offsets and component stride with ``param(declaration)``.
+
+    Returns ``address(c, per_elem, elem="elem")``: the C++ ``(pointer, idx, base)`` of
+    component ``c`` of element ``elem`` (C++ expressions), whose entry ``j`` (of
+    ``per_elem``) is ``pointer[idx[base + j]]``, or ``pointer[base + j]`` for the
+    identity layout (``idx`` null). The offsets are component 0's, so other components
+    add ``c * stride`` to the pointer.
+    """
+    # outputs may alias each other (several active outputs add to one v): no restrict
+    param(f"double *{name}" if writable else f"const double *__restrict__ {name}")
+    index_t = _index_type(field)
+    if index_t is None:
+        C = field.restriction.num_comp
+
+        def identity(c, n, elem="elem"):
+            return name, "((const int *)nullptr)", f"({elem} * {C} + {c}) * {n}"
+
+        return identity
+    param(f"const {index_t} *__restrict__ {name}_idx")
+    param(f"const index_t {name}_stride")
+
+    def offsets(c, n, elem="elem"):
+        return f"{name} + {c} * {name}_stride", f"{name}_idx", f"{elem} * {n}"
+
+    return offsets
+
+
 def _register_blocks(field, dim):
     """Register blocks (of COLUMN(Q_1D) values) of a field: one per QFunction row."""
     if field.eval_mode is EVAL_GRAD:
@@ -263,31 +295,8 @@ class _Source:
         self.params.append(decl)
 
     def field_params(self, name, field, writable):
-        """Declare a field's vector, offsets and component stride.
-
-        Returns ``address(c, per_elem, elem="elem")``: the C++ ``(pointer, idx, base)`` of
-        component ``c`` of element ``elem`` (a C++ expression), whose entry ``j`` (of
-        ``per_elem``) is ``pointer[idx[base + j]]``, or ``pointer[base + j]`` for the
-        identity layout (``idx`` null). The offsets are component 0's, so other components
-        add ``c * stride`` to the pointer.
-        """
-        # outputs may alias each other (several active outputs add to one v): no restrict
-        self.param(f"double *{name}" if writable else f"const double *__restrict__ {name}")
-        index_t = _index_type(field)
-        if index_t is None:
-            C = field.restriction.num_comp
-
-            def identity(c, n, elem="elem"):
-                return name, "((const int *)nullptr)", f"({elem} * {C} + {c}) * {n}"
-
-            return identity
-        self.param(f"const {index_t} *__restrict__ {name}_idx")
-        self.param(f"const index_t {name}_stride")
-
-        def offsets(c, n, elem="elem"):
-            return f"{name} + {c} * {name}_stride", f"{name}_idx", f"{elem} * {n}"
-
-        return offsets
+        """Declare a field's vector, offsets and component stride (:func:`field_address`)."""
+        return field_address(self.param, name, field, writable)
 
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at point ``q``."""
@@ -698,6 +707,10 @@ class FusedOperator:
                 weights[id(field.basis)] = cupy.asarray(tensor)  # (Q_1d^dim,)
         return weights
 
+    def _compile(self, code):
+        """The kernel ``apply`` of ``code``, at the :func:`register_cap` its shape asks for."""
+        return _compile(code, max(self._shape[1:]))
+
     def _source(self, dot=False):
         return kernel_source(
             self._op, self._shape, self._collocated, dot, tensor_cores=self._tensor_cores
@@ -744,6 +757,6 @@ class FusedOperator:
             The operator has no :func:`dot_pairs`.
         """
         if self._dot_kernel is None:
-            self._dot_kernel = _compile(self._source(dot=True), max(self._shape[1:]))
+            self._dot_kernel = self._compile(self._source(dot=True))
         args = (*self._args(u, v), dot_partial, status)
         self._dot_kernel((self.num_blocks,), self._block, args)

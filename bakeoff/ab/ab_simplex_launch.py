@@ -1,0 +1,110 @@
+"""Side by side on tets: /gpu/cuda/batched, /gpu/cuda/gen's fused simplex kernel at its
+default launch, and the same kernel at other launches (``operator_simplex.simplex_launch``
+overrides), to fill ``LAUNCH_BY_SHAPE``.
+
+Usage (on a GPU)::
+
+    python -m bakeoff.ab.ab_simplex_launch [--orders 1 2 3 4 5 6] [--dofs 3e6]
+        [--problems bp1 bp3] [--geometry stored on_the_fly] [--rounds 5]
+
+One JSON line per case: the shape ``(dim, P, Q)``, each variant's launch and MDOF/s of one
+apply (the median of ``--rounds`` alternating rounds of 5 applies), on the box of
+``bench-gpu``'s ``tet`` case (user defaults: ``hf.mass``/``hf.diffusion`` on ``H1Space``).
+"""
+
+import argparse
+import math
+import statistics
+
+import cupy
+
+import hofem as hf
+from bakeoff.common import emit, time_events
+from hofem import meshes
+from hofem.backends.cuda import operator_simplex as osx
+
+FORMS = {"bp1": hf.mass, "bp3": hf.diffusion}
+# launch overrides tried beside the default (``simplex_launch`` keywords, from the default)
+VARIANTS = {
+    "half_elems": lambda d: {"elems": max(1, d.elems // 2)},
+    "double_elems": lambda d: {"elems": 2 * d.elems},
+    "global_matrices": lambda d: {"shared_matrices": False},
+    "threads_256": lambda d: {"threads": 256},
+    "points_2": lambda d: {"points_per_thread": 2 * d.points_per_thread},
+}
+
+
+def operators(bp, p, dofs, geometry):
+    """``{name: (operator, launch)}``: batched, gen's default, and each variant that fits."""
+    n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
+    mesh = meshes.box(n, 3, simplex=True)
+    ops = {}
+    for resource in ("/gpu/cuda/batched", "/gpu/cuda/gen"):
+        ceed = hf.Ceed(resource)
+        ops[resource] = (FORMS[bp](hf.H1Space(ceed, mesh, p), geometry=geometry), None)
+    op = ops["/gpu/cuda/gen"][0]
+    shape = osx.simplex_shape(op)
+    default = osx.simplex_launch(op, shape)
+    for name, overrides in VARIANTS.items():
+        launch = osx.simplex_launch(op, shape, **overrides(default))
+        if launch is not None and launch.used_bytes <= launch.shared_bytes:
+            ops[name] = (osx.SimplexOperator(op, shape, launch), launch)
+    ops["/gpu/cuda/gen"] = (op, default)
+    return shape, ops
+
+
+def _apply(op):
+    """``run(u, v)``: ``v = A u`` by the operator, or zero and the bare kernel's ``v += A u``
+    (as ``Operator.apply`` on gen)."""
+    if isinstance(op, osx.SimplexOperator):
+
+        def run(u, v):
+            v.fill(0.0)
+            op(u, v)
+
+        return run
+    return op.apply
+
+
+def case(bp, p, dofs, geometry, rounds):
+    shape, ops = operators(bp, p, dofs, geometry)
+    num_dofs = ops["/gpu/cuda/gen"][0].shape[1]
+    u = cupy.random.default_rng(1).standard_normal(num_dofs)  # (l_size,)
+    v = cupy.empty_like(u)
+    want = ops["/gpu/cuda/batched"][0](u)
+    applies = {name: _apply(op) for name, (op, _) in ops.items()}
+    for name, run in applies.items():  # every variant computes the same operator
+        run(u, v)
+        err = float(cupy.linalg.norm(v - want) / cupy.linalg.norm(want))
+        assert err < 1e-12, (name, err)
+    times = {name: [] for name in ops}
+    for _ in range(rounds):
+        for name, run in applies.items():
+            times[name].append(time_events(lambda run=run: run(u, v), 5))
+    emit(
+        bp=bp,
+        p=p,
+        geometry=geometry,
+        shape=shape,
+        dofs=num_dofs,
+        launches={name: str(launch) for name, (_, launch) in ops.items() if launch},
+        mdofs={name: num_dofs / statistics.median(t) / 1e6 for name, t in times.items()},
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
+    parser.add_argument("--problems", nargs="+", default=["bp1", "bp3"], choices=FORMS)
+    parser.add_argument("--geometry", nargs="+", default=["stored", "on_the_fly"])
+    parser.add_argument("--dofs", type=float, default=3e6)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    for bp in args.problems:
+        for geometry in args.geometry:
+            for p in args.orders:
+                case(bp, p, args.dofs, geometry, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The fused simplex kernels of ``/gpu/cuda/gen`` (``operator_simplex.py``), checked without a GPU.
+
+Each generated source is compiled by the host C++ compiler with ``cuda_host_shim.h``
+(a std::thread per CUDA thread, a barrier for ``__syncthreads()``) and run over every
+block, with the block sizes of the device launch, 1 and an odd few; the results are
+compared with ``/cpu/self/ref`` on triangles and tetrahedra, p = 1..6, mass and
+diffusion, stored and on-the-fly geometry (affine: one Jacobian per element; order-2
+tets: per point), scalar and vector, with the CG variant's ``u . Au``.  Every source
+also compiles with nvcc for sm_90 where nvcc is on PATH.  The device tests are in
+``test_10_cuda.py``.
+"""
+
+import ctypes
+import pathlib
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import hofem as hf
+from hofem import meshes
+from hofem.backends.cuda import operator_simplex as osx
+from hofem.backends.cuda.operator_fuse import dot_pairs
+
+CXX = shutil.which("g++") or shutil.which("clang++")
+NVCC = shutil.which("nvcc")
+HERE = pathlib.Path(__file__).resolve().parent
+INCLUDE = HERE.parent / "hofem" / "backends" / "cuda"
+pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
+
+
+def _cases():
+    """``(name, operator on /cpu/self/ref)`` of every shape the simplex kernel covers."""
+    ref = hf.Ceed("/cpu/self/ref")
+    cases = []
+    for dim, n in ((2, 3), (3, 2)):  # 18 triangles, 48 tets
+        mesh = meshes.box(n, dim, simplex=True, distort=0.1)
+        affine = meshes.box(n, dim, simplex=True)
+        for p in range(1, 7):
+            for form in (hf.mass, hf.diffusion):
+                name = f"{dim}d-p{p}-{form.__name__}"
+                cases.append((f"{name}-stored", form(hf.H1Space(ref, mesh, p), geometry="stored")))
+                space = hf.H1Space(ref, affine, p)
+                cases.append((f"{name}-affine", form(space, geometry="on_the_fly")))
+    curved = meshes.read(meshes.data_path("curved_tet10.msh"))  # order-2 geometry
+    for p in (2, 3):
+        for form in (hf.mass, hf.diffusion):
+            for geometry in ("stored", "on_the_fly"):
+                op = form(hf.H1Space(ref, curved, p), geometry=geometry)
+                cases.append((f"curved-p{p}-{form.__name__}-{geometry}", op))
+    vector = hf.H1Space(ref, meshes.box(2, 3, simplex=True, distort=0.1), 2, num_comp=3)
+    cases += [
+        (f"vector-{f.__name__}", f(vector, geometry="stored")) for f in (hf.mass, hf.diffusion)
+    ]
+    return cases
+
+
+# (dot, block size or None for the launch's threads, launch overrides): the device's
+# launch, the CG variant on an odd block, and the matrices from global memory
+VARIANTS = [
+    (False, None, {}),
+    (True, 5, {}),
+    (False, 1, {"shared_matrices": False, "points_per_thread": 3, "elems": 2}),
+]
+
+
+def _params(source):
+    """The kernel's parameter declarations, as generated."""
+    head = re.search(r"apply\(\n(.*?)\) \{", source, re.S).group(1)
+    return [decl.strip() for decl in head.split(",\n")]
+
+
+def _unit(sources):
+    """One C++ translation unit of ``sources``: kernel k renamed ``kernel_k`` and launched
+    by ``launch_k(grid, block, parameters...)``."""
+    parts = []
+    for k, source in enumerate(sources):
+        decls = _params(source)
+        names = ", ".join(re.search(r"(\w+)$", d).group(1) for d in decls)
+        parts += [
+            f"#define apply kernel_{k}",
+            source,
+            "#undef apply",
+            f'extern "C" void launch_{k}(int grid, int block, {", ".join(decls)}) {{',
+            f"  shim_launch(grid, block, [&] {{ kernel_{k}({names}); }});",
+            "}",
+        ]
+    return "\n".join(parts)
+
+
+def _build(sources, path):
+    path.with_suffix(".cpp").write_text(_unit(sources))
+    cmd = [CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{INCLUDE}"]
+    cmd += ["-include", str(HERE / "cuda_host_shim.h"), str(path.with_suffix(".cpp"))]
+    proc = subprocess.run([*cmd, "-o", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return ctypes.CDLL(str(path))
+
+
+def _indices(field):
+    r = field.restriction
+    if r.is_identity:
+        return []
+    offsets = np.ascontiguousarray(r.compact_indices()[0].ravel(), dtype=r.offsets_dtype)
+    return [offsets, np.int64(r.component_stride)]
+
+
+def _arguments(op, u, v):
+    """The kernel's arguments on the host, in ``FusedOperator._args``'s order."""
+    args = [np.int32(op.num_elem), *osx.host_matrices(op)]
+    for field in op.input_fields:
+        if field.eval_mode is hf.EVAL_WEIGHT:
+            args.append(np.ascontiguousarray(field.basis.q_weight))
+        else:
+            args += [u if field.is_active else np.ascontiguousarray(field.vector)]
+            args += _indices(field)
+    for field in op.output_fields:
+        if field.is_active:
+            args += [v, *_indices(field)]
+    return args
+
+
+_C_TYPES = {"double": np.float64, "int": np.int32, "long long": np.int64}
+
+
+def _ctypes_args(decls, args):
+    """ctypes values of ``args``, each checked against its C++ declaration."""
+    assert len(decls) == len(args), (decls, len(args))
+    out = []
+    for decl, arg in zip(decls, args, strict=True):
+        if "*" in decl:
+            base = re.match(r"(?:const )?(double|int|long long) \*", decl).group(1)
+            assert arg.dtype == _C_TYPES[base] and arg.flags.c_contiguous, decl
+            out.append(ctypes.c_void_p(arg.ctypes.data))
+        elif decl.startswith("const int "):
+            out.append(ctypes.c_int(int(arg)))
+        else:  # const index_t
+            out.append(ctypes.c_longlong(int(arg)))
+    return out
+
+
+def _run(lib, k, source, launch, op, u, block, dot, stopped=False):
+    """``v = A u`` and, for ``dot``, the partial sums of ``u . Au`` from kernel ``k`` on 3
+    blocks (``stopped``: CG's status set, so the dot variant writes nothing)."""
+    grid = 3
+    v = np.zeros(op.shape[0])
+    args = _arguments(op, u, v)
+    partial = np.full(grid, np.nan)
+    if dot:
+        args += [partial, np.array([int(stopped), 0, 0], dtype=np.int64)]
+    getattr(lib, f"launch_{k}")(grid, block or launch.threads, *_ctypes_args(_params(source), args))
+    return v, partial
+
+
+def _kernels(name, op):
+    """``(name, op, source, launch, dot, block)`` of each variant of ``op``."""
+    shape = osx.simplex_shape(op)
+    assert shape is not None, f"{name} does not fuse"
+    out = []
+    for dot, block, overrides in VARIANTS:
+        if dot and dot_pairs(op) is None:
+            continue
+        launch = osx.simplex_launch(op, shape, **overrides)
+        assert launch is not None, name
+        out.append((name, op, osx.kernel_source(op, launch, dot), launch, dot, block))
+    return out
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return [k for name, op in _cases() for k in _kernels(name, op)]
+
+
+def rel_error(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
+    chunks = [kernels[i : i + 24] for i in range(0, len(kernels), 24)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        libs = list(
+            pool.map(
+                lambda c: _build([k[2] for k in c[1]], tmp_path / f"unit{c[0]}.so"),
+                enumerate(chunks),
+            )
+        )
+    failures = []
+    for lib, chunk in zip(libs, chunks, strict=True):
+        for k, (name, op, source, launch, dot, block) in enumerate(chunk):
+            u = np.random.default_rng(k).standard_normal(op.shape[1])
+            want = op(u)
+            v, partial = _run(lib, k, source, launch, op, u, block, dot)
+            err = rel_error(v, want)
+            if err > 1e-12:
+                failures.append(f"{name} dot={dot} block={block} {launch}: {err:.2e}")
+            if dot and not np.isclose(partial.sum(), u @ want, rtol=1e-12, atol=0.0):
+                failures.append(f"{name}: u . Au {partial.sum()} != {u @ want}")
+            if dot:  # a stopped CG: nothing written
+                v, partial = _run(lib, k, source, launch, op, u, block, dot, stopped=True)
+                if np.any(v != 0.0) or not np.all(np.isnan(partial)):
+                    failures.append(f"{name}: the stopped variant wrote its outputs")
+    assert not failures, "\n".join(failures)
+
+
+def test_every_case_covers_its_path(kernels):
+    """The cases exercise what they claim: cell-constant geometry, per-point geometry of
+    two matrix sets, matrices in shared and in global memory, several elements per block."""
+    sources = {name: source for name, _, source, _, dot, block in kernels if block is None}
+    assert "c_in1" in sources["3d-p3-diffusion-affine"]  # the Jacobian once per thread
+    assert "c_in1" not in sources["curved-p3-diffusion-on_the_fly"]
+    assert "G1" in sources["curved-p3-diffusion-on_the_fly"]  # the order-2 coordinates' set
+    launches = [launch for *_, launch, _, block in kernels if block is None]
+    assert any(launch.shared for launch in launches)
+    assert any(not launch.shared for launch in launches)
+    assert any(launch.elems > 1 for launch in launches)
+
+
+def test_fallback_where_it_cannot_fuse():
+    """Tensor bases are not simplex operators; one element's arrays past the shared
+    memory give no launch (gen then runs the batched stages)."""
+    ref = hf.Ceed("/cpu/self/ref")
+    hexes = hf.mass(hf.H1Space(ref, meshes.box(2, 3), 2))
+    assert osx.simplex_shape(hexes) is None
+    tets = hf.diffusion(hf.H1Space(ref, meshes.box(1, 3, simplex=True), 6, num_comp=3))
+    shape = osx.simplex_shape(tets)
+    assert shape is not None
+    assert osx.simplex_launch(tets, shape, shared_bytes=8 * 1024) is None
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+def test_generated_kernels_compile_for_sm_90(kernels, tmp_path):
+    """Every source, renamed kernel by kernel into a few translation units (as the host
+    build), compiles for sm_90: CUDA-only errors that the host shim would not see."""
+
+    def compile_one(item):
+        k, sources = item
+        path = tmp_path / f"simplex{k}.cu"
+        path.write_text(
+            "\n".join(
+                f"#define apply kernel_{j}\n{src}\n#undef apply" for j, src in enumerate(sources)
+            )
+        )
+        cmd = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{INCLUDE}", str(path)]
+        proc = subprocess.run([*cmd, "-o", str(path.with_suffix(".ptx"))], capture_output=True)
+        return path, proc
+
+    sources = sorted({k[2] for k in kernels})
+    units = [sources[i : i + 48] for i in range(0, len(sources), 48)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_one, enumerate(units)))
+    failures = [f"{p.name}:\n{proc.stderr.decode()}" for p, proc in results if proc.returncode]
+    assert not failures, "\n".join(failures)
