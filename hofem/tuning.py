@@ -11,6 +11,7 @@ file                      read by
 ``geometry.json``         :mod:`hofem.geometry` (:func:`geometry`)
 ``cuda_fused.json``       ``hofem.backends.cuda.operator_fuse`` (:func:`fused`)
 ``cuda_warp.json``        ``hofem.backends.cuda.operator_warp`` (:func:`warp`)
+``cuda_simplex.json``     ``hofem.backends.cuda.operator_simplex`` (:func:`simplex`)
 ========================  ==========================================================
 
 A file is ``{"format": 1, "about": str, "tables": {name: table}}``; each table has
@@ -43,12 +44,14 @@ __all__ = [
     "GeometryTuning",
     "Measurement",
     "Shape",
+    "SimplexTuning",
     "TuningFileError",
     "WarpTuning",
     "fused",
     "geometry",
     "load",
     "provenance",
+    "simplex",
     "warp",
     "warp_blocks",
 ]
@@ -71,6 +74,7 @@ _SCHEMA = {
         "constant_bytes": "value",
         "tensor_core_shapes": "shapes",
     },
+    "cuda_simplex.json": {"batched_stored": "shapes", "batched_on_the_fly": "shapes"},
     "cuda_warp.json": {
         **{f"blocks_{kind}": "entries" for kind in WARP_KINDS},
         "register_operand_shapes": "shapes",
@@ -128,6 +132,15 @@ class WarpTuning:
     register_operand_shapes: frozenset[Shape]
     prefetch_size: int
     warps_per_block: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SimplexTuning:
+    """``cuda_simplex.json``: the simplex shapes ``(dim, P, Q)`` that ``/gpu/cuda/gen``
+    hands to the batched kernels, with stored q-data and with the geometry on the fly."""
+
+    batched_stored: frozenset[Shape]
+    batched_on_the_fly: frozenset[Shape]
 
 
 class TuningFileError(ValueError):
@@ -287,6 +300,17 @@ def fused() -> FusedTuning:
         ),
         **values,
     )
+
+
+@functools.cache
+def simplex() -> SimplexTuning:
+    """The tables of ``cuda_simplex.json``, checked."""
+    name = "cuda_simplex.json"
+    tables = {
+        key: _shapes(name, key, _payload(name, key))
+        for key in ("batched_stored", "batched_on_the_fly")
+    }
+    return SimplexTuning(**tables)
 
 
 @functools.cache

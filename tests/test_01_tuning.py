@@ -9,7 +9,7 @@ import pytest
 
 from hofem import tuning
 
-FILES = ("geometry.json", "cuda_fused.json", "cuda_warp.json")
+FILES = ("geometry.json", "cuda_fused.json", "cuda_warp.json", "cuda_simplex.json")
 BP3 = [(3, p + 1, p + 2) for p in range(1, 7)]  # Gauss points, P_1d, Q_1d <= 8
 BP5 = [(3, p + 1, p + 1) for p in range(2, 8)]  # Gauss-Lobatto points
 
@@ -54,6 +54,12 @@ def test_fused_tables():
     caps = fused.register_cap, fused.register_cap_from, fused.register_cap_max_t_1d
     assert caps == (168, 104, 9)
     assert fused.tensor_core_shapes == {(3, 7, 8)}
+
+
+def test_simplex_tables_name_tet_shapes_of_order_5_and_6():
+    table = tuning.simplex()
+    assert table.batched_stored == {(3, 56, 46), (3, 56, 79), (3, 84, 79), (3, 84, 145)}
+    assert table.batched_on_the_fly == {(3, 84, 79)}
 
 
 def test_warp_tables_hold_the_shapes_gen_runs_one_warp_per_element():

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ... import tuning
 from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
 from . import kernels
 from .operator_fuse import (
@@ -81,8 +82,12 @@ THREADS = 128
 # points per thread where an input is cell-constant: its values, and the geometry the
 # QFunction derives from them, serve this many points; more costs registers per point
 CONSTANT_POINTS = 2
+# rounds of each stage's loop over a block's elements: two hide more of the gathers'
+# and the products' latency than one (measured 1-48% faster at p = 1..5, never slower)
+ROUNDS = 2
 # (dim, P, Q) -> SimplexLaunch keyword overrides where another launch measured faster
 LAUNCH_BY_SHAPE = {}
+_TUNING = tuning.simplex()  # cuda_simplex.json: where the batched kernels stay faster
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
 
 
@@ -222,7 +227,7 @@ def simplex_launch(
         return None
     fields = [f for f in _basis_fields(op) if f.eval_mode in _BASIS_MODES]
     nodes = max(f.basis.num_comp * f.basis.num_nodes for f in fields)  # the widest field's
-    elems = max(1, threads // max(-(-Q // ppt), nodes))
+    elems = ROUNDS * max(1, threads // max(-(-Q // ppt), nodes))
     elems = given.get("elems", min(elems, free // per_elem))
     free -= elems * per_elem
     shared = set()
@@ -524,7 +529,19 @@ class SimplexOperator(FusedOperator):
 
 def simplex_operator(op: Operator) -> SimplexOperator | None:
     """``op``'s :class:`SimplexOperator`, or None where it cannot fuse (not all bases
-    dense on one set of points, or one element's shared arrays too large)."""
+    dense on one set of points, one element's shared arrays too large) or where the
+    batched kernels measured faster (``cuda_simplex.json``)."""
     shape = simplex_shape(op)
+    if shape is not None and shape in _batched_shapes(op):
+        return None
     launch = None if shape is None else simplex_launch(op, shape)
     return None if launch is None else SimplexOperator(op, shape, launch)
+
+
+def _batched_shapes(op):
+    """The shapes the batched kernels run faster for ``op``'s kind of geometry: on the fly
+    where an input has a cell-constant basis (the vertices of affine cells), else stored."""
+    on_the_fly = any(
+        f.basis.is_cell_constant for f in op.input_fields if f.eval_mode in _BASIS_MODES
+    )
+    return _TUNING.batched_on_the_fly if on_the_fly else _TUNING.batched_stored
