@@ -153,9 +153,10 @@ def cg(
     Two loops run the same iteration:
 
     - the **device loop**, for hofem operators on a backend that declares one
-      (``backend.device_cg``: the CUDA backends), and restricted ones
-      (:func:`hofem.restrict_dofs`), with no callback and ``M`` None or a
-      :class:`Jacobi`: CG's scalars and its convergence test live on the device
+      (``backend.device_cg``: the CUDA backends), restricted ones
+      (:func:`hofem.restrict_dofs`) and distributed scalar ones
+      (:class:`hofem.parallel.ParOperator` over NCCL, the exchanges and all-reduces
+      inside the loop), with no callback and ``M`` None or a :class:`Jacobi`: CG's scalars and its convergence test live on the device
       (:mod:`hofem.backends.cuda.cg`), vector updates are fused with the
       reductions that follow them, ``/gpu/cuda/gen`` forms ``p . Ap`` inside the
       operator kernel and replays the iteration as a CUDA graph.  The host only

@@ -217,9 +217,10 @@ def test_gen_kernel_returns_u_dot_Au(gen, dim, p, form):
     _check_dot(gen, op)
 
 
-def _check_dot(gen, op):
-    """``apply_dot``'s partial sums add up to u . Au; a stopped CG's status skips it."""
-    run = gen.backend.cg_apply_dot(op)
+def _check_dot(gen, op, run=None):
+    """``apply_dot``'s partial sums add up to u . Au; a stopped CG's status skips it.
+    ``run``: the kernel to check (default: the one gen's CG takes for ``op``)."""
+    run = gen.backend.cg_apply_dot(op) if run is None else run
     assert run is not None
     u = cupy.random.default_rng(3).standard_normal(op.shape[1])
     v = cupy.zeros_like(u)
@@ -682,13 +683,26 @@ def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
 
 
 def _check_simplex(gen, ref, make, tol=1e-12):
-    """``make(ceed)`` on gen runs as the fused simplex kernel, equals ``/cpu/self/ref`` and
-    gives ``u . Au`` from its dot variant."""
+    """``make(ceed)`` on gen runs as the fused simplex kernel (or, at the shapes of
+    ``cuda_simplex.json``, as batched), equals ``/cpu/self/ref``, and the simplex kernel
+    itself equals it and gives ``u . Au`` from its dot variant."""
+    from hofem.backends.cuda import operator_simplex as osx
+
     op_gen, op_ref = make(gen), make(ref)
-    assert _fused(op_gen) and op_gen.backend_data["gen"][1].layout == "simplex"
     u = np.random.default_rng(op_ref.shape[1]).standard_normal(op_ref.shape[1])
     assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), op_ref(u)) < tol
-    _check_dot(gen, op_gen)
+    kernel = osx.simplex_operator(op_gen)
+    if kernel is not None:
+        assert _fused(op_gen) and op_gen.backend_data["gen"][1].layout == "simplex"
+        _check_dot(gen, op_gen)
+        return
+    assert not _fused(op_gen)  # handed to batched, which measured faster there
+    shape = osx.simplex_shape(op_gen)
+    kernel = osx.SimplexOperator(op_gen, shape, osx.simplex_launch(op_gen, shape))
+    v = cupy.zeros(op_gen.shape[0])
+    kernel(gen.asarray(u), v)
+    assert rel_error(v.get(), op_ref(u)) < tol
+    _check_dot(gen, op_gen, kernel)
 
 
 @pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
