@@ -21,12 +21,4 @@ for case in "bp3 6 36 1.02e7" "bp3 4 54 1.02e7" "bp1 6 36 1.02e7"; do
         done
     done
 done
-"$py" - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-for name in ("serial", "parallel"):
-    for line in open(f"{out}/{name}.jsonl"):
-        d = json.loads(line)
-        rate = d.get("dofs_x_iter_per_s_per_rank", d.get("dofs_x_iter_per_s"))
-        print(name, d.get("bp"), d.get("p"), d.get("dofs"), d.get("ranks", 1), f"{rate / 1e9:.2f}")
-PY
+"$py" "$(dirname "$0")/par_summary.py" "$out"

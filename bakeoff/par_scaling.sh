@@ -19,14 +19,4 @@ for n in 1 2; do bench "$n" bp3 4 5e7 200; bench "$n" bp3 6 5e7 200; done
 serial bp3 4 92; serial bp3 6 61
 for d in 3e5 1e6 2e6 4e6 1.6e7; do for n in 1 2; do bench "$n" bp3 6 "$d" 1000; done; done
 for e in 11 17 21 26 42; do serial bp3 6 "$e"; done
-"$py" - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-for name in ("serial", "parallel"):
-    for line in open(f"{out}/{name}.jsonl"):
-        d = json.loads(line)
-        rate = d.get("dofs_x_iter_per_s_per_rank", d.get("dofs_x_iter_per_s"))
-        per = d.get("dofs_per_rank", d.get("dofs"))
-        print(name, d.get("bp"), d.get("p"), f"{per:.3g}", d.get("ranks", 1),
-              f"{rate / 1e9:.2f} GDOF*it/s per GPU, {per / rate * 1e6:.1f} us/it")
-PY
+"$py" "$(dirname "$0")/par_summary.py" "$out"
