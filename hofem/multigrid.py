@@ -72,9 +72,10 @@ class Hierarchy:
         where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
         distributed hierarchy gathers the matrix and the vectors around it.
     assembly : list or None
-        Operators with the diagonals and matrices of ``operators``, cheaper to
-        assemble (stored geometry where ``operators`` compute it on the fly);
-        None: assemble ``operators``.  :func:`pmg` drops them after its set-up.
+        Per level, an object whose ``linear_assemble_diagonal()`` (and, on the
+        coarsest, ``linear_assemble()``, a host matrix) are those of ``operators``,
+        cheaper to compute (:class:`hofem.level_assembly.LevelAssembly`); None:
+        assemble ``operators``.  :func:`pmg` drops them after its set-up.
     """
 
     operators: list
@@ -561,7 +562,7 @@ def pmg(
         return amg_solver(A_host, xp, coarse_cycles, local_ops if local_ops.xp is xp else None)
 
     coarse = hierarchy.coarse_solver(make)
-    hierarchy.assembly = None  # the stored q-data, needed for the set-up only
+    hierarchy.assembly = None  # needed for the set-up only
     seconds["coarse"] = time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
     hierarchy.info["setup_seconds"] = seconds
     return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)

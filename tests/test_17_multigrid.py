@@ -289,3 +289,42 @@ def test_sum_factorized_diagonal_is_the_assembled_one(ceed, form, dim, p):
         matrix = A.linear_assemble()
         matrix = matrix if ceed.xp is np else matrix.get()
         np.testing.assert_allclose(diag, matrix.diagonal(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("cells", "dim", "p", "form", "num_comp", "restricted", "coefficient"),
+    [
+        ("hex", 3, 4, "diffusion", 1, True, None),
+        ("hex", 3, 3, "diffusion", 1, False, "callable"),
+        ("hex", 2, 4, "diffusion", 1, False, None),
+        ("hex", 1, 4, "diffusion", 1, False, None),
+        ("hex", 3, 2, "mass", 1, False, 2.0),
+        ("hex", 3, 2, "diffusion", 3, False, None),
+        ("tet", 3, 2, "diffusion", 1, True, None),
+        ("tet", 3, 3, "mass", 1, False, None),
+        ("tet", 2, 4, "diffusion", 1, False, None),
+    ],
+)
+def test_level_assembly_is_the_operators_assembly(
+    ceed, cells, dim, p, form, num_comp, restricted, coefficient
+):
+    """The hierarchy's diagonals and coarsest matrix, sum-factorized from the shared q-data,
+    against ``linear_assemble_diagonal`` and ``linear_assemble`` of each level's operator."""
+    space = hf.H1Space(ceed, meshes.box(2, dim=dim, simplex=cells == "tet"), p, num_comp=num_comp)
+    if coefficient == "callable":
+        coefficient = lambda x: 1.0 + x[:, 0] * x[:, 1]  # noqa: E731
+    geometries = ("stored", "on_the_fly") if coefficient is None and cells == "hex" else ("stored",)
+    for geometry in geometries:
+        A = getattr(hf, form)(space, coefficient, geometry=geometry)
+        if restricted:
+            A = hf.restrict_dofs(A, space.free_dofs())
+        levels = multigrid_hierarchy(A)
+        for op, assembly in zip(levels.operators, levels.assembly, strict=True):
+            expected = ceed.to_numpy(op.linear_assemble_diagonal())
+            got = ceed.to_numpy(assembly.linear_assemble_diagonal())
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14 * abs(expected).max())
+        expected = op.linear_assemble()
+        expected = (expected if ceed.xp is np else expected.get()).toarray()
+        got = assembly.linear_assemble()
+        assert isinstance(got, scipy.sparse.csr_matrix)
+        np.testing.assert_allclose(got.toarray(), expected, atol=1e-13 * abs(expected).max())
