@@ -66,8 +66,9 @@ __all__ = [
 ]
 
 _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
-# operator made by a form -> (kind, coefficient, rule): what its q-data is and where
-_FORM_DATA = weakref.WeakKeyDictionary()
+# operator made by a form -> the _form arguments after ``space``: what remakes it on another
+# space (a multigrid level) and what its q-data is
+_FORM_ARGS = weakref.WeakKeyDictionary()
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 # the pointwise matrix entries (a, b), a <= b, of each q-data value: the gallery's order
@@ -253,7 +254,7 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
         op.set_field("qdata", r_q, BASIS_NONE, qdata)
     op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
     _SPACES[op] = space
-    _FORM_DATA[op] = (kind, coefficient, rule)
+    _FORM_ARGS[op] = (form, fields, coefficient, q_extra, quad_mode, geometry)
     return op
 
 
@@ -344,25 +345,31 @@ def form_space(op):
     return _SPACES.get(op) if isinstance(op, Operator) else None
 
 
-def multigrid_hierarchy(A, orders=None):
+def multigrid_hierarchy(A, orders=None, galerkin=False):
     """The p-multigrid levels of a form (or :func:`restrict_dofs` of one), for :func:`hofem.pmg`.
 
-    Each coarser level is ``multigrid_level`` of the one above with the
-    restriction of the space of the coarser order (:meth:`H1Space.with_order`):
-    the same QFunction and quadrature, so the coarse operators are the Galerkin
-    products ``Pᵀ A P``.  A restricted operator's coarse levels keep free the
-    coarse DOFs whose interpolation touches no constrained fine DOF: on a
-    facet-wise Dirichlet boundary, exactly the coarse space's free DOFs.
+    Each coarser level is the same form on the space of the coarser order
+    (:meth:`H1Space.with_order`), with that order's quadrature; with
+    ``galerkin=True`` it is ``multigrid_level`` of the one above instead: the
+    same QFunction and fine quadrature, the Galerkin product ``Pᵀ A P``.  On
+    affine cells both are the same operator (each rule integrates the form
+    exactly); the rediscretized one applies and assembles on fewer points.  The
+    transfers are ``multigrid_level``'s.  A restricted operator's coarse levels
+    keep free the coarse DOFs whose interpolation touches no constrained fine
+    DOF: on a facet-wise Dirichlet boundary, exactly the coarse space's free DOFs.
 
     The levels' diagonals and the coarsest matrix (``Hierarchy.assembly``) come
-    from the form's pointwise matrix, its q-data, computed once in chunks of
-    cells and shared by every level (:class:`hofem.level_assembly.LevelAssembly`).
+    from the forms' pointwise matrices, their q-data, computed in chunks of cells
+    and shared by the levels on the same quadrature
+    (:class:`hofem.level_assembly.LevelAssembly`).
 
     Parameters
     ----------
     A : Operator (from :func:`mass` / :func:`diffusion`) or SubOperator of one
     orders : sequence of int, optional
         See :func:`hofem.multigrid.coarse_orders`.
+    galerkin : bool
+        Coarse operators on the fine quadrature (``multigrid_level``).
 
     Returns
     -------
@@ -382,11 +389,15 @@ def multigrid_hierarchy(A, orders=None):
             f"one); got {op!r}, built otherwise: use op.multigrid_level to build levels yourself"
         )
     orders = coarse_orders(space.order, orders)
-    levels, prolong, restrict = [A], [], []
-    fine_space, fine_free = space, A.free_dofs if restricted else None
+    args = _FORM_ARGS[op]
+    levels, prolong, restrict, sources = [A], [], [], [space]
+    fine_free = A.free_dofs if restricted else None
     for order in orders[1:]:
         coarse_space = space.with_order(order)
         coarse, P, R = op.multigrid_level(coarse_space.restriction)
+        if not galerkin:
+            coarse = _form(coarse_space, *args)
+        sources.append(sources[0] if galerkin else coarse_space)
         if restricted:
             free = coarse.ceed.asarray(_coarse_free(space, coarse_space, fine_free))
             P, R = RestrictedTransfer(P, fine_free, free), RestrictedTransfer(R, free, fine_free)
@@ -397,7 +408,7 @@ def multigrid_hierarchy(A, orders=None):
         prolong.append(P)
         restrict.append(R)
         op, space = coarse, coarse_space
-    assembly = _level_assemblies(levels, fine_space)
+    assembly = _level_assemblies(levels, sources, args)
 
     def coarse_solver(make):
         return make(assembly[-1].linear_assemble(), levels[-1].ceed.xp)
@@ -405,29 +416,35 @@ def multigrid_hierarchy(A, orders=None):
     return Hierarchy(levels, prolong, restrict, orders, coarse_solver, assembly=assembly)
 
 
-def _level_assemblies(levels, space):
-    """A :class:`LevelAssembly` per level (the coarsest's with its matrix), all filled on
-    first use from one pass over the fine form's q-data (:func:`_pointwise_chunks`)."""
-    fine = levels[0].op if isinstance(levels[0], SubOperator) else levels[0]
-    kind, coefficient, rule = _FORM_DATA[fine]
-    filled = []
+def _level_assemblies(levels, sources, args):
+    """A :class:`LevelAssembly` per level (the coarsest's with its matrix), filled on first
+    use from one pass over the q-data of each space in ``sources`` (the one each level's
+    quadrature and geometry are of): levels of one space share its pass."""
+    form, _, coefficient, q_extra, quad_mode, _ = args
+    kind = "Mass" if form == "mass" else "Poisson"
+    out, passes = [], {}  # passes: id(space) -> (the levels it fills, done)
 
-    def fill():
-        if not filled:
-            for start, stop, D in _pointwise_chunks(space, kind, rule, coefficient):
-                for level in out:
-                    level.add(start, stop, D)
-            filled.append(True)
+    def filler(space):
+        def fill():
+            targets, done = passes[id(space)]
+            if not done:
+                rule = form_quadrature(space, form, q_extra, quad_mode)
+                for start, stop, D in _pointwise_chunks(space, kind, rule, coefficient):
+                    for level in targets:
+                        level.add(start, stop, D)
+                passes[id(space)] = (targets, True)
 
-    out = []
-    for k, level in enumerate(levels):
+        return fill
+
+    for k, (level, space) in enumerate(zip(levels, sources, strict=True)):
         sub = isinstance(level, SubOperator)
         field = next(f for f in (level.op if sub else level).input_fields if f.is_active)
         free = level.free_dofs if sub else None
         out.append(
             LevelAssembly(field.restriction, field.basis, field.eval_mode, free,
-                          matrix=k == len(levels) - 1, fill=fill)
+                          matrix=k == len(levels) - 1, fill=filler(space))
         )  # fmt: skip
+        passes.setdefault(id(space), ([], False))[0].append(out[-1])
     return out
 
 

@@ -164,18 +164,22 @@ class LevelAssembly:
             self.fill()
         r = self.restriction
         mats = self.ceed.to_numpy(self.matrices)  # (E, P, P)
-        index = np.asarray(r.indices)  # (E, num_comp, P)
-        rows = [np.broadcast_to(index[:, c, :, None], mats.shape) for c in range(r.num_comp)]
-        cols = [np.broadcast_to(index[:, c, None, :], mats.shape) for c in range(r.num_comp)]
-        values = np.concatenate([mats.ravel()] * r.num_comp)
+        index = np.asarray(r.indices)  # (E, num_comp, P) L-vector indices
+        size = r.l_size
+        if self.free_dofs is not None:  # renumber: free DOFs 0..n_free-1, the others -1
+            free = np.asarray(self.ceed.to_numpy(self.free_dofs))
+            number = np.full(size, -1, dtype=np.int64)
+            number[free] = np.arange(free.size)
+            index, size = number[index], free.size
+        rows, cols, values = [], [], []
+        for c in range(r.num_comp):  # the components' blocks, the same element matrices
+            i, k = index[:, c, :, None], index[:, c, None, :]  # (E, P, 1), (E, 1, P)
+            keep = (i >= 0) & (k >= 0)  # (E, P, P): both free
+            rows.append(np.broadcast_to(i, mats.shape)[keep])
+            cols.append(np.broadcast_to(k, mats.shape)[keep])
+            values.append(mats[keep])
         coo = scipy.sparse.coo_matrix(
-            (values, (np.concatenate([x.ravel() for x in rows]),
-                      np.concatenate([x.ravel() for x in cols]))),
-            shape=(r.l_size, r.l_size),
-        )  # fmt: skip
-        A = coo.tocsr()
-        A.sum_duplicates()
-        if self.free_dofs is None:
-            return A
-        free = np.asarray(self.ceed.to_numpy(self.free_dofs))
-        return A[free][:, free].tocsr()
+            (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(size, size),
+        )
+        return coo.tocsr()  # sums the duplicates

@@ -1,5 +1,6 @@
 """p-multigrid: transfers (exactness, adjointness), Galerkin coarse operators, PCG with hf.pmg."""
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -56,14 +57,17 @@ def test_prolongation_is_exact_and_restriction_its_transpose(ceed, cells, p, p_c
     assert op_c.shape == (coarse.num_dofs, coarse.num_dofs)
 
 
+@pytest.mark.parametrize("galerkin", [True, False], ids=["galerkin", "rediscretized"])
 @pytest.mark.parametrize("restricted", [False, True], ids=["full", "restrict_dofs"])
 @pytest.mark.parametrize(("cells", "p"), [("hex", 4), ("tet", 2)])
-def test_coarse_operator_is_galerkin(ceed, cells, p, restricted):
+def test_coarse_operator_is_galerkin(ceed, cells, p, restricted, galerkin):
+    """multigrid_level's coarse operators are P^T A P; on affine cells the rediscretized
+    ones (each order's own quadrature, exact there) are the same matrices."""
     space = hf.H1Space(ceed, box(cells), p)
     A = hf.diffusion(space)
     if restricted:
         A = hf.restrict_dofs(A, space.free_dofs())
-    levels = multigrid_hierarchy(A)
+    levels = multigrid_hierarchy(A, galerkin=galerkin)
     for level, (P, R) in enumerate(zip(levels.prolong, levels.restrict, strict=True)):
         fine, coarse = levels.operators[level], levels.operators[level + 1]
         P_dense, R_dense = columns(P, ceed), columns(R, ceed)
@@ -308,17 +312,18 @@ def test_sum_factorized_diagonal_is_the_assembled_one(ceed, form, dim, p):
 def test_level_assembly_is_the_operators_assembly(
     ceed, cells, dim, p, form, num_comp, restricted, coefficient
 ):
-    """The hierarchy's diagonals and coarsest matrix, sum-factorized from the shared q-data,
-    against ``linear_assemble_diagonal`` and ``linear_assemble`` of each level's operator."""
+    """The hierarchy's diagonals and coarsest matrix, sum-factorized from the q-data (one
+    pass shared by the levels of the fine quadrature with ``galerkin``), against
+    ``linear_assemble_diagonal`` and ``linear_assemble`` of each level's operator."""
     space = hf.H1Space(ceed, meshes.box(2, dim=dim, simplex=cells == "tet"), p, num_comp=num_comp)
     if coefficient == "callable":
         coefficient = lambda x: 1.0 + x[:, 0] * x[:, 1]  # noqa: E731
     geometries = ("stored", "on_the_fly") if coefficient is None and cells == "hex" else ("stored",)
-    for geometry in geometries:
+    for geometry, galerkin in itertools.product(geometries, (False, True)):
         A = getattr(hf, form)(space, coefficient, geometry=geometry)
         if restricted:
             A = hf.restrict_dofs(A, space.free_dofs())
-        levels = multigrid_hierarchy(A)
+        levels = multigrid_hierarchy(A, galerkin=galerkin)
         for op, assembly in zip(levels.operators, levels.assembly, strict=True):
             expected = ceed.to_numpy(op.linear_assemble_diagonal())
             got = ceed.to_numpy(assembly.linear_assemble_diagonal())
