@@ -333,3 +333,17 @@ def test_level_assembly_is_the_operators_assembly(
         got = assembly.linear_assemble()
         assert isinstance(got, scipy.sparse.csr_matrix)
         np.testing.assert_allclose(got.toarray(), expected, atol=1e-13 * abs(expected).max())
+
+
+@pytest.mark.parametrize(("cells", "p"), [("hex", 4), ("tet", 3)])
+def test_whole_vector_cycle_is_the_cycle_on_the_free_dofs(ceed, cells, p):
+    """The V-cycle of a restrict_dofs hierarchy, run on whole L-vectors, against the same
+    cycle through the restricted operators and transfers."""
+    space = hf.H1Space(ceed, box(cells, 3), p)
+    A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+    M = hf.pmg(A)
+    assert M._whole is not None
+    r = ceed.asarray(np.random.default_rng(8).standard_normal(A.shape[0]))
+    expected = ceed.to_numpy(M._cycle(0, r))
+    got = ceed.to_numpy(M(r))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * abs(expected).max())
