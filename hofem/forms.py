@@ -20,7 +20,7 @@ exact to ``2 (p + 1 + q_extra) - 1`` instead.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -345,7 +345,9 @@ def form_space(op):
     return _SPACES.get(op) if isinstance(op, Operator) else None
 
 
-def multigrid_hierarchy(A, orders=None, galerkin=False):
+def multigrid_hierarchy(
+    A: Operator | SubOperator, orders: Sequence[int] | None = None, galerkin: bool = False
+) -> Hierarchy:
     """The p-multigrid levels of a form (or :func:`restrict_dofs` of one), for :func:`hofem.pmg`.
 
     Each coarser level is the same form on the space of the coarser order

@@ -17,15 +17,26 @@ has the same quadrature (the p-multigrid levels of :func:`hofem.forms.multigrid_
 Every function is written against the array module ``xp`` of the backend.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse
 
 from .constants import EVAL_GRAD, EVAL_INTERP, TRANSPOSE
 
+if TYPE_CHECKING:
+    from .basis import Basis
+    from .constants import EvalMode
+    from .restriction import ElemRestriction
+    from .typing import Array
+
 __all__ = ["LevelAssembly", "basis_rows"]
 
 
-def basis_rows(basis, eval_mode):
+def basis_rows(basis: Basis, eval_mode: EvalMode) -> list:
     """The rows ``M_a`` of an active field's basis as host arrays.
 
     Tensor bases: each row is its list of 1D factors ``(Q_1d, P_1d)``, direction
@@ -91,7 +102,15 @@ class LevelAssembly:
         caller's pass over the pointwise matrix that :meth:`add` s every chunk.
     """
 
-    def __init__(self, restriction, basis, eval_mode, free_dofs=None, matrix=False, fill=None):
+    def __init__(
+        self,
+        restriction: ElemRestriction,
+        basis: Basis,
+        eval_mode: EvalMode,
+        free_dofs: Array | None = None,
+        matrix: bool = False,
+        fill: Callable[[], None] | None = None,
+    ) -> None:
         self.ceed, self.restriction, self.free_dofs = restriction.ceed, restriction, free_dofs
         self.fill = fill
         xp = self.ceed.xp
@@ -103,7 +122,7 @@ class LevelAssembly:
         self.diag = xp.zeros((E, P))  # (num_elem, P) element diagonals, one component's
         self.matrices = xp.zeros((E, P, P)) if matrix else None  # (num_elem, P, P)
 
-    def add(self, start, stop, D):
+    def add(self, start: int, stop: int, D: dict[tuple[int, int], Array]) -> None:
         """Add cells ``start:stop`` of the pointwise matrix.
 
         Parameters
@@ -141,7 +160,7 @@ class LevelAssembly:
         rows, cols = tuple(1 + 2 * d for d in range(dim)), tuple(2 + 2 * d for d in range(dim))
         return t.transpose((0, *rows, *cols)).reshape(n, P_1d**dim, P_1d**dim)
 
-    def linear_assemble_diagonal(self):
+    def linear_assemble_diagonal(self) -> Array:
         """The diagonal, an L-vector ``(l_size,)`` (``(n_free,)`` with ``free_dofs``)."""
         if self.fill is not None:
             self.fill()
@@ -150,7 +169,7 @@ class LevelAssembly:
         diag = r.apply(self.xp.ascontiguousarray(e), TRANSPOSE)
         return diag if self.free_dofs is None else diag[self.free_dofs]
 
-    def linear_assemble(self):
+    def linear_assemble(self) -> scipy.sparse.csr_matrix:
         """The host CSR matrix (``A[free][:, free]`` with ``free_dofs``).
 
         Raises

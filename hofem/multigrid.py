@@ -15,6 +15,8 @@ Which hierarchy an operator has is looked up by its type in a registry
 operators, :mod:`hofem.parallel` for distributed ones.
 """
 
+from __future__ import annotations
+
 import itertools
 import math
 import time
@@ -35,6 +37,7 @@ __all__ = [
     "Chebyshev",
     "Hierarchy",
     "RestrictedTransfer",
+    "WholeVectorCycle",
     "coarse_orders",
     "estimate_max_eigenvalue",
     "pmg",
@@ -420,7 +423,9 @@ class WholeVectorCycle:
     skips ``restrict_dofs``' scatter, fill and gather.  Make it with :meth:`of`.
     """
 
-    def __init__(self, hierarchy, smoothers, coarse):
+    def __init__(
+        self, hierarchy: Hierarchy, smoothers: list[Chebyshev], coarse: Callable[[Array], Array]
+    ) -> None:
         ops = hierarchy.operators
         self.ceed, self.coarse = ops[0].ceed, coarse
         xp, self.ops = self.ceed.xp, smoothers[0].ops
@@ -443,7 +448,9 @@ class WholeVectorCycle:
         self._b_free = xp.empty(ops[-1].shape[0])  # (coarsest n_free,)
 
     @classmethod
-    def of(cls, hierarchy, smoothers, coarse):
+    def of(
+        cls, hierarchy: Hierarchy, smoothers: list[Chebyshev], coarse: Callable[[Array], Array]
+    ) -> WholeVectorCycle | None:
         """The cycle of ``hierarchy``, or None unless every level is ``restrict_dofs`` of a
         serial :class:`~hofem.operator.Operator` and every transfer a serial one."""
         transfers = hierarchy.prolong + hierarchy.restrict
@@ -457,7 +464,7 @@ class WholeVectorCycle:
             return None
         return cls(hierarchy, smoothers, coarse)
 
-    def __call__(self, r):
+    def __call__(self, r: Array) -> Array:
         """``z = M r`` on the free DOFs, a new array."""
         ops = self.ops
         ops.scatter_scaled(r, self.free[0], None, self._b[0])
@@ -555,6 +562,20 @@ class PMG:
         return f"PMG(orders={self.hierarchy.orders}, sizes={sizes})"
 
 
+def _whole_vectors(op, inv_diag):
+    """``(apply, inv_diag)`` of ``op`` on its wrapped operator's L-vectors, ``D^-1`` zero on
+    the constrained entries, for a serial ``restrict_dofs`` level (else as given).
+
+    The Jacobi-preconditioned Lanczos steps then keep zero there, and their inner
+    products are those on the free DOFs, without a scatter and gather per step.
+    """
+    if not isinstance(op, SubOperator) or not isinstance(op.op, Operator):
+        return op.apply, inv_diag
+    whole = op.ceed.xp.zeros(op.op.shape[0])  # (l_size,)
+    whole[op.free_dofs] = inv_diag
+    return op.op.apply, whole
+
+
 def _check_options(degree, bounds, eig_steps, coarse_cycles):
     for name, value in (
         ("degree", degree),
@@ -635,7 +656,7 @@ def pmg(
         ops = op.vector_ops()
         seconds["diagonals"] += time.perf_counter() - mark
         mark = time.perf_counter()
-        lam = estimate_max_eigenvalue(op.apply, inv_diag, ops, eig_steps)
+        lam = estimate_max_eigenvalue(*_whole_vectors(op, inv_diag), ops, eig_steps)
         seconds["eigenvalues"] += time.perf_counter() - mark
         smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds, ops))
     mark = time.perf_counter()
