@@ -431,9 +431,10 @@ def _level_assemblies(levels, sources, args):
             targets, done = passes[id(space)]
             if not done:
                 rule = form_quadrature(space, form, q_extra, quad_mode)
-                for start, stop, D in _pointwise_chunks(space, kind, rule, coefficient):
+                pairs = _QDATA_PAIRS[kind][space.dim]
+                for start, stop, q in _pointwise_chunks(space, kind, rule, coefficient):
                     for level in targets:
-                        level.add(start, stop, D)
+                        level.add(start, stop, q, pairs)
                 passes[id(space)] = (targets, True)
 
         return fill
@@ -451,8 +452,9 @@ def _level_assemblies(levels, sources, args):
 
 
 def _pointwise_chunks(space, kind, rule, coefficient):
-    """``(start, stop, {(a, b): (stop - start, Q)})``: the symmetric pointwise matrix of the
-    form ``kind`` (its q-data, :data:`_QDATA_PAIRS`) on chunks of cells, on the backend.
+    """``(start, stop, q)``: the q-data ``(stop - start, size, Q)`` of the form ``kind``, the
+    distinct entries of its symmetric pointwise matrix (:data:`_QDATA_PAIRS`), on chunks of
+    cells, on the backend.
 
     Each chunk is built as :func:`_qdata` builds the stored q-data, in the
     layout ``(cells, size, Q)``; no chunk outlives its use.
@@ -471,7 +473,7 @@ def _pointwise_chunks(space, kind, rule, coefficient):
         q = q.reshape(b - a, size, Q)
         if coefficient is not None:
             q *= _coefficient(space, a, b, coefficient, geo)
-        yield a, b, {pair: q[:, k] for k, pair in enumerate(_QDATA_PAIRS[kind][dim])}
+        yield a, b, q
 
 
 def _coarse_free(fine, coarse, fine_free):

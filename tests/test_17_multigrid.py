@@ -301,6 +301,7 @@ def test_sum_factorized_diagonal_is_the_assembled_one(ceed, form, dim, p):
         ("hex", 3, 4, "diffusion", 1, True, None),
         ("hex", 3, 3, "diffusion", 1, False, "callable"),
         ("hex", 2, 4, "diffusion", 1, False, None),
+        ("hex", 2, 8, "diffusion", 1, True, None),
         ("hex", 1, 4, "diffusion", 1, False, None),
         ("hex", 3, 2, "mass", 1, False, 2.0),
         ("hex", 3, 2, "diffusion", 3, False, None),
