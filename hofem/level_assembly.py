@@ -105,7 +105,7 @@ class LevelAssembly:
         Also accumulate the element matrices (for :meth:`linear_assemble`).
     fill : callable, optional
         Called (without arguments) before the diagonal or the matrix is read: the
-        caller's pass over the pointwise matrix that :meth:`add` s every chunk.
+        caller's pass over the pointwise matrix, which calls :meth:`add` with each chunk.
     """
 
     def __init__(
