@@ -415,7 +415,10 @@ def multigrid_hierarchy(
     def coarse_solver(make):
         return make(assembly[-1].linear_assemble(), levels[-1].ceed.xp)
 
-    return Hierarchy(levels, prolong, restrict, orders, coarse_solver, assembly=assembly)
+    # free coarse DOFs are those whose interpolation misses every constrained fine DOF
+    return Hierarchy(
+        levels, prolong, restrict, orders, coarse_solver, assembly=assembly, free_to_free=True
+    )
 
 
 def _level_assemblies(levels, sources, args):

@@ -72,8 +72,8 @@ def _contract(xp, t, mats):
 
     ``mats[d]`` is ``(Q_1d, K)``, direction 0 the fastest axis of ``q`` and of the result.
     Every product is a batch of small ones (``matmul`` over a leading axis), never one
-    tall-and-skinny GEMM: a threaded BLAS splits those over its threads, which on a
-    loaded machine wait for each other far longer than the product takes.
+    tall GEMM of inner dimension ``Q_1d``: a threaded BLAS splits such a product over its
+    threads, which on a loaded machine wait for each other far longer than it takes.
     """
     n, dim = t.shape[0], len(mats)
     Q_1d = mats[0].shape[0]

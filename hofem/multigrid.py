@@ -79,6 +79,10 @@ class Hierarchy:
         coarsest, ``linear_assemble()``, a host matrix) are those of ``operators``,
         cheaper to compute (:class:`hofem.level_assembly.LevelAssembly`); None:
         assemble ``operators``.  :func:`pmg` drops them after its set-up.
+    free_to_free : bool
+        The transfers join the free DOFs of one level to the free DOFs of the
+        other only (exact zeros elsewhere), so the cycle may run on whole
+        L-vectors (:class:`WholeVectorCycle`).
     """
 
     operators: list
@@ -88,6 +92,7 @@ class Hierarchy:
     coarse_solver: Callable
     info: dict = field(default_factory=dict)
     assembly: list | None = None
+    free_to_free: bool = False
 
 
 def register_hierarchy(cls: type, builder: Callable) -> None:
@@ -417,8 +422,9 @@ class WholeVectorCycle:
     the constrained entries, so the iterate and the Chebyshev directions stay
     zero there; whatever the residual holds there never reaches a free entry,
     because the transfers join the free DOFs of one level to the free DOFs of the
-    other only (:func:`hofem.forms.multigrid_hierarchy` makes them so, and the
-    interpolation matrices hold exact zeros, :func:`hofem.transfer.interpolation_basis`).
+    other only (``Hierarchy.free_to_free``: :func:`hofem.forms.multigrid_hierarchy`
+    makes them so, and the interpolation matrices hold exact zeros,
+    :func:`hofem.transfer.interpolation_basis`).
     The free entries follow the cycle on the free DOFs, while each application
     skips ``restrict_dofs``' scatter, fill and gather.  Make it with :meth:`of`.
     """
@@ -451,11 +457,13 @@ class WholeVectorCycle:
     def of(
         cls, hierarchy: Hierarchy, smoothers: list[Chebyshev], coarse: Callable[[Array], Array]
     ) -> WholeVectorCycle | None:
-        """The cycle of ``hierarchy``, or None unless every level is ``restrict_dofs`` of a
-        serial :class:`~hofem.operator.Operator` and every transfer a serial one."""
+        """The cycle of ``hierarchy``, or None unless it is ``free_to_free``, every level
+        is ``restrict_dofs`` of a serial :class:`~hofem.operator.Operator` and every
+        transfer a serial one."""
         transfers = hierarchy.prolong + hierarchy.restrict
         if (
-            not smoothers
+            not hierarchy.free_to_free
+            or not smoothers
             or not all(isinstance(op, SubOperator) for op in hierarchy.operators)
             or not all(isinstance(op.op, Operator) for op in hierarchy.operators)
             or not all(isinstance(T, RestrictedTransfer) for T in transfers)
