@@ -15,7 +15,7 @@ import scipy.sparse.linalg
 import hofem as hf
 from hofem import meshes
 from hofem.forms import multigrid_hierarchy
-from hofem.multigrid import AMGCycle, coarse_orders
+from hofem.multigrid import AMGCycle, WholeVectorCycle, coarse_orders
 
 pytest.importorskip("pyamg", reason="hf.pmg needs pyamg: pip install hofem[amg]")
 
@@ -348,3 +348,5 @@ def test_whole_vector_cycle_is_the_cycle_on_the_free_dofs(ceed, cells, p):
     expected = ceed.to_numpy(M._cycle(0, r))
     got = ceed.to_numpy(M(r))
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * abs(expected).max())
+    M.hierarchy.free_to_free = False  # a builder that does not promise it: no whole vectors
+    assert WholeVectorCycle.of(M.hierarchy, M.smoothers, M.coarse) is None
