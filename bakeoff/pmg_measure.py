@@ -65,7 +65,8 @@ def time_to_solution(args):
             warm(b)
             hf.cg(A, b, M=warm, rtol=0.0, maxiter=1)
             del warm
-            runs = [(k, *case) for k in range(args.repeat) for case in _PRECONDITIONERS]
+            cases = [case for case in _PRECONDITIONERS if case[0] in args.preconditioners]
+            runs = [(k, *case) for k in range(args.repeat) for case in cases]
             for run, name, make in runs:  # alternating: the load of a shared machine drifts
                 # process time too: on a shared machine it is what one uncontended core would take
                 start, cpu = time.perf_counter(), time.process_time()
@@ -119,6 +120,10 @@ def main():
     parser.add_argument("--orders", nargs="+", type=int, default=list(range(1, 9)))
     parser.add_argument("--dofs", nargs="+", type=float, default=[1e4, 1e5])
     parser.add_argument("--repeat", type=int, default=1, help="time: rounds of none/jacobi/pmg")
+    parser.add_argument(
+        "--preconditioners", nargs="+", default=[name for name, _ in _PRECONDITIONERS],
+        choices=[name for name, _ in _PRECONDITIONERS], help="time: which ones, in each round",
+    )  # fmt: skip
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     (iterations if args.what == "iterations" else time_to_solution)(args)

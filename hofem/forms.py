@@ -20,7 +20,7 @@ exact to ``2 (p + 1 + q_extra) - 1`` instead.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from .constants import (
     VECTOR_NONE,
 )
 from .geometry import check_geometry, choose_geometry, geometry_costs
+from .level_assembly import LevelAssembly
 from .memory import chunk_ranges
 from .multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
 from .operator import Operator, SubOperator
@@ -65,10 +66,20 @@ __all__ = [
 ]
 
 _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
-# on-the-fly operator made by a form -> the _form arguments that remake it with stored geometry
-_ON_THE_FLY = weakref.WeakKeyDictionary()
+# operator made by a form -> the _form arguments after ``space``: what remakes it on another
+# space (a multigrid level) and what its q-data is
+_FORM_ARGS = weakref.WeakKeyDictionary()
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
+# the pointwise matrix entries (a, b), a <= b, of each q-data value: the gallery's order
+_QDATA_PAIRS = {
+    "Mass": {1: [(0, 0)], 2: [(0, 0)], 3: [(0, 0)]},
+    "Poisson": {
+        1: [(0, 0)],
+        2: [(0, 0), (1, 1), (0, 1)],
+        3: [(0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1)],
+    },
+}
 
 
 def form_quadrature(
@@ -235,7 +246,6 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
         coords, geo = _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, coords.coordinates)
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
-        _ON_THE_FLY[op] = (space, form, fields, coefficient, q_extra, quad_mode)
     else:
         apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"
         r_q, qdata = _qdata(space, kind, basis, rule, coefficient)
@@ -244,6 +254,7 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
         op.set_field("qdata", r_q, BASIS_NONE, qdata)
     op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
     _SPACES[op] = space
+    _FORM_ARGS[op] = (form, fields, coefficient, q_extra, quad_mode, geometry)
     return op
 
 
@@ -334,21 +345,33 @@ def form_space(op):
     return _SPACES.get(op) if isinstance(op, Operator) else None
 
 
-def multigrid_hierarchy(A, orders=None):
+def multigrid_hierarchy(
+    A: Operator | SubOperator, orders: Sequence[int] | None = None, galerkin: bool = False
+) -> Hierarchy:
     """The p-multigrid levels of a form (or :func:`restrict_dofs` of one), for :func:`hofem.pmg`.
 
-    Each coarser level is ``multigrid_level`` of the one above with the
-    restriction of the space of the coarser order (:meth:`H1Space.with_order`):
-    the same QFunction and quadrature, so the coarse operators are the Galerkin
-    products ``Pᵀ A P``.  A restricted operator's coarse levels keep free the
-    coarse DOFs whose interpolation touches no constrained fine DOF: on a
-    facet-wise Dirichlet boundary, exactly the coarse space's free DOFs.
+    Each coarser level is the same form on the space of the coarser order
+    (:meth:`H1Space.with_order`), with that order's quadrature; with
+    ``galerkin=True`` it is ``multigrid_level`` of the one above instead: the
+    same QFunction and fine quadrature, the Galerkin product ``Pᵀ A P``.  On
+    affine cells both are the same operator (each rule integrates the form
+    exactly); the rediscretized one applies and assembles on fewer points.  The
+    transfers are ``multigrid_level``'s.  A restricted operator's coarse levels
+    keep free the coarse DOFs whose interpolation touches no constrained fine
+    DOF: on a facet-wise Dirichlet boundary, exactly the coarse space's free DOFs.
+
+    The levels' diagonals and the coarsest matrix (``Hierarchy.assembly``) come
+    from the forms' pointwise matrices, their q-data, computed in chunks of cells
+    and shared by the levels on the same quadrature
+    (:class:`hofem.level_assembly.LevelAssembly`).
 
     Parameters
     ----------
     A : Operator (from :func:`mass` / :func:`diffusion`) or SubOperator of one
     orders : sequence of int, optional
         See :func:`hofem.multigrid.coarse_orders`.
+    galerkin : bool
+        Coarse operators on the fine quadrature (``multigrid_level``).
 
     Returns
     -------
@@ -368,15 +391,15 @@ def multigrid_hierarchy(A, orders=None):
             f"one); got {op!r}, built otherwise: use op.multigrid_level to build levels yourself"
         )
     orders = coarse_orders(space.order, orders)
-    levels, prolong, restrict = [A], [], []
-    twin = _stored_twin(op)
-    assembly = None if twin is None else [SubOperator(twin, A.free_dofs) if restricted else twin]
+    args = _FORM_ARGS[op]
+    levels, prolong, restrict, sources = [A], [], [], [space]
     fine_free = A.free_dofs if restricted else None
     for order in orders[1:]:
         coarse_space = space.with_order(order)
         coarse, P, R = op.multigrid_level(coarse_space.restriction)
-        if twin is not None:
-            twin = twin.multigrid_level(coarse_space.restriction)[0]
+        if not galerkin:
+            coarse = _form(coarse_space, *args)
+        sources.append(sources[0] if galerkin else coarse_space)
         if restricted:
             free = coarse.ceed.asarray(_coarse_free(space, coarse_space, fine_free))
             P, R = RestrictedTransfer(P, fine_free, free), RestrictedTransfer(R, free, fine_free)
@@ -384,32 +407,76 @@ def multigrid_hierarchy(A, orders=None):
             fine_free = levels[-1].free_dofs
         else:
             levels.append(coarse)
-        if twin is not None:
-            assembly.append(SubOperator(twin, fine_free) if restricted else twin)
         prolong.append(P)
         restrict.append(R)
         op, space = coarse, coarse_space
+    assembly = _level_assemblies(levels, sources, args)
 
     def coarse_solver(make):
-        matrix = (hierarchy.assembly or levels)[-1].linear_assemble()
-        xp = levels[-1].ceed.xp
-        return make(matrix if xp is np else matrix.get(), xp)
+        return make(assembly[-1].linear_assemble(), levels[-1].ceed.xp)
 
-    hierarchy = Hierarchy(levels, prolong, restrict, orders, coarse_solver, assembly=assembly)
-    return hierarchy
+    # free coarse DOFs are those whose interpolation misses every constrained fine DOF
+    return Hierarchy(
+        levels, prolong, restrict, orders, coarse_solver, assembly=assembly, free_to_free=True
+    )
 
 
-def _stored_twin(op):
-    """The form ``op`` with stored geometry on the same quadrature, where ``op`` computes
-    its geometry on the fly (else None).
+def _level_assemblies(levels, sources, args):
+    """A :class:`LevelAssembly` per level (the coarsest's with its matrix), filled on first
+    use from one pass over the q-data of each space in ``sources`` (the one each level's
+    quadrature and geometry are of): levels of one space share its pass."""
+    form, _, coefficient, q_extra, quad_mode, _ = args
+    kind = "Mass" if form == "mass" else "Poisson"
+    out, passes = [], {}  # passes: id(space) -> (the levels it fills, done)
 
-    Its levels have the same diagonals and matrices as ``op``'s, and assembling
-    them probes the QFunction once per input component: with stored q-data a
-    probe is a few products per point, on the fly it recomputes the Jacobians
-    at every point.  Built once, its q-data is shared by every level.
+    def filler(space):
+        def fill():
+            targets, done = passes[id(space)]
+            if not done:
+                rule = form_quadrature(space, form, q_extra, quad_mode)
+                pairs = _QDATA_PAIRS[kind][space.dim]
+                for start, stop, q in _pointwise_chunks(space, kind, rule, coefficient):
+                    for level in targets:
+                        level.add(start, stop, q, pairs)
+                passes[id(space)] = (targets, True)
+
+        return fill
+
+    for k, (level, space) in enumerate(zip(levels, sources, strict=True)):
+        sub = isinstance(level, SubOperator)
+        field = next(f for f in (level.op if sub else level).input_fields if f.is_active)
+        free = level.free_dofs if sub else None
+        out.append(
+            LevelAssembly(field.restriction, field.basis, field.eval_mode, free,
+                          matrix=k == len(levels) - 1, fill=filler(space))
+        )  # fmt: skip
+        passes.setdefault(id(space), ([], False))[0].append(out[-1])
+    return out
+
+
+def _pointwise_chunks(space, kind, rule, coefficient):
+    """``(start, stop, q)``: the q-data ``(stop - start, size, Q)`` of the form ``kind``, the
+    distinct entries of its symmetric pointwise matrix (:data:`_QDATA_PAIRS`), on chunks of
+    cells, on the backend.
+
+    Each chunk is built as :func:`_qdata` builds the stored q-data, in the
+    layout ``(cells, size, Q)``; no chunk outlives its use.
     """
-    args = _ON_THE_FLY.get(op)
-    return None if args is None else _form(*args, geometry="stored")
+    ceed, dim = space.ceed, space.dim
+    size = _QDATA_SIZE[kind][dim]
+    geo = space.basis(dim, **rule)
+    Q = geo.num_qpts
+    builds = {}  # one set-up operator per chunk length (at most two)
+    for a, b in space.cell_chunks(Q):
+        if b - a not in builds:
+            builds[b - a] = build_operator(space, kind, geo, size, b - a, (1, Q, Q * size))
+        x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
+        q = ceed.xp.empty((b - a) * size * Q)  # (chunk * size * Q,)
+        builds[b - a].apply(x, q)
+        q = q.reshape(b - a, size, Q)
+        if coefficient is not None:
+            q *= _coefficient(space, a, b, coefficient, geo)
+        yield a, b, q
 
 
 def _coarse_free(fine, coarse, fine_free):

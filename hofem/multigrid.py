@@ -15,6 +15,8 @@ Which hierarchy an operator has is looked up by its type in a registry
 operators, :mod:`hofem.parallel` for distributed ones.
 """
 
+from __future__ import annotations
+
 import itertools
 import math
 import time
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .operator import SubOperator
+from .operator import Operator, SubOperator
 from .transfer import Transfer
 from .typing import Array, LinearOperator
 from .vector_ops import VectorOps
@@ -35,6 +37,7 @@ __all__ = [
     "Chebyshev",
     "Hierarchy",
     "RestrictedTransfer",
+    "WholeVectorCycle",
     "coarse_orders",
     "estimate_max_eigenvalue",
     "pmg",
@@ -72,9 +75,14 @@ class Hierarchy:
         where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
         distributed hierarchy gathers the matrix and the vectors around it.
     assembly : list or None
-        Operators with the diagonals and matrices of ``operators``, cheaper to
-        assemble (stored geometry where ``operators`` compute it on the fly);
-        None: assemble ``operators``.  :func:`pmg` drops them after its set-up.
+        Per level, an object whose ``linear_assemble_diagonal()`` (and, on the
+        coarsest, ``linear_assemble()``, a host matrix) are those of ``operators``,
+        cheaper to compute (:class:`hofem.level_assembly.LevelAssembly`); None:
+        assemble ``operators``.  :func:`pmg` drops them after its set-up.
+    free_to_free : bool
+        The transfers join the free DOFs of one level to the free DOFs of the
+        other only (exact zeros elsewhere), so the cycle may run on whole
+        L-vectors (:class:`WholeVectorCycle`).
     """
 
     operators: list
@@ -84,6 +92,7 @@ class Hierarchy:
     coarse_solver: Callable
     info: dict = field(default_factory=dict)
     assembly: list | None = None
+    free_to_free: bool = False
 
 
 def register_hierarchy(cls: type, builder: Callable) -> None:
@@ -152,19 +161,22 @@ def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
     p, Ap = z.copy(), xp.empty_like(z)
     rz = float(ops.dot(r, z))
     alphas, betas = [], []
-    for _ in range(steps):
+    for step in range(steps):
         apply(p, Ap)
         pAp = float(ops.dot(p, Ap))
         if pAp <= 0 or rz <= 0:
             break
-        alpha = rz / pAp
-        r -= alpha * Ap
-        z = inv_diag * r
+        alphas.append(rz / pAp)
+        if step == steps - 1:  # T needs no later beta
+            break
+        Ap *= alphas[-1]  # in place: no temporaries of n entries
+        r -= Ap
+        xp.multiply(inv_diag, r, out=z)
         rz_new = float(ops.dot(r, z))
-        alphas.append(alpha)
         betas.append(rz_new / rz)
         rz = rz_new
-        p = z + betas[-1] * p
+        p *= betas[-1]
+        p += z
     if not alphas:
         return 1.0
     k = len(alphas)
@@ -205,6 +217,7 @@ class Chebyshev:
     def __init__(self, apply, inv_diag, lambda_max, degree=2, bounds=(0.1, 1.1), ops=None):
         self.apply_op = apply
         self.inv_diag = inv_diag
+        self.lambda_max, self.bounds = lambda_max, bounds
         self.degree = int(degree)
         self.ops = VectorOps(np) if ops is None else ops
         lo, hi = bounds[0] * lambda_max, bounds[1] * lambda_max
@@ -402,6 +415,89 @@ class RestrictedTransfer:
         self.ops.gather_scaled(self._out, self.free_out, self._scale_out, v, add)
 
 
+class WholeVectorCycle:
+    """The V-cycle of a serial :func:`hofem.restrict_dofs` hierarchy on whole L-vectors.
+
+    Each level smooths on its wrapped operator's L-vectors with ``D^-1`` zero on
+    the constrained entries, so the iterate and the Chebyshev directions stay
+    zero there; whatever the residual holds there never reaches a free entry,
+    because the transfers join the free DOFs of one level to the free DOFs of the
+    other only (``Hierarchy.free_to_free``: :func:`hofem.forms.multigrid_hierarchy`
+    makes them so, and the interpolation matrices hold exact zeros,
+    :func:`hofem.transfer.interpolation_basis`).
+    The free entries follow the cycle on the free DOFs, while each application
+    skips ``restrict_dofs``' scatter, fill and gather.  Make it with :meth:`of`.
+    """
+
+    def __init__(
+        self, hierarchy: Hierarchy, smoothers: list[Chebyshev], coarse: Callable[[Array], Array]
+    ) -> None:
+        ops = hierarchy.operators
+        self.ceed, self.coarse = ops[0].ceed, coarse
+        xp, self.ops = self.ceed.xp, smoothers[0].ops
+        self.free = [op.free_dofs for op in ops]
+        full = [op.op.shape[0] for op in ops]  # whole L-vector sizes
+        self.smoothers = []
+        for op, s, n in zip(ops, smoothers, full, strict=False):
+            inv_diag = xp.zeros(n)  # (l_size,): zero on the constrained entries
+            inv_diag[op.free_dofs] = s.inv_diag
+            self.smoothers.append(
+                Chebyshev(op.op.apply, inv_diag, s.lambda_max, s.degree, s.bounds, s.ops)
+            )
+        self.restrict = [R.transfer for R in hierarchy.restrict]
+        self.prolong = [P.transfer for P in hierarchy.prolong]
+        # zeros where nothing writes: the constrained entries of the fine right-hand side and
+        # of the coarsest correction
+        self._b = [xp.zeros(n) for n in full]
+        self._x = [xp.empty(n) for n in full[:-1]] + [xp.zeros(full[-1])]
+        self._e = [xp.empty(n) for n in full[:-1]]
+        self._b_free = xp.empty(ops[-1].shape[0])  # (coarsest n_free,)
+
+    @classmethod
+    def of(
+        cls, hierarchy: Hierarchy, smoothers: list[Chebyshev], coarse: Callable[[Array], Array]
+    ) -> WholeVectorCycle | None:
+        """The cycle of ``hierarchy``, or None unless it is ``free_to_free``, every level
+        is ``restrict_dofs`` of a serial :class:`~hofem.operator.Operator` and every
+        transfer a serial one."""
+        transfers = hierarchy.prolong + hierarchy.restrict
+        if (
+            not hierarchy.free_to_free
+            or not smoothers
+            or not all(isinstance(op, SubOperator) for op in hierarchy.operators)
+            or not all(isinstance(op.op, Operator) for op in hierarchy.operators)
+            or not all(isinstance(T, RestrictedTransfer) for T in transfers)
+            or not all(isinstance(T.transfer, Transfer) for T in transfers)
+        ):
+            return None
+        return cls(hierarchy, smoothers, coarse)
+
+    def __call__(self, r: Array) -> Array:
+        """``z = M r`` on the free DOFs, a new array."""
+        ops = self.ops
+        ops.scatter_scaled(r, self.free[0], None, self._b[0])
+        x = self._cycle(0)
+        z = self.ceed.xp.empty_like(r)
+        ops.gather_scaled(x, self.free[0], None, z)
+        return z
+
+    def _cycle(self, level):
+        b = self._b[level]
+        if level == len(self.smoothers):
+            self.ops.gather_scaled(b, self.free[level], None, self._b_free)
+            x = self._x[level]
+            self.ops.scatter_scaled(self.coarse(self._b_free), self.free[level], None, x)
+            return x
+        smoother = self.smoothers[level]
+        x, r = smoother.smooth(b, out=self._x[level])
+        self.restrict[level].apply(r, self._b[level + 1])
+        e = self._e[level]
+        self.prolong[level].apply(self._cycle(level + 1), e)
+        x += e
+        smoother.smooth(b, x)
+        return x
+
+
 class PMG:
     """The p-multigrid V-cycle preconditioner; make it with :func:`pmg`.
 
@@ -438,9 +534,12 @@ class PMG:
             None if isinstance(P, RestrictedTransfer) else xp.empty(P.shape[0])
             for P in hierarchy.prolong
         ]
+        self._whole = WholeVectorCycle.of(hierarchy, smoothers, coarse)
 
     def __call__(self, r: Array) -> Array:
         """``z = M r`` (one V-cycle from zero), a new array."""
+        if self._whole is not None:
+            return self._whole(r)
         return self._cycle(0, r)
 
     matvec = __call__
@@ -469,6 +568,20 @@ class PMG:
     def __repr__(self):
         sizes = [op.shape[0] for op in self.hierarchy.operators]
         return f"PMG(orders={self.hierarchy.orders}, sizes={sizes})"
+
+
+def _whole_vectors(op, inv_diag):
+    """``(apply, inv_diag)`` of ``op`` on its wrapped operator's L-vectors, ``D^-1`` zero on
+    the constrained entries, for a serial ``restrict_dofs`` level (else as given).
+
+    The Jacobi-preconditioned Lanczos steps then keep zero there, and their inner
+    products are those on the free DOFs, without a scatter and gather per step.
+    """
+    if not isinstance(op, SubOperator) or not isinstance(op.op, Operator):
+        return op.apply, inv_diag
+    whole = op.ceed.xp.zeros(op.op.shape[0])  # (l_size,)
+    whole[op.free_dofs] = inv_diag
+    return op.op.apply, whole
 
 
 def _check_options(degree, bounds, eig_steps, coarse_cycles):
@@ -551,7 +664,7 @@ def pmg(
         ops = op.vector_ops()
         seconds["diagonals"] += time.perf_counter() - mark
         mark = time.perf_counter()
-        lam = estimate_max_eigenvalue(op.apply, inv_diag, ops, eig_steps)
+        lam = estimate_max_eigenvalue(*_whole_vectors(op, inv_diag), ops, eig_steps)
         seconds["eigenvalues"] += time.perf_counter() - mark
         smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds, ops))
     mark = time.perf_counter()
@@ -561,7 +674,7 @@ def pmg(
         return amg_solver(A_host, xp, coarse_cycles, local_ops if local_ops.xp is xp else None)
 
     coarse = hierarchy.coarse_solver(make)
-    hierarchy.assembly = None  # the stored q-data, needed for the set-up only
+    hierarchy.assembly = None  # needed for the set-up only
     seconds["coarse"] = time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
     hierarchy.info["setup_seconds"] = seconds
     return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)

@@ -30,6 +30,7 @@ from .quadrature import lobatto_quadrature
 __all__ = ["Transfer", "coarse_basis", "interpolation_basis", "lagrange_order", "order_of_size"]
 
 _TOL = 1e-10  # Lagrange check: entries of matrices built from the same nodes and points
+_ZERO = 1e-12  # interpolation entries below: round-off of zero (true ones: 1e-5 and up to p = 8)
 
 
 def _simplex_order(num_nodes, dim):
@@ -127,6 +128,10 @@ def interpolation_basis(fine, coarse_order):
         )  # fmt: skip
     points = simplex_nodes(dim, fine_order).reshape(-1, dim)  # (P_f, dim)
     interp, grad = simplex_lagrange(dim, coarse_order, points)  # (P_f, P_c), (dim, P_f, P_c)
+    # a coarse node's function vanishes on the facets that miss the node: exact zeros there
+    # (not the round-off of the Vandermonde solve), so a transfer joins no free DOF to a
+    # Dirichlet one (hofem.multigrid.WholeVectorCycle)
+    interp[np.abs(interp) < _ZERO] = 0.0
     P_f, P_c = interp.shape
     return h1(ceed, fine.topology, fine.num_comp, P_c, P_f, interp, grad, points, np.ones(P_f))
 

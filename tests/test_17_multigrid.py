@@ -1,5 +1,6 @@
 """p-multigrid: transfers (exactness, adjointness), Galerkin coarse operators, PCG with hf.pmg."""
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import scipy.sparse.linalg
 import hofem as hf
 from hofem import meshes
 from hofem.forms import multigrid_hierarchy
-from hofem.multigrid import AMGCycle, coarse_orders
+from hofem.multigrid import AMGCycle, WholeVectorCycle, coarse_orders
 
 pytest.importorskip("pyamg", reason="hf.pmg needs pyamg: pip install hofem[amg]")
 
@@ -56,14 +57,17 @@ def test_prolongation_is_exact_and_restriction_its_transpose(ceed, cells, p, p_c
     assert op_c.shape == (coarse.num_dofs, coarse.num_dofs)
 
 
+@pytest.mark.parametrize("galerkin", [True, False], ids=["galerkin", "rediscretized"])
 @pytest.mark.parametrize("restricted", [False, True], ids=["full", "restrict_dofs"])
 @pytest.mark.parametrize(("cells", "p"), [("hex", 4), ("tet", 2)])
-def test_coarse_operator_is_galerkin(ceed, cells, p, restricted):
+def test_coarse_operator_is_galerkin(ceed, cells, p, restricted, galerkin):
+    """multigrid_level's coarse operators are P^T A P; on affine cells the rediscretized
+    ones (each order's own quadrature, exact there) are the same matrices."""
     space = hf.H1Space(ceed, box(cells), p)
     A = hf.diffusion(space)
     if restricted:
         A = hf.restrict_dofs(A, space.free_dofs())
-    levels = multigrid_hierarchy(A)
+    levels = multigrid_hierarchy(A, galerkin=galerkin)
     for level, (P, R) in enumerate(zip(levels.prolong, levels.restrict, strict=True)):
         fine, coarse = levels.operators[level], levels.operators[level + 1]
         P_dense, R_dense = columns(P, ceed), columns(R, ceed)
@@ -289,3 +293,60 @@ def test_sum_factorized_diagonal_is_the_assembled_one(ceed, form, dim, p):
         matrix = A.linear_assemble()
         matrix = matrix if ceed.xp is np else matrix.get()
         np.testing.assert_allclose(diag, matrix.diagonal(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("cells", "dim", "p", "form", "num_comp", "restricted", "coefficient"),
+    [
+        ("hex", 3, 4, "diffusion", 1, True, None),
+        ("hex", 3, 3, "diffusion", 1, False, "callable"),
+        ("hex", 2, 4, "diffusion", 1, False, None),
+        ("hex", 2, 8, "diffusion", 1, True, None),
+        ("hex", 1, 4, "diffusion", 1, False, None),
+        ("hex", 3, 2, "mass", 1, False, 2.0),
+        ("hex", 3, 2, "diffusion", 3, False, None),
+        ("tet", 3, 2, "diffusion", 1, True, None),
+        ("tet", 3, 3, "mass", 1, False, None),
+        ("tet", 2, 4, "diffusion", 1, False, None),
+    ],
+)
+def test_level_assembly_is_the_operators_assembly(
+    ceed, cells, dim, p, form, num_comp, restricted, coefficient
+):
+    """The hierarchy's diagonals and coarsest matrix, sum-factorized from the q-data (one
+    pass shared by the levels of the fine quadrature with ``galerkin``), against
+    ``linear_assemble_diagonal`` and ``linear_assemble`` of each level's operator."""
+    space = hf.H1Space(ceed, meshes.box(2, dim=dim, simplex=cells == "tet"), p, num_comp=num_comp)
+    if coefficient == "callable":
+        coefficient = lambda x: 1.0 + x[:, 0] * x[:, 1]  # noqa: E731
+    geometries = ("stored", "on_the_fly") if coefficient is None and cells == "hex" else ("stored",)
+    for geometry, galerkin in itertools.product(geometries, (False, True)):
+        A = getattr(hf, form)(space, coefficient, geometry=geometry)
+        if restricted:
+            A = hf.restrict_dofs(A, space.free_dofs())
+        levels = multigrid_hierarchy(A, galerkin=galerkin)
+        for op, assembly in zip(levels.operators, levels.assembly, strict=True):
+            expected = ceed.to_numpy(op.linear_assemble_diagonal())
+            got = ceed.to_numpy(assembly.linear_assemble_diagonal())
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14 * abs(expected).max())
+        expected = op.linear_assemble()
+        expected = (expected if ceed.xp is np else expected.get()).toarray()
+        got = assembly.linear_assemble()
+        assert isinstance(got, scipy.sparse.csr_matrix)
+        np.testing.assert_allclose(got.toarray(), expected, atol=1e-13 * abs(expected).max())
+
+
+@pytest.mark.parametrize(("cells", "p"), [("hex", 4), ("tet", 3)])
+def test_whole_vector_cycle_is_the_cycle_on_the_free_dofs(ceed, cells, p):
+    """The V-cycle of a restrict_dofs hierarchy, run on whole L-vectors, against the same
+    cycle through the restricted operators and transfers."""
+    space = hf.H1Space(ceed, box(cells, 3), p)
+    A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+    M = hf.pmg(A)
+    assert M._whole is not None
+    r = ceed.asarray(np.random.default_rng(8).standard_normal(A.shape[0]))
+    expected = ceed.to_numpy(M._cycle(0, r))
+    got = ceed.to_numpy(M(r))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * abs(expected).max())
+    M.hierarchy.free_to_free = False  # a builder that does not promise it: no whole vectors
+    assert WholeVectorCycle.of(M.hierarchy, M.smoothers, M.coarse) is None

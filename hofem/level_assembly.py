@@ -1,0 +1,246 @@
+"""Diagonals and element matrices of symmetric forms from their pointwise matrices.
+
+A form ``a(u, v) = sum_e sum_q sum_ab (M_a v)_q D_ab[e, q] (M_b u)_q`` with
+a symmetric pointwise matrix ``D`` (the diffusion q-data ``w det J J^-1 J^-T``,
+or the mass q-data ``w det J``) has the element diagonal
+
+    diag_e[i] = sum_ab sum_q D_ab[e, q] M_a[q, i] M_b[q, i]
+
+and the element matrices ``sum_ab sum_q D_ab[e, q] M_a[q, i] M_b[q, k]``.  On
+tensor-product bases ``M_a[q, i] M_b[q, j]`` is a Kronecker product of 1D
+factors, so both are one 1D contraction per direction (sum factorization),
+from ``D`` directly: no probing of the QFunction, no dense element basis.
+:class:`LevelAssembly` accumulates them from chunks of cells, so the caller
+can compute ``D`` chunk by chunk and share each chunk among every level that
+has the same quadrature (the p-multigrid levels of :func:`hofem.forms.multigrid_hierarchy`).
+
+Every function is written against the array module ``xp`` of the backend.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse
+
+from .constants import EVAL_GRAD, EVAL_INTERP, TRANSPOSE
+
+if TYPE_CHECKING:
+    from .basis import Basis
+    from .constants import EvalMode
+    from .restriction import ElemRestriction
+    from .typing import Array
+
+__all__ = ["DENSE_ENTRIES", "LevelAssembly", "basis_rows"]
+
+# dense element weights up to this many entries per pointwise value (Q * P or Q * P * P)
+# beat sum factorization on tensor bases: its products are then too small to pay for
+# themselves (the order-1 matrix of p = 2 at 1e6 DOFs: 2.7 s sum-factorized)
+DENSE_ENTRIES = 4096
+
+
+def basis_rows(basis: Basis, eval_mode: EvalMode) -> list:
+    """The rows ``M_a`` of an active field's basis as host arrays.
+
+    Tensor bases: each row is its list of 1D factors ``(Q_1d, P_1d)``, direction
+    0 (the fastest point and node axis) first; gradient row ``a`` differentiates
+    along direction ``a``.  Simplex bases: each row is ``(Q, P)``.
+
+    Raises
+    ------
+    ValueError
+        An eval mode other than interp or grad.
+    """
+    if eval_mode not in (EVAL_INTERP, EVAL_GRAD):
+        raise ValueError(f"basis_rows needs EVAL_INTERP or EVAL_GRAD, got {eval_mode!r}")
+    dim = basis.dim
+    if basis.is_tensor:
+        B, G = basis.interp_1d, basis.grad_1d
+        if eval_mode is EVAL_INTERP:
+            return [[B] * dim]
+        return [[G if d == a else B for d in range(dim)] for a in range(dim)]
+    if eval_mode is EVAL_INTERP:
+        return [basis.interp]
+    return [basis.grad[a] for a in range(dim)]
+
+
+def _contract(xp, t, mats):
+    """``sum_q t[n, q] prod_d mats[d][q_d, j_d]``: ``t (n, Q_1d**dim)`` -> ``(n, K**dim)``.
+
+    ``mats[d]`` is ``(Q_1d, K)``, direction 0 the fastest axis of ``q`` and of the result.
+    Every product is a batch of small ones (``matmul`` over a leading axis), never one
+    tall GEMM of inner dimension ``Q_1d``: a threaded BLAS splits such a product over its
+    threads, which on a loaded machine wait for each other far longer than it takes.
+    """
+    n, dim = t.shape[0], len(mats)
+    Q_1d = mats[0].shape[0]
+    for d in range(dim - 1, 0, -1):  # slowest direction first: (., Q_d, Q_1d**d) from the left
+        t = xp.matmul(mats[d].T, t.reshape(-1, Q_1d, Q_1d**d))  # (., K, Q_1d**d)
+    t = xp.matmul(t.reshape(n, -1, Q_1d), mats[0])  # (n, K**(dim - 1), K): x from the right
+    return t.reshape(n, -1)
+
+
+def _outer(m_a, m_b):
+    """``(Q, P, P)`` products ``m_a[q, i] m_b[q, k]`` flattened to ``(Q, P * P)``."""
+    return (m_a[:, :, None] * m_b[:, None, :]).reshape(m_a.shape[0], -1)
+
+
+class LevelAssembly:
+    """The assembled diagonal (and optionally the matrix) of one level, from pointwise chunks.
+
+    Parameters
+    ----------
+    restriction : ElemRestriction
+        The level's active restriction (``num_comp`` components, each with the same
+        scalar form: the vector forms are block diagonal).
+    basis : Basis
+        The level's active basis on the quadrature of the pointwise matrices.
+    eval_mode : hf.EVAL_INTERP or hf.EVAL_GRAD
+    free_dofs : int array, optional
+        A :func:`hofem.restrict_dofs` level's free L-vector indices (on the backend).
+    matrix : bool
+        Also accumulate the element matrices (for :meth:`linear_assemble`).
+    fill : callable, optional
+        Called (without arguments) before the diagonal or the matrix is read: the
+        caller's pass over the pointwise matrix, which calls :meth:`add` with each chunk.
+    """
+
+    def __init__(
+        self,
+        restriction: ElemRestriction,
+        basis: Basis,
+        eval_mode: EvalMode,
+        free_dofs: Array | None = None,
+        matrix: bool = False,
+        fill: Callable[[], None] | None = None,
+    ) -> None:
+        self.ceed, self.restriction, self.free_dofs = restriction.ceed, restriction, free_dofs
+        self.fill = fill
+        xp = self.ceed.xp
+        self.xp = xp
+        self.tensor = basis.is_tensor
+        self.host_rows = basis_rows(basis, eval_mode)
+        self.rows = [[xp.asarray(m) for m in row] if self.tensor else xp.asarray(row)
+                     for row in self.host_rows]  # fmt: skip
+        self._weights = {}  # pairs -> dense weights (see _dense)
+        P, E = restriction.elem_size, restriction.num_elem
+        self.diag = xp.zeros((E, P))  # (num_elem, P) element diagonals, one component's
+        self.matrices = xp.zeros((E, P, P)) if matrix else None  # (num_elem, P, P)
+
+    def add(self, start: int, stop: int, q: Array, pairs: list[tuple[int, int]]) -> None:
+        """Add cells ``start:stop`` of the pointwise matrix.
+
+        Parameters
+        ----------
+        start, stop : int
+        q : array (stop - start, size, Q)
+            The pointwise matrix's distinct entries (the q-data's layout).
+        pairs : list of (int, int)
+            ``pairs[k] = (a, b)``, ``a <= b``: entry ``k`` is ``D_ab = D_ba``.
+        """
+        xp, n = self.xp, stop - start
+        dense = self._dense(tuple(pairs))
+        if dense[0] is not None:  # one product for every entry: (n, size * Q) @ (size * Q, P)
+            self.diag[start:stop] += q.reshape(n, -1) @ dense[0]
+        else:
+            for k, (a, b) in enumerate(pairs):
+                factors = [x * y for x, y in zip(self.rows[a], self.rows[b], strict=True)]
+                self.diag[start:stop] += (1.0 if a == b else 2.0) * _contract(xp, q[:, k], factors)
+        if self.matrices is None:
+            return
+        if dense[1] is not None:
+            self.matrices[start:stop] += (q.reshape(n, -1) @ dense[1]).reshape(n, *dense[2])
+            return
+        for k, (a, b) in enumerate(pairs):
+            m_a, m_b = self.rows[a], self.rows[b]
+            mats = _contract(xp, q[:, k], [_outer(x, y) for x, y in zip(m_a, m_b, strict=True)])
+            mats = self._node_order(mats, len(m_a), m_a[0].shape[1])
+            self.matrices[start:stop] += mats
+            if a != b:  # D_ba's part
+                self.matrices[start:stop] += mats.transpose(0, 2, 1)
+
+    def _dense(self, pairs):
+        """``(W_diag, W_matrix, (P, P))`` of ``pairs``, made once: each ``(size * Q, ...)``
+        with row ``(k, q)`` the products of the dense basis rows of ``pairs[k]``
+        (both orders), or None where sum factorization is cheaper.
+
+        Dense: simplex bases, and tensor bases whose dense weights have at most
+        :data:`DENSE_ENTRIES` entries per pointwise value (the order-1 and low-order
+        levels, where the many tiny products of sum factorization cost more than
+        their flops).
+        """
+        if pairs not in self._weights:
+            rows = self.host_rows
+            first = rows[0]
+            Q, P = np.prod([m.shape for m in first], axis=0) if self.tensor else first.shape
+            dense = not self.tensor or Q * P <= DENSE_ENTRIES
+            dense_mats = self.matrices is not None and (
+                not self.tensor or Q * P * P <= DENSE_ENTRIES
+            )
+            if self.tensor and dense:  # x first -> kron(z, kron(y, x)): slowest first
+                rows = [functools.reduce(lambda acc, m: np.kron(m, acc), row) for row in rows]
+            diag, mats = [], []
+            for a, b in pairs if dense or dense_mats else ():
+                m_a, m_b = rows[a], rows[b]
+                diag.append(m_a * m_b * (1.0 if a == b else 2.0))  # (Q, P)
+                if dense_mats:
+                    both = m_a[:, :, None] * m_b[:, None, :]  # (Q, P, P)
+                    mats.append(both if a == b else both + both.transpose(0, 2, 1))
+            xp = self.xp
+            self._weights[pairs] = (
+                xp.asarray(np.concatenate(diag)) if dense else None,  # (size * Q, P)
+                xp.asarray(np.concatenate(mats).reshape(-1, P * P)) if dense_mats else None,
+                (P, P),
+            )
+        return self._weights[pairs]
+
+    def _node_order(self, mats, dim, P_1d):
+        """``(n, (P P')^dim)``, the pairs slowest direction first -> ``(n, P, P')`` matrices."""
+        n = mats.shape[0]
+        t = mats.reshape((n,) + (P_1d, P_1d) * dim)  # (n, i_z, k_z, i_y, k_y, i_x, k_x)
+        rows, cols = tuple(1 + 2 * d for d in range(dim)), tuple(2 + 2 * d for d in range(dim))
+        return t.transpose((0, *rows, *cols)).reshape(n, P_1d**dim, P_1d**dim)
+
+    def linear_assemble_diagonal(self) -> Array:
+        """The diagonal, an L-vector ``(l_size,)`` (``(n_free,)`` with ``free_dofs``)."""
+        if self.fill is not None:
+            self.fill()
+        r = self.restriction
+        e = self.xp.broadcast_to(self.diag[:, None, :], (r.num_elem, r.num_comp, r.elem_size))
+        diag = r.apply(self.xp.ascontiguousarray(e), TRANSPOSE)
+        return diag if self.free_dofs is None else diag[self.free_dofs]
+
+    def linear_assemble(self) -> scipy.sparse.csr_matrix:
+        """The host CSR matrix (``A[free][:, free]`` with ``free_dofs``).
+
+        Raises
+        ------
+        ValueError
+            Made without ``matrix=True``.
+        """
+        if self.matrices is None:
+            raise ValueError("linear_assemble needs a LevelAssembly made with matrix=True")
+        if self.fill is not None:
+            self.fill()
+        r = self.restriction
+        mats = self.ceed.to_numpy(self.matrices)  # (E, P, P)
+        index = np.asarray(r.indices)  # (E, num_comp, P) L-vector indices
+        size = n = r.l_size
+        if self.free_dofs is not None:  # free DOFs 0..n-1, every constrained one n (dropped)
+            free = np.asarray(self.ceed.to_numpy(self.free_dofs))
+            n = free.size
+            number = np.full(size, n, dtype=np.int64)
+            number[free] = np.arange(n)
+            index, size = number[index], n + 1
+        shape = (index.shape[0], mats.shape[1], mats.shape[2])  # (E, P, P)
+        rows = [np.broadcast_to(index[:, c, :, None], shape).ravel() for c in range(r.num_comp)]
+        cols = [np.broadcast_to(index[:, c, None, :], shape).ravel() for c in range(r.num_comp)]
+        coo = scipy.sparse.coo_matrix(
+            (np.tile(mats.ravel(), r.num_comp), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(size, size),
+        )
+        A = coo.tocsr()  # sums the duplicates
+        return A if n == size else A[:n, :n]
