@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -59,9 +59,6 @@ from .operator_fuse import (
     field_address,
 )
 from .ref import cupy
-
-if TYPE_CHECKING:
-    from ...operator import Operator
 
 __all__ = [
     "SimplexLaunch",
@@ -120,7 +117,7 @@ class SimplexLaunch:
     used_bytes: int
 
 
-def simplex_shape(op: Operator) -> tuple[int, int, int] | None:
+def simplex_shape(op: Any) -> tuple[int, int, int] | None:
     """The ``(dim, P, Q)`` of ``op``'s simplex kernel (``P`` the largest basis), or None.
 
     An operator fuses here when every interp/grad/weight field has a dense
@@ -161,7 +158,7 @@ def _pitch(P):
     return P | 1
 
 
-def host_matrices(op: Operator) -> list[np.ndarray]:
+def host_matrices(op: Any) -> list[np.ndarray]:
     """The kernel's matrix parameters on the host, in order: per matrix set ``j``,
     ``B`` (Q, pitch), ``G`` (dim, Q, pitch) zero-padded to the odd :func:`_pitch`,
     ``Bt`` (P, Q) and ``Gt`` (dim, P, Q)."""
@@ -202,7 +199,7 @@ def _element_doubles(op):
 
 
 def simplex_launch(
-    op: Operator, shape: tuple[int, int, int], shared_bytes: int = SHARED_BYTES, **overrides: Any
+    op: Any, shape: tuple[int, int, int], shared_bytes: int = SHARED_BYTES, **overrides: Any
 ) -> SimplexLaunch | None:
     """The :class:`SimplexLaunch` of ``op`` (``shape`` from :func:`simplex_shape`), or None
     when one element's shared arrays do not fit ``shared_bytes``.
@@ -397,7 +394,7 @@ class _Source:
         return lines
 
 
-def kernel_source(op: Operator, launch: SimplexLaunch, dot: bool = False) -> str:
+def kernel_source(op: Any, launch: SimplexLaunch, dot: bool = False) -> str:
     """CUDA source of ``op``'s fused simplex kernel ``apply`` (needs no device).
 
     Parameters
@@ -504,7 +501,7 @@ class SimplexOperator(FusedOperator):
 
     layout = "simplex"
 
-    def __init__(self, op: Operator, shape: tuple[int, int, int], launch: SimplexLaunch) -> None:
+    def __init__(self, op: Any, shape: tuple[int, int, int], launch: SimplexLaunch) -> None:
         self._op, self._shape, self._launch = op, shape, launch
         self._matrices = [cupy.asarray(M) for M in host_matrices(op)]  # kernel_source's order
         self._block = (launch.threads, 1, 1)
@@ -527,7 +524,7 @@ class SimplexOperator(FusedOperator):
         return kernel_source(self._op, self._launch, dot)
 
 
-def simplex_operator(op: Operator) -> SimplexOperator | None:
+def simplex_operator(op: Any) -> SimplexOperator | None:
     """``op``'s :class:`SimplexOperator`, or None where it cannot fuse (not all bases
     dense on one set of points, one element's shared arrays too large) or where the
     batched kernels measured faster (``cuda_simplex.json``)."""
