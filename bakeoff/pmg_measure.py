@@ -65,6 +65,8 @@ def time_to_solution(args):
             warm(b)
             hf.cg(A, b, M=warm, rtol=0.0, maxiter=1)
             del warm
+            if args.profile:
+                profile_setup(A, args.profile)
             cases = [case for case in _PRECONDITIONERS if case[0] in args.preconditioners]
             runs = [(k, *case) for k in range(args.repeat) for case in cases]
             for run, name, make in runs:  # alternating: the load of a shared machine drifts
@@ -112,6 +114,16 @@ def emit(path, record):
         out.write(json.dumps(record) + "\n")
 
 
+def profile_setup(A, lines):
+    """Print the ``lines`` costliest calls of one ``hf.pmg(A)`` by cumulative time (cProfile)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(hf.pmg, A)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("what", choices=("iterations", "time"))
@@ -124,6 +136,7 @@ def main():
         "--preconditioners", nargs="+", default=[name for name, _ in _PRECONDITIONERS],
         choices=[name for name, _ in _PRECONDITIONERS], help="time: which ones, in each round",
     )  # fmt: skip
+    parser.add_argument("--profile", type=int, default=0, help="time: profile one set-up first")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     (iterations if args.what == "iterations" else time_to_solution)(args)

@@ -156,7 +156,7 @@ def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
     """
     xp = ops.xp
     n = inv_diag.shape[0]
-    r = xp.asarray(np.random.default_rng(seed).standard_normal(n))  # (n,)
+    r = xp.random.default_rng(seed).standard_normal(n)  # (n,) drawn where the vectors live
     z = inv_diag * r
     p, Ap = z.copy(), xp.empty_like(z)
     rz = float(ops.dot(r, z))
