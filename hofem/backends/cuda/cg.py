@@ -29,6 +29,17 @@ so the host checks only every ``check_every`` iterations and still gets the
 iterate and the iteration count of the iteration that stopped (the last
 iteration's deferred ``x += alpha p`` is added then).  On ``/gpu/cuda/gen``
 the iteration is captured once as a CUDA graph and replayed.
+
+A distributed operator (``DeviceCGTarget.distributed``: a rank's two local
+operators and its :class:`~hofem.backends.contract.DeviceExchange`) runs the
+same iteration with ``p`` and ``Ap`` on the rank's L-vectors, whose head is
+the T-vector: step 1 becomes the ghosts of ``p`` received into its tail while
+the interior cells run, the boundary cells, the ghost tail of ``Ap`` sent to
+the owners and added there (``cg_add_entries``), and ``p . Ap`` summed by one
+block (``cg_reduce``) and then over the ranks (a NCCL all-reduce of one
+value); ``r . r`` (and ``r . z``) likewise after step 4.  Every collective
+call is inside the captured graph, one after the other on the stream, and
+every rank replays the same number of iterations between checks.
 """
 
 import functools
