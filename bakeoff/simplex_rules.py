@@ -28,7 +28,7 @@ import json
 import statistics
 
 import numpy as np
-from hofem.bakeoff.compare import alternate
+from bakeoff.compare import alternate
 
 import hofem as hf
 from hofem.bakeoff.common import box_side
