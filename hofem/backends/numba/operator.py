@@ -624,7 +624,8 @@ class _Kernel:
     def element_matrix(self, interp):
         """Emit ``c_e B^T W B u_e`` (:func:`.element_matrix.scaled_input`): gather input
         ``interp`` and the cell-constant inputs, evaluate the body once per lane with the
-        interpolated value and the weight 1 (``c_e`` per component), apply ``B^T W B``
+        interpolated value and the weight 1 (``c_e`` per component; on every lane, as
+        straight-line code: an idle lane's value is never scattered), apply ``B^T W B``
         (``E0``, ``PE0``) and scale.  Returns the source ref of the E-vector to scatter."""
         op, out = self.op, self.op.output_fields[0]
         e_off = self.gather(interp, op.input_fields[interp].restriction)
@@ -636,10 +637,10 @@ class _Kernel:
         nc, P = out.restriction.num_comp, out.basis.num_nodes
         _, scale = self.layout.region(nc)  # c_e of each component, BLK lanes
         v_off, source = self.layout.region(nc * P)
-        scalar = _scalar_reader(self.fields)
-        load = lambda k, row: "1.0" if self.fields[k][0] == "1" else scalar(k, row)  # noqa: E731
-        store = lambda k, row: f"s[{scale} + {row} * {BLK} + b]"  # noqa: E731
-        hoisted = []
+        rows, hoisted = {}, []  # row slices of the cell-constant inputs; context loads
+        lane = _lane_reader(self.fields, rows)
+        load = lambda k, row: "1.0" if self.fields[k][0] == "1" else lane(k, row)  # noqa: E731
+        store = lambda k, row: f"s[{scale} + {row} * {BLK} + @]"  # noqa: E731
 
         def context_load(name):
             hoisted.append(f"c{len(hoisted)} = ctx[0][{name!r}]")
@@ -647,10 +648,8 @@ class _Kernel:
 
         lines = trace_body(op.qf, load, store, PYTHON, context_load)
         count, size = self.layout.value(nc), self.layout.value(P)
-        self.body.lines += [f"    {line}" for line in hoisted]
-        self.body(f"s[{scale}:{scale} + {count} * {BLK}] = 0.0  # idle lanes: 0")
-        self.body("for b in range(nb):")
-        self.body.lines += [f"        {line}" for line in lines]
+        for line in [*hoisted, *rows.values(), *_lanes(lines)]:
+            self.body(line)
         self.args += ["E0", "PE0"]
         self.static["E0"] = reference_matrix(out.basis)  # (1, P, P)
         row = [0, nc, P, P, 1, v_off * BLK, e_off * BLK, 0]
