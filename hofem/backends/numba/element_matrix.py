@@ -18,6 +18,7 @@ never applied to one that is not of that form.
 """
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -114,9 +115,20 @@ def _monomials(lines):
     return stores
 
 
-def scaled_input(op):
-    """The index of the interpolated input when ``op`` is ``c_e B^T W B`` (see the
-    module docstring), else None."""
+def scaled_input(op: Any) -> int | None:
+    """Whether ``op`` is ``c_e B^T W B`` (see the module docstring).
+
+    Parameters
+    ----------
+    op : hofem.Operator
+
+    Returns
+    -------
+    int or None
+        The index of its interpolated input, or None: another field layout, or a
+        traced body that is not ``const * w * u[row]`` in every output row (or does not
+        trace).
+    """
     interp = _fields(op)
     if interp is None:
         return None
@@ -136,7 +148,18 @@ def scaled_input(op):
     return interp if all(stores[r] == (r, 1) for r in range(size)) else None
 
 
-def reference_matrix(basis):
-    """``B^T W B`` (1, P, P) of a non-tensor basis, the matrix stack of the element product."""
+def reference_matrix(basis: Any) -> np.ndarray:
+    """The reference mass matrix of a non-tensor basis, as the element product's matrix stack.
+
+    Parameters
+    ----------
+    basis : Basis
+        Non-tensor, ``interp`` (Q, P) and ``q_weight`` (Q,).
+
+    Returns
+    -------
+    float64 (1, P, P)
+        ``B^T W B``.
+    """
     B = basis.interp  # (Q, P)
     return np.ascontiguousarray(((B.T * basis.q_weight) @ B)[None])

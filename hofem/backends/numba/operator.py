@@ -10,7 +10,9 @@ A QFunction body that :func:`~hofem.qfunction_trace.trace_body` can trace is
 inlined as straight-line scalar code in a point loop whose innermost loop runs
 over the ``BLK`` interleaved elements (so LLVM vectorizes it); float context
 fields are kernel arguments, integer ones baked in.  Other bodies are compiled
-by Numba and called once per point and element on ``(size,)`` views.
+by Numba and called once per point and element on ``(size,)`` views.  A scaled
+mass operator on a non-tensor basis (``c_e w u`` at every point, :mod:`.element_matrix`)
+skips the points: one product with ``B^T W B`` per element block, scaled per element.
 
 Race-free scatter: elements are split into contiguous *chunks*, and chunks
 are greedily coloured so that no two chunks of one colour share an output
