@@ -28,9 +28,9 @@ import json
 import statistics
 
 import numpy as np
-from hofem.bakeoff.compare import alternate
 
 import hofem as hf
+from bakeoff.compare import alternate
 from hofem.bakeoff.common import box_side
 from hofem.bakeoff.problems import median_seconds
 from hofem.meshes import box

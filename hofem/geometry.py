@@ -72,6 +72,11 @@ MACHINE_BALANCE = _TUNING.machine_balance
 # there the recomputed geometry fits the layout's registers, and it saves the q-data reads.
 # BP1 keeps its one stored value per point at p <= 4, where on the fly measured slower
 ON_THE_FLY_SHAPES = _TUNING.on_the_fly_shapes
+# Multiply-adds per element a resource's element-matrix form of the mass operator (one
+# product with B^T W B, scaled per element, on non-tensor bases with cell-constant geometry:
+# hofem.backends.numba.element_matrix) must save over B and B^T for "auto" to recompute the
+# Jacobian: that form needs it, and saves more than the q-data bytes
+ELEMENT_MATRIX_SAVINGS = _TUNING.element_matrix_savings
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det and
 # the 3 or 6 values scale / det (b^T b)_ij, then the weight's products with du; the apply's
 # own multiply-adds are the stored path's too)
@@ -125,12 +130,18 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     dict
         ``saved_bytes``, ``added_bytes``, ``added_flops`` (floats, per element); ``form``;
         ``shape``, the solution basis's ``(dim, P_1d, Q_1d)`` (None if not a tensor
-        basis); ``cell_constant``, whether the coordinates are evaluated once per element.
+        basis); ``cell_constant``, whether the coordinates are evaluated once per element;
+        ``element_matrix_savings``, the multiply-adds ``num_comp (2 P Q - P^2)`` of B and
+        B^T over one product with B^T W B (0 for a tensor basis).
     """
     geo = basis if coordinates is None else coordinates
     dim, P, Q = basis.dim, geo.num_nodes, basis.num_qpts
     shape = (dim, basis.P_1d, basis.Q_1d) if basis.is_tensor else None
     layout = {"form": form, "shape": shape, "cell_constant": geo.is_cell_constant}
+    nodes = basis.num_nodes
+    layout["element_matrix_savings"] = (
+        0.0 if basis.is_tensor else float(basis.num_comp * (2 * nodes * Q - nodes * nodes))
+    )
     # coordinate nodes per element: tets share each vertex among many elements
     unique_nodes = (geo.P_1d - 1) ** dim if geo.is_tensor else P / 6
     if geo.is_cell_constant:  # once per element
@@ -165,7 +176,8 @@ def choose_geometry(geometry, resource, costs):
     -------
     {"stored", "on_the_fly"}
         ``geometry`` unless ``"auto"``; then ``"on_the_fly"`` for cell-constant coordinates
-        at a shape of :data:`ON_THE_FLY_SHAPES`, else by the balance of
+        at a shape of :data:`ON_THE_FLY_SHAPES`, or for a mass form whose element-matrix
+        form saves at least :data:`ELEMENT_MATRIX_SAVINGS`, else by the balance of
         :data:`MACHINE_BALANCE`.
     """
     check_geometry(geometry)
@@ -173,6 +185,10 @@ def choose_geometry(geometry, resource, costs):
         return geometry
     shapes = ON_THE_FLY_SHAPES.get(resource, {}).get(costs["form"], ())
     if costs["cell_constant"] and costs["shape"] in shapes:
+        return "on_the_fly"
+    least = ELEMENT_MATRIX_SAVINGS.get(resource)
+    mass = costs["form"] == "mass" and costs["cell_constant"]
+    if mass and least is not None and costs["element_matrix_savings"] >= least:
         return "on_the_fly"
     balance = MACHINE_BALANCE.get(resource, 0.0)
     saved = costs["saved_bytes"] - costs["added_bytes"]

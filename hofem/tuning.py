@@ -64,7 +64,11 @@ WARP_KINDS = ("interp", "cell", "vector", "grad", "grad_stored")
 
 # each file's tables and the payload key each one holds
 _SCHEMA = {
-    "geometry.json": {"machine_balance": "by_resource", "on_the_fly_shapes": "by_resource"},
+    "geometry.json": {
+        "machine_balance": "by_resource",
+        "on_the_fly_shapes": "by_resource",
+        "element_matrix_savings": "by_resource",
+    },
     "cuda_fused.json": {
         "threads": "value",
         "threads_by_shape": "entries",
@@ -100,11 +104,13 @@ class Measurement:
 
 @dataclasses.dataclass(frozen=True)
 class GeometryTuning:
-    """``geometry.json``: ``machine_balance`` (resolved resource -> flops per byte, >= 0)
-    and ``on_the_fly_shapes`` (resource -> form -> solution shapes)."""
+    """``geometry.json``: ``machine_balance`` (resolved resource -> flops per byte, >= 0),
+    ``on_the_fly_shapes`` (resource -> form -> solution shapes) and
+    ``element_matrix_savings`` (resource -> multiply-adds per element, >= 0)."""
 
     machine_balance: Mapping[str, float]
     on_the_fly_shapes: Mapping[str, Mapping[str, frozenset[Shape]]]
+    element_matrix_savings: Mapping[str, float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,14 +265,9 @@ def _payload(name: str, table: str) -> object:
 
 @functools.cache
 def geometry() -> GeometryTuning:
-    """The tables of ``geometry.json``, checked (balances are numbers >= 0)."""
+    """The tables of ``geometry.json``, checked (balances and savings are numbers >= 0)."""
     name = "geometry.json"
-    balance = _payload(name, "machine_balance")
-    if not isinstance(balance, dict):
-        raise _bad(name, "machine_balance's by_resource must map resources to numbers")
-    for resource, value in balance.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-            raise _bad(name, f"machine_balance[{resource!r}] must be a number >= 0, not {value!r}")
+    balance = _numbers_by_resource(name, "machine_balance")
     shapes = _payload(name, "on_the_fly_shapes")
     if not isinstance(shapes, dict) or not all(isinstance(v, dict) for v in shapes.values()):
         raise _bad(name, "on_the_fly_shapes' by_resource must map resources to forms to shapes")
@@ -278,9 +279,21 @@ def geometry() -> GeometryTuning:
         for resource, forms in shapes.items()
     }  # fmt: skip
     return GeometryTuning(
-        machine_balance=MappingProxyType({r: float(v) for r, v in balance.items()}),
+        machine_balance=balance,
         on_the_fly_shapes=MappingProxyType(on_the_fly),
+        element_matrix_savings=_numbers_by_resource(name, "element_matrix_savings"),
     )
+
+
+def _numbers_by_resource(name: str, table: str) -> Mapping[str, float]:
+    """A ``by_resource`` table of numbers >= 0, checked."""
+    values = _payload(name, table)
+    if not isinstance(values, dict):
+        raise _bad(name, f"{table}'s by_resource must map resources to numbers")
+    for resource, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+            raise _bad(name, f"{table}[{resource!r}] must be a number >= 0, not {value!r}")
+    return MappingProxyType({r: float(v) for r, v in values.items()})
 
 
 @functools.cache

@@ -420,3 +420,97 @@ def test_blocked_backend_layout_in_every_field_kind(nb, ref, func):
     want = float((u_e * out["/cpu/self/ref"]).sum())
     assert out["/cpu/self/numba", "dot"] == pytest.approx(want, rel=1e-13)
     assert out["/cpu/self/ref", "dot"] == pytest.approx(want, rel=1e-13)
+
+
+def _simplex_mass(ceed, dim, p, n, num_comp=1):
+    """The mass operator of an affine simplex mesh with the geometry on the fly."""
+    from hofem.meshes import box
+
+    space = hf.H1Space(ceed, box(n, dim=dim, simplex=True), p, num_comp=num_comp)
+    return hf.mass(space, coefficient=2.5, geometry="on_the_fly")
+
+
+@pytest.mark.parametrize("dim, p, n, num_comp", [(3, 3, 3, 1), (2, 4, 3, 1), (3, 2, 2, 3)])
+def test_scaled_mass_runs_as_one_element_product(nb, ref, dim, p, n, num_comp):
+    """A mass form on affine simplices with the geometry on the fly is ``c_e B^T W B``: the
+    kernel applies that one product (its matrix ``E0``), equal to the reference, ``u . Au``
+    too; 162 tets, 18 triangles: partial blocks."""
+    from hofem.backends.numba.element_matrix import scaled_input
+
+    op, op_ref = (_simplex_mass(c, dim, p, n, num_comp) for c in (nb, ref))
+    assert scaled_input(op) == 0
+    u = np.random.default_rng(11).standard_normal(op.shape[1])
+    want = op_ref(u)
+    np.testing.assert_allclose(op(u), want, rtol=1e-12, atol=1e-14 * np.abs(want).max())
+    P = op.output_fields[0].basis.num_nodes
+    assert op.backend_data["numba"]["static"]["E0"].shape == (1, P, P)
+    dot = op.apply_dot(u, np.empty_like(u))
+    assert float(dot) == pytest.approx(u @ want, rel=1e-12)
+
+
+def _mass_variant(ceed, func):
+    """The 2D on-the-fly mass operator's fields (18 triangles: a partial block, whose idle
+    lanes divide by a zero determinant in ``_product``) with QFunction body ``func``."""
+    base = _simplex_mass(ceed, 2, 2, 3)
+    fields = base.input_fields + base.output_fields
+    qf = ceed.QFunction(
+        func,
+        [(f.name, f.size, f.eval_mode) for f in base.input_fields],
+        [(f.name, f.size, f.eval_mode) for f in base.output_fields],
+    )
+    op = ceed.Operator(qf)
+    for f in fields:
+        op.set_field(f.name, f.restriction or hf.ELEMRESTRICTION_NONE, f.basis, f.vector)
+    return op
+
+
+def _det(dx):
+    return dx[0] * dx[3] - dx[1] * dx[2]
+
+
+def _product(ctx, u, dx, w, v):
+    v[0] = -(w[0] * (u[0] / _det(dx))) * 3.0
+
+
+def _squared(ctx, u, dx, w, v):
+    v[0] = w[0] * u[0] * u[0]
+
+
+def _shifted(ctx, u, dx, w, v):
+    v[0] = w[0] * _det(dx) * u[0] + w[0]
+
+
+def _weight_squared(ctx, u, dx, w, v):
+    v[0] = w[0] * w[0] * u[0]
+
+
+def _by_weight(ctx, u, dx, w, v):
+    v[0] = u[0] / w[0]
+
+
+@pytest.mark.parametrize(
+    "func, scaled",
+    [(_product, True), (_squared, False), (_shifted, False), (_weight_squared, False),
+     (_by_weight, False)],
+)  # fmt: skip
+def test_element_product_only_for_constant_times_weight_times_u(nb, ref, func, scaled):
+    """Only a body that is a product of constants, the weight once and ``u`` once takes the
+    element product; every body gives the reference's result."""
+    from hofem.backends.numba.element_matrix import scaled_input
+
+    op, op_ref = _mass_variant(nb, func), _mass_variant(ref, func)
+    assert (scaled_input(op) == 0) is scaled
+    u = np.random.default_rng(12).standard_normal(op.shape[1])
+    want = op_ref(u)
+    np.testing.assert_allclose(op(u), want, rtol=1e-12, atol=1e-14 * np.abs(want).max())
+
+
+def test_element_product_only_for_scaled_mass_fields(nb):
+    """Stored q-data, the Poisson form and tensor bases keep the point loop."""
+    from hofem.backends.numba.element_matrix import scaled_input
+    from hofem.meshes import box
+
+    tets, hexes = (hf.H1Space(nb, box(2, simplex=simplex), 2) for simplex in (True, False))
+    assert scaled_input(hf.mass(tets, geometry="stored")) is None
+    assert scaled_input(hf.diffusion(tets, geometry="on_the_fly")) is None
+    assert scaled_input(hf.mass(hexes, geometry="on_the_fly")) is None

@@ -405,3 +405,30 @@ def test_cell_constant_field_in_a_called_qfunction(ceed):
     u = ceed.asarray(np.random.default_rng(3).standard_normal(space.num_dofs))
     a, b = ceed.to_numpy(stored(u)), ceed.to_numpy(op(u))
     assert np.abs(a - b).max() < RTOL * np.abs(a).max()
+
+
+def test_numba_recomputes_simplex_mass_where_the_element_product_saves_enough():
+    """The element-matrix form of the mass on affine simplices (numba only) decides "auto"
+    by the multiply-adds it saves over B and B^T; tensor bases and the Poisson form are
+    left to the cost model, and the other backends keep stored q-data."""
+    from hofem.geometry import ELEMENT_MATRIX_SAVINGS
+
+    least = ELEMENT_MATRIX_SAVINGS["/cpu/self/numba"]
+    nb = hf.Ceed("/cpu/self/numba") if "/cpu/self/numba" in hf.available() else None
+    for p in (2, 3, 4, 6):
+        space = hf.H1Space(hf.Ceed("/cpu/self/ref"), box(1, 3, simplex=True), p)
+        rule = hf.form_quadrature(space, "mass")
+        basis = space.basis(**rule)
+        P, Q = basis.num_nodes, basis.num_qpts
+        centre = cell_center(space.coordinate_space().basis(**rule))
+        costs = geometry_costs("mass", basis, 1, centre)
+        assert costs["element_matrix_savings"] == 2 * P * Q - P * P
+        want = "on_the_fly" if 2 * P * Q - P * P >= least else "stored"
+        assert want == ("on_the_fly" if p >= 4 else "stored")
+        assert choose_geometry("auto", "/cpu/self/numba", costs) == want
+        assert choose_geometry("auto", "/gpu/cuda/gen", costs) == "stored"
+        assert choose_geometry("auto", "/cpu/self/ref", costs) == "stored"
+        if nb is not None:
+            assert hf.resolve_geometry(hf.H1Space(nb, space.mesh, p), "mass") == want
+    hexes = hf.H1Space(hf.Ceed("/cpu/self/ref"), box(1, 3), 6)
+    assert geometry_costs("mass", hexes.basis(), 1)["element_matrix_savings"] == 0

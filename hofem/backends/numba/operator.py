@@ -10,7 +10,9 @@ A QFunction body that :func:`~hofem.qfunction_trace.trace_body` can trace is
 inlined as straight-line scalar code in a point loop whose innermost loop runs
 over the ``BLK`` interleaved elements (so LLVM vectorizes it); float context
 fields are kernel arguments, integer ones baked in.  Other bodies are compiled
-by Numba and called once per point and element on ``(size,)`` views.
+by Numba and called once per point and element on ``(size,)`` views.  A scaled
+mass operator on a non-tensor basis (``c_e w u`` at every point, :mod:`.element_matrix`)
+skips the points: one product with ``B^T W B`` per element block, scaled per element.
 
 Race-free scatter: elements are split into contiguous *chunks*, and chunks
 are greedily coloured so that no two chunks of one colour share an output
@@ -41,6 +43,7 @@ from .codegen import (
     matrix_stack,
     temp_size,
 )
+from .element_matrix import reference_matrix, scaled_input
 from .kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
 
 __all__ = [
@@ -619,6 +622,51 @@ class _Kernel:
         _, acc = self.layout.region(1)  # BLK lane sums
         return f"block_dot(s, {self.e_refs[i]}, {source}, {size}, {acc}, nb)"
 
+    # --- instead of stages 2-4: a scaled mass operator as one product (.element_matrix) -----
+    def element_matrix(self, interp):
+        """Emit ``c_e B^T W B u_e`` (:func:`.element_matrix.scaled_input`): gather input
+        ``interp`` and the cell-constant inputs, evaluate the body once per lane with the
+        interpolated value and the weight 1 (``c_e`` per component; on every lane, as
+        straight-line code: an idle lane's value is never scattered), apply ``B^T W B``
+        (``E0``, ``PE0``) and scale.  Returns the source ref of the E-vector to scatter."""
+        op, out = self.op, self.op.output_fields[0]
+        e_off = self.gather(interp, op.input_fields[interp].restriction)
+        for i, f in enumerate(op.input_fields):
+            if i == interp or f.eval_mode is EVAL_WEIGHT:
+                self.fields.append(("1", None))
+            else:
+                self.input(i, f)
+        nc, P = out.restriction.num_comp, out.basis.num_nodes
+        _, scale = self.layout.region(nc)  # c_e of each component, BLK lanes
+        v_off, source = self.layout.region(nc * P)
+        rows, hoisted = {}, []  # row slices of the cell-constant inputs; context loads
+        lane = _lane_reader(self.fields, rows)
+        load = lambda k, row: "1.0" if self.fields[k][0] == "1" else lane(k, row)  # noqa: E731
+        store = lambda k, row: f"s[{scale} + {row} * {BLK} + @]"  # noqa: E731
+
+        def context_load(name):
+            hoisted.append(f"c{len(hoisted)} = ctx[0][{name!r}]")
+            return f"c{len(hoisted) - 1}"
+
+        lines = trace_body(op.qf, load, store, PYTHON, context_load)
+        count, size = self.layout.value(nc), self.layout.value(P)
+        for line in [*hoisted, *rows.values(), *_lanes(lines)]:
+            self.body(line)
+        self.args += ["E0", "PE0"]
+        self.static["E0"] = reference_matrix(out.basis)  # (1, P, P)
+        row = [0, nc, P, P, 1, v_off * BLK, e_off * BLK, 0]
+        self.static["PE0"] = np.array([row], dtype=np.int64)  # (1, 8)
+        self.body("contract_program(s, E0, PE0)")
+        lanes = ", ".join(f"f{b}" for b in range(BLK))
+        self.body(f"for k in range({count}):")
+        self.body(f"    f = s[{scale} + k * {BLK}:]")
+        self.body(f"    {lanes} = {', '.join(f'f[{b}]' for b in range(BLK))}")
+        self.body(f"    for p in range({size}):")
+        self.body(f"        y = s[{source} + (k * {size} + p) * {BLK}:]")
+        for b in range(BLK):
+            self.body(f"        y[{b}] *= f{b}")
+        return source
+
     # --- after the stages ---------------------------------------------------------------------
     def programs(self):
         """The contraction programs of every basis action and ``meta``, into ``static``."""
@@ -707,13 +755,19 @@ def operator_kernel(
     if dot and pair is None:
         raise ValueError("dot=True needs one active input and output of one restriction")
     kernel = _Kernel(op)
-    for i, f in enumerate(op.input_fields):
-        kernel.input(i, f)
-    kernel.output_points()
-    header, cache, preamble, traced = kernel.qfunction(func)
+    scaled = scaled_input(op) if func is op.qf.func else None
+    if scaled is None:
+        for i, f in enumerate(op.input_fields):
+            kernel.input(i, f)
+        kernel.output_points()
+        header, cache, preamble, traced = kernel.qfunction(func)
+    else:
+        element_source = kernel.element_matrix(scaled)
+        header, cache = [*_HEADER, "# compiled with the SLP vectorizer"], True
+        preamble, traced = kernel.bases, True
     for o, f in enumerate(op.output_fields):
         kernel.scatter_args(o, f.restriction)
-        source = kernel.transpose(o, f)
+        source = kernel.transpose(o, f) if scaled is None else element_source
         kernel.scatter(o, f.restriction, source)
         if pair is not None and pair[1] == o:
             product = kernel.dot(pair[0], f.restriction, source)
