@@ -156,7 +156,8 @@ def cg(
       (``backend.device_cg``: the CUDA backends), restricted ones
       (:func:`hofem.restrict_dofs`) and distributed scalar ones
       (:class:`hofem.parallel.ParOperator` over NCCL, the exchanges and all-reduces
-      inside the loop), with no callback and ``M`` None or a :class:`Jacobi`: CG's scalars and its convergence test live on the device
+      inside the loop), with no callback and ``M`` None or a :class:`Jacobi`:
+      CG's scalars and its convergence test live on the device
       (:mod:`hofem.backends.cuda.cg`), vector updates are fused with the
       reductions that follow them, ``/gpu/cuda/gen`` forms ``p . Ap`` inside the
       operator kernel and replays the iteration as a CUDA graph.  The host only
