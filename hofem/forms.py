@@ -255,7 +255,20 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
     op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
     _SPACES[op] = space
     _FORM_ARGS[op] = (form, fields, coefficient, q_extra, quad_mode, geometry)
+    op.diagonal_assembly = _form_diagonal(weakref.ref(op))
     return op
+
+
+def _form_diagonal(ref):
+    """``diagonal()`` of the form ``ref()`` from its q-data (:class:`LevelAssembly`), the
+    operator held weakly: it holds the function."""
+
+    def diagonal():
+        op = ref()
+        level = _level_assemblies([op], [_SPACES[op]], _FORM_ARGS[op], coarsest_matrix=False)[0]
+        return level.linear_assemble_diagonal()
+
+    return diagonal
 
 
 def _vector_prefix(space):
@@ -421,7 +434,7 @@ def multigrid_hierarchy(
     )
 
 
-def _level_assemblies(levels, sources, args):
+def _level_assemblies(levels, sources, args, coarsest_matrix=True):
     """A :class:`LevelAssembly` per level (the coarsest's with its matrix), filled on first
     use from one pass over the q-data of each space in ``sources`` (the one each level's
     quadrature and geometry are of): levels of one space share its pass."""
@@ -448,7 +461,7 @@ def _level_assemblies(levels, sources, args):
         free = level.free_dofs if sub else None
         out.append(
             LevelAssembly(field.restriction, field.basis, field.eval_mode, free,
-                          matrix=k == len(levels) - 1, fill=filler(space))
+                          matrix=coarsest_matrix and k == len(levels) - 1, fill=filler(space))
         )  # fmt: skip
         passes.setdefault(id(space), ([], False))[0].append(out[-1])
     return out

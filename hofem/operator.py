@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -174,6 +174,11 @@ class Operator(_OperatorBase):
     backend_data : dict of str -> object
         The backend's cache of what it compiled for this operator, by slot names
         of its own; only the backend reads it, and :meth:`set_field` empties it.
+    diagonal_assembly : callable () -> array (out_size,), or None
+        An exact diagonal cheaper than the backend's, from what built the operator:
+        :func:`hofem.mass` and :func:`hofem.diffusion` set it (their q-data, through
+        :class:`hofem.level_assembly.LevelAssembly`); :meth:`linear_assemble_diagonal`
+        uses it where set.
     """
 
     def __init__(self, ceed: CeedLike, qf: QFunction) -> None:
@@ -183,6 +188,9 @@ class Operator(_OperatorBase):
         self.num_elem = None
         self.num_qpts = None
         self.backend_data = {}
+        # an exact diagonal cheaper than the backend's generic assembly, from whoever built
+        # the operator and knows its pointwise matrix (hofem's forms, once every field is set)
+        self.diagonal_assembly: Callable[[], Array] | None = None
 
     # --- fields -----------------------------------------------------------------------
     def set_field(
@@ -356,12 +364,18 @@ class Operator(_OperatorBase):
         -------
         array, (out_size,), float64
 
+        Operators made by :func:`hofem.mass` and :func:`hofem.diffusion` assemble it
+        from their q-data (:attr:`diagonal_assembly`, sum-factorized on tensor bases);
+        others through the backend, from the QFunction.
+
         Raises
         ------
         ValueError
             The operator is not square (active input and output L-vectors differ).
         """
         self._check_square()
+        if self.diagonal_assembly is not None:
+            return self.diagonal_assembly()
         return self.ceed.backend.operator_assemble_diagonal(self)
 
     def linear_assemble(self) -> SparseMatrix:
