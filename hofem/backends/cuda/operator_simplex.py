@@ -80,7 +80,7 @@ THREADS = 128
 # QFunction derives from them, serve this many points; more costs registers per point
 CONSTANT_POINTS = 2
 # rounds of each stage's loop over a block's elements: two hide more of the gathers'
-# and the products' latency than one (measured 1-48% faster at p = 1..5, never slower)
+# and the products' latency than one (the launch sweep, bakeoff/JOURNAL.md)
 ROUNDS = 2
 # (dim, P, Q) -> SimplexLaunch keyword overrides where another launch measured faster
 LAUNCH_BY_SHAPE = {}
