@@ -19,3 +19,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 part tests timeout 420 "$py" -m pytest -q -x -p no:cacheprovider -m "gpu and not slow" tests
 part mpi_equal timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py equal /gpu/cuda/gen
 part mpi_pmg timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg /gpu/cuda/gen
+# the distributed device CG loop needs NCCL, one GPU per rank
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    part mpi_device timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py device /gpu/cuda/gen
+fi

@@ -28,7 +28,7 @@ from hofem.backends.cuda.operator_fuse import dot_pairs
 CXX = shutil.which("g++") or shutil.which("clang++")
 NVCC = shutil.which("nvcc")
 HERE = pathlib.Path(__file__).resolve().parent
-INCLUDE = HERE.parent / "hofem" / "backends" / "cuda"
+INCLUDE = pathlib.Path(osx.__file__).parent  # the installed headers (simplex.cuh)
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
 
 
