@@ -376,7 +376,10 @@ def _device_cg(A, b, x0, M, callback, device_loop):
     else:
         target = A.device_cg_target()
         solver = None if target is None else backend.device_cg(A, target)
-        why = "A must be square (or restricted, restrict_dofs)"
+        why = (
+            "A must be square (or restricted, restrict_dofs), and a distributed operator "
+            "needs the NCCL transport and one component"
+        )
     if solver is None:
         if device_loop:
             raise ValueError(f"device_loop=True does not apply: {why}; leave device_loop=None")
