@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from util import without_cupy
 
 import hofem as hf
 from hofem import meshes
@@ -214,13 +215,8 @@ def test_meshes_read_names_the_file_and_why(bad_meshes):
     assert issubclass(meshes.MeshFileError, ValueError)
 
 
+@without_cupy
 def test_a_missing_backend_or_extra_is_exit_2():
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("CuPy is installed")
     run, _ = bakeoff("--ceed", "/gpu/cuda/gen")
     assert_one_line_refusal(run, "/gpu/cuda/gen", "unavailable")
     run, _ = bakeoff("bp3", "--elements", "2", "--preconditioner", "pmg", "--ceed", "/gpu/cuda")

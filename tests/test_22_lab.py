@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from lab import ROOT
-from util import assert_usage_error
+from util import assert_usage_error, without_cupy
 
 import hofem as hf
 from bakeoff import __main__ as lab
@@ -56,13 +56,8 @@ def test_help_from_the_repository_root():
     assert all(command in run.stdout for command in lab.COMMANDS)
 
 
+@without_cupy
 def test_a_missing_gpu_is_one_line_not_a_traceback(capsys):
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("CuPy is installed")
     assert lab.main(["bench-gpu", "--cases", "basis"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("python -m bakeoff: ") and "gpu" in line

@@ -1,7 +1,9 @@
 """Structured-grid operators for the algebra tests: see box.py."""
 
+import importlib.util
 from functools import partial
 
+import pytest
 from box import box_coordinates as grid_coords  # noqa: F401
 from box import box_offsets as grid_offsets  # noqa: F401
 from box import box_operator
@@ -55,8 +57,6 @@ def half_written_operator(ceed, n):
 
 def assert_usage_error(main, argv, capsys, prog):
     """``main(argv)`` exits 2 with nothing on stdout and one ``PROG ...: error: ...`` line."""
-    import pytest
-
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
@@ -64,3 +64,9 @@ def assert_usage_error(main, argv, capsys, prog):
     assert captured.out == ""
     (line,) = captured.err.splitlines()
     assert line.startswith(prog) and ": error: " in line
+
+
+# tests of what a machine without CuPy is told (the refusal of a GPU backend)
+without_cupy = pytest.mark.skipif(
+    importlib.util.find_spec("cupy") is not None, reason="CuPy is installed"
+)
