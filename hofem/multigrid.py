@@ -361,8 +361,8 @@ class AMGCycle:
 def amg_solver(A_host, xp, cycles=1, ops=None):
     """:class:`AMGCycle` of pyamg's smoothed-aggregation hierarchy of ``A_host`` (host CSR)."""
     pyamg = import_pyamg()
-    # the prolongation's Jacobi smoothing scaled by local row sums: no eigenvalue estimate
-    # (pyamg's Arnoldi was most of its set-up), the same iteration counts
+    # the prolongation's Jacobi smoothing scaled by local row sums (a Gershgorin bound),
+    # so pyamg needs no Arnoldi eigenvalue estimate of the matrix
     smooth = ("jacobi", {"omega": 4.0 / 3.0, "weighting": "local"})
     ml = pyamg.smoothed_aggregation_solver(
         A_host.tocsr(), symmetry="hermitian", smooth=smooth, max_coarse=500

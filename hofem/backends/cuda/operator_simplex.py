@@ -82,8 +82,6 @@ CONSTANT_POINTS = 2
 # rounds of each stage's loop over a block's elements: two hide more of the gathers'
 # and the products' latency than one (the launch sweep, bakeoff/JOURNAL.md)
 ROUNDS = 2
-# (dim, P, Q) -> SimplexLaunch keyword overrides where another launch measured faster
-LAUNCH_BY_SHAPE = {}
 _TUNING = tuning.simplex()  # cuda_simplex.json: where the batched kernels stay faster
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
 
@@ -204,20 +202,18 @@ def simplex_launch(
     """The :class:`SimplexLaunch` of ``op`` (``shape`` from :func:`simplex_shape`), or None
     when one element's shared arrays do not fit ``shared_bytes``.
 
-    Defaults (:data:`LAUNCH_BY_SHAPE` and ``overrides``, keywords ``threads``, ``elems``,
-    ``points_per_thread`` and ``shared_matrices=False``, replace them): :data:`THREADS`
-    threads; one point per thread, or :data:`CONSTANT_POINTS` beside a cell-constant
-    input, or more while ``Q`` exceeds the threads; as many elements as keep the
-    stages' loops to one round (the points' slots or the nodes of the widest field,
-    whichever is more), as fit in shared memory; then the matrices, in parameter order,
-    while they fit.
+    Defaults (``overrides``, keywords ``threads``, ``elems``, ``points_per_thread`` and
+    ``shared_matrices=False``, replace them): :data:`THREADS` threads; one point per
+    thread, or :data:`CONSTANT_POINTS` beside a cell-constant input, or more while ``Q``
+    exceeds the threads; as many elements as keep the stages' loops to :data:`ROUNDS`
+    rounds (of the points' slots or the nodes of the widest field, whichever is more),
+    as fit in shared memory; then the matrices, in parameter order, while they fit.
     """
     Q = shape[2]
-    given = {**LAUNCH_BY_SHAPE.get(tuple(shape), {}), **overrides}
-    threads = given.get("threads", THREADS)
+    threads = overrides.get("threads", THREADS)
     constant = any(f.basis.is_cell_constant for f in op.input_fields if f.eval_mode in _BASIS_MODES)
     ppt = min(Q, CONSTANT_POINTS) if constant else 1
-    ppt = given.get("points_per_thread", max(ppt, -(-Q // threads)))
+    ppt = overrides.get("points_per_thread", max(ppt, -(-Q // threads)))
     per_elem = 8 * _element_doubles(op)
     free = shared_bytes - (8 * threads if dot_pairs(op) is not None else 0)  # block_sum
     if per_elem > free:
@@ -225,11 +221,11 @@ def simplex_launch(
     fields = [f for f in _basis_fields(op) if f.eval_mode in _BASIS_MODES]
     nodes = max(f.basis.num_comp * f.basis.num_nodes for f in fields)  # the widest field's
     elems = ROUNDS * max(1, threads // max(-(-Q // ppt), nodes))
-    elems = given.get("elems", min(elems, free // per_elem))
+    elems = overrides.get("elems", min(elems, free // per_elem))
     free -= elems * per_elem
     shared = set()
     for name, size in _used_matrices(op).items():
-        if given.get("shared_matrices", True) and size <= free:
+        if overrides.get("shared_matrices", True) and size <= free:
             shared.add(name)
             free -= size
     used = shared_bytes - free
