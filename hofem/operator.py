@@ -625,7 +625,8 @@ class SubOperator(_OperatorBase):
             operator=inner.operator,
             fusable=inner.fusable,
             free_dofs=self._free,
-            work_vectors=self.work_vectors,
+            # a distributed loop iterates on the rank's L-vectors, not on these T-vectors
+            work_vectors=self.work_vectors if inner.distributed is None else None,
             constrained_dofs=lambda: self.constrained_dofs,
             distributed=inner.distributed,
         )

@@ -258,11 +258,14 @@ class Exchange:
         empty = np.empty(0, dtype=np.int64)
         self._send_t = xp.asarray(np.concatenate(send) if send else empty)  # T indices
         self._ghost_l = xp.asarray(np.concatenate(ghost) if ghost else empty)  # L indices
-        self._send_segments = [(self._send_t[a:b], (a, b)) for a, b in _segments(send_sizes)]
         channel = NcclChannel if transport == "nccl" else MpiChannel
         s_ranks, r_ranks = numbering.send_ranks, numbering.recv_ranks
         self._forward = channel(self.comm, xp, s_ranks, send_sizes, r_ranks, recv_sizes, 21)
         self._reverse = channel(self.comm, xp, r_ranks, recv_sizes, s_ranks, send_sizes, 22)
+        received = self._reverse.recv_buf  # (T indices, received values) per neighbour
+        self._transpose_pairs = [
+            (self._send_t[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
+        ]
 
     @property
     def t_size(self) -> int:
@@ -308,9 +311,9 @@ class Exchange:
             xp.take(y_l, self._ghost_l, out=self._reverse.send_buf)
         self._reverse.start()
         y_t.reshape(nc, self.num_owned)[...] += y_l.reshape(nc, self.num_nodes)[:, : self.num_owned]
-        received = self._reverse.finish()
-        for index, (a, b) in self._send_segments:  # indices unique within one neighbour
-            y_t[index] += received[a:b]
+        self._reverse.finish()
+        for index, values in self._transpose_pairs:  # indices unique within one neighbour
+            y_t[index] += values
 
     def prolong_transpose(self, y_l: Array) -> Array:
         """``Pᵀ y_l`` as a new T-vector."""
@@ -338,8 +341,8 @@ class Exchange:
 
     def finish_transpose_l(self) -> list[tuple[Array, Array]]:
         """``(T indices, received values)`` per neighbour, to add into the owned entries."""
-        received = self._reverse.finish()
-        return [(index, received[a:b]) for index, (a, b) in self._send_segments if b > a]
+        self._reverse.finish()
+        return self._transpose_pairs
 
     def allreduce_inplace(self, values: Array) -> None:
         """Sum the device array ``values (k,)`` over the ranks in place, on the current

@@ -189,7 +189,7 @@ class DeviceCG:
     def _work_vectors(self):
         """``p`` and ``Ap`` of the iteration, ``(l_size,)``: a restricted serial operator's
         own work vectors (zero where constrained), else new ones."""
-        if self.target.work_vectors is not None and self.parts is None:
+        if self.target.work_vectors is not None:
             return self.target.work_vectors
         return cupy.zeros(self.l_size), cupy.zeros(self.l_size)
 
