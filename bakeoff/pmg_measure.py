@@ -115,13 +115,16 @@ def emit(path, record):
 
 
 def profile_setup(A, lines):
-    """Print the ``lines`` costliest calls of one ``hf.pmg(A)`` by cumulative time (cProfile)."""
+    """Print the ``lines`` costliest calls of one ``hf.pmg(A)`` by cumulative and by own time
+    (cProfile)."""
     import cProfile
     import pstats
 
     profiler = cProfile.Profile()
     profiler.runcall(hf.pmg, A)
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(lines)
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(lines)
+    stats.sort_stats("tottime").print_stats(lines)
 
 
 def main():
