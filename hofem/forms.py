@@ -43,7 +43,7 @@ from .memory import chunk_ranges
 from .multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
 from .operator import Operator, SubOperator
 from .qdata import build_operator
-from .space import free_indices
+from .restriction import index_dtype
 from .transfer import interpolation_basis
 from .typing import Array, ArrayLike
 
@@ -129,6 +129,10 @@ def _qdata(space, kind, basis, rule, coefficient):
     Built in chunks of cells (:meth:`H1Space.cell_chunks`) from the coordinate
     E-vectors of each chunk, so no coordinate L-vector or whole-mesh Jacobians
     exist at any time; only the q-data itself is allocated at full size.  The
+    coordinates are those of :meth:`H1Space.coordinate_space` (the geometry's
+    own order, e.g. the 8 vertices of a straight hex), which represent the
+    same map as the space's ``(p + 1)^dim`` nodes with fewer values to
+    interpolate, copy and differentiate.  The
     chunks hold whole blocks of the backend's layout (``r_q.lanes``), so each
     chunk's q-data, in its own build's layout, is a slice of the whole.
     """
@@ -138,19 +142,19 @@ def _qdata(space, kind, basis, rule, coefficient):
     r_q = ceed.StridedElemRestriction(
         space.num_elem, Q, size, space.num_elem * Q * size, STRIDES_BACKEND
     )
-    geo = space.basis(dim, **rule)
+    coords, geo = _coordinate_basis(space, rule)
     qdata = ceed.xp.empty(space.num_elem * size * Q)  # (num_elem * size * Q,) r_q's layout
     builds = {}  # one set-up operator per chunk length (at most two)
     for a, b in space.cell_chunks(Q, r_q.lanes):
         if b - a not in builds:
-            builds[b - a] = build_operator(space, kind, geo, size, b - a)
-        x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
+            builds[b - a] = build_operator(coords, kind, geo, size, b - a)
+        x = ceed.asarray(coords.element_coordinates(a, b).ravel())  # (chunk * dim * P_x,)
         chunk = qdata[a * size * Q : b * size * Q]
         build = builds[b - a]
         build.apply(x, chunk)
         if coefficient is not None:  # through the chunk's E-vector (b - a, size, Q)
             r_chunk = build.output_fields[0].restriction
-            e = r_chunk.apply(chunk) * _coefficient(space, a, b, coefficient, geo)
+            e = r_chunk.apply(chunk) * _coefficient(coords, a, b, coefficient, geo)
             chunk[...] = r_chunk.apply(e, TRANSPOSE)
     return r_q, qdata
 
@@ -196,18 +200,22 @@ def resolve_geometry(
     return _geometry(space, form, coefficient, rule, geometry)
 
 
-def _coordinate_field(space, rule):
-    """The coordinate space (:meth:`H1Space.coordinate_space`) and its basis at the points
-    of ``space.basis(**rule)`` (``rule`` from :func:`form_quadrature`): on a mesh whose
-    cells are all affine (:attr:`~hofem.meshes.Mesh.is_affine`: parallelepipeds, straight
-    simplices), the basis at the cell centre (:func:`~hofem.cell_center`), whose gradient,
-    the Jacobian, is exact at every point and is evaluated once per element."""
+def _coordinate_basis(space, rule):
+    """The coordinate space (:meth:`H1Space.coordinate_space`) and its ``dim``-component
+    basis at the points of ``space.basis(**rule)`` (``rule`` from :func:`form_quadrature`)."""
     coords = space.coordinate_space()  # order min(geometry order, p)
     if rule["q_degree"] is not None:  # the rule depends on the degree only
-        geo = coords.basis(**rule)
-    else:
-        q_extra = rule["q_extra"] + space.order - coords.order
-        geo = coords.basis(q_extra=q_extra, quad_mode=rule["quad_mode"])
+        return coords, coords.basis(**rule)
+    q_extra = rule["q_extra"] + space.order - coords.order
+    return coords, coords.basis(q_extra=q_extra, quad_mode=rule["quad_mode"])
+
+
+def _coordinate_field(space, rule):
+    """:func:`_coordinate_basis`, but on a mesh whose cells are all affine
+    (:attr:`~hofem.meshes.Mesh.is_affine`: parallelepipeds, straight simplices) the basis
+    at the cell centre (:func:`~hofem.cell_center`), whose gradient, the Jacobian, is
+    exact at every point and is evaluated once per element."""
+    coords, geo = _coordinate_basis(space, rule)
     enough = geo.Q_1d >= geo.P_1d if geo.is_tensor else geo.num_qpts >= geo.num_nodes
     if space.mesh.is_affine and enough:
         geo = cell_center(geo)
@@ -414,7 +422,7 @@ def multigrid_hierarchy(
             coarse = _form(coarse_space, *args)
         sources.append(sources[0] if galerkin else coarse_space)
         if restricted:
-            free = coarse.ceed.asarray(_coarse_free(space, coarse_space, fine_free))
+            free = _coarse_free(space, coarse_space, fine_free)
             P, R = RestrictedTransfer(P, fine_free, free), RestrictedTransfer(R, free, fine_free)
             levels.append(SubOperator(coarse, free))
             fine_free = levels[-1].free_dofs
@@ -477,38 +485,53 @@ def _pointwise_chunks(space, kind, rule, coefficient):
     """
     ceed, dim = space.ceed, space.dim
     size = _QDATA_SIZE[kind][dim]
-    geo = space.basis(dim, **rule)
+    coords, geo = _coordinate_basis(space, rule)
     Q = geo.num_qpts
     builds = {}  # one set-up operator per chunk length (at most two)
     for a, b in space.cell_chunks(Q):
         if b - a not in builds:
-            builds[b - a] = build_operator(space, kind, geo, size, b - a, (1, Q, Q * size))
-        x = ceed.asarray(space.element_coordinates(a, b).ravel())  # (chunk * dim * P,)
+            builds[b - a] = build_operator(coords, kind, geo, size, b - a, (1, Q, Q * size))
+        x = ceed.asarray(coords.element_coordinates(a, b).ravel())  # (chunk * dim * P_x,)
         q = ceed.xp.empty((b - a) * size * Q)  # (chunk * size * Q,)
         builds[b - a].apply(x, q)
         q = q.reshape(b - a, size, Q)
         if coefficient is not None:
-            q *= _coefficient(space, a, b, coefficient, geo)
+            q *= _coefficient(coords, a, b, coefficient, geo)
         yield a, b, q
 
 
 def _coarse_free(fine, coarse, fine_free):
     """Free DOFs of ``coarse``: those whose interpolation at ``fine``'s nodes misses every
-    constrained fine DOF (host, sorted).
+    constrained fine DOF (sorted, on the backend).
 
     A coarse node off a facet has a trace that vanishes on it, so its values at
     that facet's fine nodes are round-off; a node on a facet reaches some of them.
+    Only the cells with a constrained node (the boundary layer) are interpolated.
     """
-    ceed = fine.ceed
-    constrained = np.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
-    constrained[ceed.to_numpy(fine_free)] = False
+    xp = fine.ceed.xp
+    constrained = xp.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
+    constrained[fine_free] = False
     weights = np.abs(interpolation_basis(fine.basis(1), coarse.order).interp)  # (P_f, P_c)
-    hit = np.zeros(coarse.num_dofs, dtype=bool)  # (coarse num_dofs,)
+    weights = fine.ceed.asarray(weights)
+    f_off, c_off = _backend_offsets(fine), _backend_offsets(coarse)  # (num_elem, P)
+    wide = index_dtype(max(fine.num_dofs, coarse.num_dofs))
+    hit = xp.zeros(coarse.num_dofs, dtype=bool)  # (coarse num_dofs,)
     for c in range(fine.num_comp):
         for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
-            touched = constrained[c * fine.num_nodes + fine.offsets[a:b]] @ weights  # (b-a, P_c)
-            hit[c * coarse.num_nodes + coarse.offsets[a:b][touched > 1e-8]] = True
-    return free_indices(coarse.num_dofs, np.flatnonzero(hit))
+            cells = constrained[c * fine.num_nodes + f_off[a:b].astype(wide)]  # (b - a, P_f)
+            near = xp.flatnonzero(cells.any(axis=1))  # cells with a constrained node
+            touched = cells[near].astype(np.float64) @ weights  # (near, P_c)
+            nodes = c_off[a:b][near].astype(wide)  # (near, P_c)
+            hit[c * coarse.num_nodes + nodes[touched > 1e-8]] = True
+    return xp.flatnonzero(~hit).astype(index_dtype(coarse.num_dofs))
+
+
+def _backend_offsets(space):
+    """``space``'s component-0 offsets ``(num_elem, P)`` where the backend keeps them."""
+    device = space.ceed.backend.restriction_device_offsets(space.restriction)
+    if device is None:
+        return space.offsets
+    return device.reshape(space.num_elem, space.elem_size)
 
 
 register_hierarchy(Operator, multigrid_hierarchy)

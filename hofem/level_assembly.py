@@ -214,7 +214,8 @@ class LevelAssembly:
         return diag if self.free_dofs is None else diag[self.free_dofs]
 
     def linear_assemble(self) -> scipy.sparse.csr_matrix:
-        """The host CSR matrix (``A[free][:, free]`` with ``free_dofs``).
+        """The host CSR matrix (``A[free][:, free]`` with ``free_dofs``), assembled where
+        the element matrices live (:meth:`~hofem.backends.contract.Backend.host_csr`).
 
         Raises
         ------
@@ -225,22 +226,31 @@ class LevelAssembly:
             raise ValueError("linear_assemble needs a LevelAssembly made with matrix=True")
         if self.fill is not None:
             self.fill()
-        r = self.restriction
-        mats = self.ceed.to_numpy(self.matrices)  # (E, P, P)
-        index = np.asarray(r.indices)  # (E, num_comp, P) L-vector indices
-        size = n = r.l_size
-        if self.free_dofs is not None:  # free DOFs 0..n-1, every constrained one n (dropped)
-            free = np.asarray(self.ceed.to_numpy(self.free_dofs))
-            n = free.size
-            number = np.full(size, n, dtype=np.int64)
-            number[free] = np.arange(n)
-            index, size = number[index], n + 1
-        shape = (index.shape[0], mats.shape[1], mats.shape[2])  # (E, P, P)
-        rows = [np.broadcast_to(index[:, c, :, None], shape).ravel() for c in range(r.num_comp)]
-        cols = [np.broadcast_to(index[:, c, None, :], shape).ravel() for c in range(r.num_comp)]
-        coo = scipy.sparse.coo_matrix(
-            (np.tile(mats.ravel(), r.num_comp), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(size, size),
-        )
-        A = coo.tocsr()  # sums the duplicates
-        return A if n == size else A[:n, :n]
+        r, xp = self.restriction, self.xp
+        index = _element_indices(r)  # (E, num_comp, P) L-vector indices
+        n = r.l_size
+        if self.free_dofs is not None:  # free DOFs 0..n-1, every constrained one -1 (dropped)
+            n = self.free_dofs.size
+            number = xp.full(r.l_size, -1, dtype=np.int64)
+            number[self.free_dofs] = xp.arange(n)
+            index = number[index]
+        shape = self.matrices.shape  # (E, P, P)
+        rows = [xp.broadcast_to(index[:, c, :, None], shape).ravel() for c in range(r.num_comp)]
+        cols = [xp.broadcast_to(index[:, c, None, :], shape).ravel() for c in range(r.num_comp)]
+        rows, cols = xp.concatenate(rows), xp.concatenate(cols)  # (num_comp * E * P * P,)
+        values = xp.tile(self.matrices.ravel(), r.num_comp)
+        if self.free_dofs is not None:
+            keep = (rows >= 0) & (cols >= 0)
+            rows, cols, values = rows[keep], cols[keep], values[keep]
+        return self.ceed.backend.host_csr(values, rows, cols, (n, n))
+
+
+def _element_indices(r: ElemRestriction) -> Array:
+    """``(num_elem, num_comp, elem_size)`` L-vector indices of ``r`` where the backend keeps
+    its offsets (no copy back to the host of a device restriction)."""
+    device = r.ceed.backend.restriction_device_offsets(r)  # (num_elem * elem_size,) or None
+    if device is None:
+        return np.asarray(r.indices)
+    xp = r.ceed.xp
+    comp = xp.arange(r.num_comp, dtype=np.int64)[None, :, None] * r.component_stride
+    return device.reshape(r.num_elem, 1, r.elem_size).astype(np.int64) + comp

@@ -258,5 +258,9 @@ class Backend(Protocol):
     def operator_assemble(self, op: Any) -> Any:
         """The CSR matrix ``(out_size, in_size)`` in the backend's sparse type."""
 
+    def host_csr(self, values: Array, rows: Array, cols: Array, shape: tuple[int, int]) -> Any:
+        """The host ``scipy.sparse.csr_matrix`` of COO triplets ``(n,)`` held by the backend,
+        duplicates summed where the triplets live (e.g. for pyamg)."""
+
     def linear_operator(self, shape: tuple[int, int], op: Any) -> Any:
         """A SciPy or CuPy ``LinearOperator`` applying ``op``."""

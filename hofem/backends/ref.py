@@ -483,6 +483,10 @@ class RefBackend(Backend):
         matrix.sum_duplicates()
         return matrix
 
+    def host_csr(self, values, rows, cols, shape):
+        """SciPy's COO to CSR (sums the duplicates)."""
+        return scipy.sparse.coo_matrix((values, (rows, cols)), shape=shape).tocsr()
+
     def linear_operator(self, shape, op):
         """SciPy LinearOperator applying ``op``."""
         return scipy.sparse.linalg.LinearOperator(shape, matvec=op.__call__, dtype=np.float64)

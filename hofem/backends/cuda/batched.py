@@ -145,7 +145,7 @@ class CudaBatchedBackend(CudaRefBackend):
             data.indices = data.indices.astype(data.index_dtype, copy=False)
 
     def _transpose_map(self, r):
-        """Transpose map of the touched L-vector entries, built once on the host.
+        """Transpose map of the touched L-vector entries, built once on the device.
 
         Returns
         -------
@@ -155,16 +155,19 @@ class CudaBatchedBackend(CudaRefBackend):
         """
         data = r.backend_data
         if data.transpose_map is None:
-            index_dtype = _entry_dtype(r)
-            indices = r.indices.ravel()  # (e_size,) host
-            entries = np.argsort(indices, kind="stable")  # (e_size,)
-            nodes, counts = np.unique(indices[entries], return_counts=True)  # (n,), (n,)
-            offsets = np.zeros(nodes.size + 1, dtype=index_dtype)  # (n + 1,)
-            np.cumsum(counts, out=offsets[1:])
+            entry_dtype = _entry_dtype(r)
+            offsets = data.indices.reshape(r.num_elem, 1, r.elem_size).astype(np.int64)
+            comp = cupy.arange(r.num_comp, dtype=np.int64)[None, :, None] * r.component_stride
+            indices = (offsets + comp).ravel()  # (e_size,) in the E-vector's order
+            entries = cupy.argsort(indices)  # (e_size,) CuPy's sort is stable
+            ordered = indices[entries]
+            first = cupy.ones(ordered.size, dtype=bool)  # (e_size,) each node's first entry
+            first[1:] = ordered[1:] != ordered[:-1]
+            starts = cupy.flatnonzero(first)  # (n,)
             data.transpose_map = (
-                self.asarray(nodes.astype(index_dtype)),
-                self.asarray(offsets),
-                self.asarray(entries.astype(index_dtype)),
+                ordered[starts].astype(entry_dtype),
+                cupy.append(starts, ordered.size).astype(entry_dtype),
+                entries.astype(entry_dtype),
             )
         return data.transpose_map
 

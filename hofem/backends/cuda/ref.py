@@ -104,6 +104,13 @@ class CudaRefBackend(RefBackend):
         matrix.sum_duplicates()
         return cupyx.scipy.sparse.csr_matrix(matrix)
 
+    def host_csr(self, values, rows, cols, shape):
+        """COO to CSR on the device (a sort there), then copied to the host."""
+        import cupyx.scipy.sparse
+
+        coo = cupyx.scipy.sparse.coo_matrix((values, (rows, cols)), shape=shape)
+        return coo.tocsr().get()
+
     def linear_operator(self, shape, op):
         """``cupyx.scipy.sparse.linalg.LinearOperator`` applying ``op`` to CuPy vectors."""
         import cupyx.scipy.sparse.linalg
