@@ -241,7 +241,9 @@ def _geometry(space, form, coefficient, rule, geometry):
     return choose_geometry(geometry, space.ceed.resource, costs)
 
 
-def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
+def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=None):
+    """The form's operator; ``reuse``: another form's operator whose coordinate L-vector
+    this one reads too where both have the same coordinate space (multigrid levels)."""
     ceed, dim = space.ceed, space.dim
     kind = "Mass" if form == "mass" else "Poisson"
     prefix = _vector_prefix(space)
@@ -252,7 +254,7 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
         op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
         coords, geo = _coordinate_field(space, rule)
-        op.set_field("dx", coords.restriction, geo, coords.coordinates)
+        op.set_field("dx", coords.restriction, geo, _coordinates(coords, reuse))
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
         apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"
@@ -265,6 +267,17 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry):
     _FORM_ARGS[op] = (form, fields, coefficient, q_extra, quad_mode, geometry)
     op.diagonal_assembly = _form_diagonal(weakref.ref(op))
     return op
+
+
+def _coordinates(coords, reuse):
+    """``coords.coordinates``, or the same vector ``reuse`` (an operator of :func:`_form`)
+    already reads."""
+    space = None if reuse is None else _SPACES.get(reuse)
+    if space is not None and space.coordinate_space() is coords:
+        x = next((f.vector for f in reuse.input_fields if f.name == "dx"), None)
+        if x is not None:
+            return x
+    return coords.coordinates
 
 
 def _form_diagonal(ref):
@@ -419,7 +432,7 @@ def multigrid_hierarchy(
         coarse_space = space.with_order(order)
         coarse, P, R = op.multigrid_level(coarse_space.restriction)
         if not galerkin:
-            coarse = _form(coarse_space, *args)
+            coarse = _form(coarse_space, *args, reuse=op)
         sources.append(sources[0] if galerkin else coarse_space)
         if restricted:
             free = _coarse_free(space, coarse_space, fine_free)

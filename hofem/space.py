@@ -284,8 +284,18 @@ class H1Space:
         H1Space
             With its own numbering (:func:`hofem.meshes.h1_numbering`); a subset of
             the mesh's cells where this space is one (:meth:`element_subset`).
+            Where both orders are at least the mesh's geometry order ``k`` the two
+            spaces share one :meth:`coordinate_space`, and a space of order ``k``
+            takes that one's numbering: multigrid levels number and interpolate
+            the geometry once.
         """
-        whole = H1Space(self.ceed, self.mesh, order, num_comp=self.num_comp)
+        shared = self._geometry if min(order, self.order) >= self.mesh.geometry_order else None
+        numbering = None
+        if shared and order == self.mesh.geometry_order:
+            numbering = shared["coordinate_space"].numbering
+        whole = H1Space(self.ceed, self.mesh, order, num_comp=self.num_comp, numbering=numbering)
+        if shared is not None:
+            whole._geometry = shared
         if (self.first_cell, self.num_elem) == (0, whole.num_elem):
             return whole
         return whole.element_subset(self.first_cell, self.first_cell + self.num_elem)

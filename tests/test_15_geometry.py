@@ -172,6 +172,27 @@ def test_coordinate_space_is_the_lowest_exact_order(ceed):
     assert low.coordinate_space().offsets is low.offsets  # order 1 already: its numbering
 
 
+def test_orders_of_one_mesh_share_its_coordinate_space(ceed):
+    """with_order keeps the coordinate space (and the coordinate L-vector the on-the-fly
+    levels read) where both orders reach the geometry's; the order-k space its numbering."""
+    space = hf.H1Space(ceed, box(3, 3, distort=0.1), 4)
+    coords = space.coordinate_space()
+    assert space.with_order(2).coordinate_space() is coords
+    low = space.with_order(1)
+    assert low.coordinate_space() is coords and low.offsets is coords.offsets
+    subset = space.element_subset(5, 20).with_order(2)
+    assert subset.num_elem == 15
+    np.testing.assert_array_equal(subset.coordinate_space().offsets, coords.offsets[5:20])
+    curved = _perturbed(box(2, 3, order=2, distort=0.1), 2, 0.05)
+    fine = hf.H1Space(ceed, curved, 4)
+    assert fine.with_order(2).coordinate_space() is fine.coordinate_space()
+    assert fine.with_order(1).coordinate_space().order == 1  # below the geometry's order
+    op = hf.diffusion(space, geometry="on_the_fly")
+    M = hf.pmg(hf.restrict_dofs(op, space.free_dofs()))
+    x = [level.op.fields["dx"].vector for level in M.hierarchy.operators]
+    assert x[1] is x[0] and x[2] is x[0]  # one coordinate L-vector for every level
+
+
 @pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
 def test_constant_coefficient_scales_on_the_fly(ceed, form):
     space = hf.H1Space(ceed, _perturbed(box(2, 3, order=2, distort=0.1), 2, 0.05), 3)
