@@ -626,7 +626,7 @@ class SubOperator(_OperatorBase):
             fusable=inner.fusable,
             free_dofs=self._free,
             # a distributed loop iterates on the rank's L-vectors, not on these T-vectors
-            work_vectors=self.work_vectors if inner.distributed is None else None,
+            work_vectors=self.work_vectors if inner.distributed is None else inner.work_vectors,
             constrained_dofs=lambda: self.constrained_dofs,
             distributed=inner.distributed,
         )

@@ -125,9 +125,10 @@ class DeviceCGTarget:
     free_dofs : array (n_free,) or None
         Sorted free L-vector indices of a restricted operator
         (:func:`hofem.restrict_dofs`), on the device; None: every DOF is free.
-    work_vectors : (array (n,), array (n,)) or None
-        A restricted operator's input and output L-vectors, zero on the constrained
-        DOFs, which the loop may use for ``p`` and ``Ap`` if it keeps those zero.
+    work_vectors : (array, array) or None
+        Vectors the loop may use for ``p`` and ``Ap``: a restricted operator's input
+        and output L-vectors ``(n,)``, zero on the constrained DOFs (the loop keeps
+        them zero), or a distributed operator's scratch L-vectors ``(l_size,)``.
     constrained_dofs : callable () -> int64 array (n - n_free,), or None
         The L-vector indices not in ``free_dofs`` (made on first call).
     distributed : DistributedParts or None

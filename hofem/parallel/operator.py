@@ -175,7 +175,11 @@ class ParOperator(_OperatorBase):
         if exchange.num_comp != 1:
             return None
         parts = DistributedParts(exchange, self.interior, self.boundary, exchange.l_size)
-        return DeviceCGTarget(operator=self, fusable=False, distributed=parts)
+        # the loop's p and A p are L-vectors like this operator's scratch ones, which
+        # nothing else uses while the loop runs
+        return DeviceCGTarget(
+            operator=self, fusable=False, work_vectors=(self._x, self._y), distributed=parts
+        )
 
     def vector_ops(self) -> VectorOps:
         """Inner products summed over the ranks (see :class:`ParallelVectorOps`)."""

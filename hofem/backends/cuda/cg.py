@@ -187,8 +187,9 @@ class DeviceCG:
         return self._result(x, status, iterations, math.sqrt(float(s[S_RR])))
 
     def _work_vectors(self):
-        """``p`` and ``Ap`` of the iteration, ``(l_size,)``: a restricted serial operator's
-        own work vectors (zero where constrained), else new ones."""
+        """``p`` and ``Ap`` of the iteration, ``(l_size,)``: the target's own work vectors
+        (a restricted serial operator's T-vectors, a distributed operator's scratch
+        L-vectors; both set here before use), else new ones."""
         if self.target.work_vectors is not None:
             return self.target.work_vectors
         return cupy.zeros(self.l_size), cupy.zeros(self.l_size)
