@@ -14,7 +14,7 @@ def main(out: str) -> None:
             d = json.loads(line)
             rate = d.get("dofs_x_iter_per_s_per_rank", d.get("dofs_x_iter_per_s"))
             per = d.get("dofs_per_rank", d.get("dofs"))
-            print(name, d.get("bp"), d.get("p"), f"{per:.3g}", d.get("ranks", 1),
+            print(name, d.get("tag", ""), d.get("bp"), d.get("p"), f"{per:.3g}", d.get("ranks", 1),
                   f"{rate / 1e9:.2f} GDOF*it/s per GPU, {per / rate * 1e6:.1f} us/it")  # fmt: skip
 
 

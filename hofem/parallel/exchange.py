@@ -32,13 +32,17 @@ def nccl_communicator(comm):
     """The NCCL communicator of ``comm``'s ranks (one per communicator, made on first use).
 
     Rank 0 makes the unique id and broadcasts it over MPI. NVLink multicast
-    (``NCCL_NVLS_ENABLE``) is left off unless the environment sets it.
+    (``NCCL_NVLS_ENABLE``) is left off, and NCCL uses one channel
+    (``NCCL_MAX_NCHANNELS=1``), unless the environment sets them.
     """
     import os
 
     from cupy.cuda import nccl
 
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    # the halo and the one-value all-reduces move kilobytes to megabytes, while every
+    # channel is a thread block holding an SM beside the interior cells' kernel
+    os.environ.setdefault("NCCL_MAX_NCHANNELS", "1")
     key = (comm.py2f(), comm.size, comm.rank)
     if key not in _NCCL:
         uid = comm.bcast(nccl.get_unique_id() if comm.rank == 0 else None, root=0)
