@@ -145,10 +145,11 @@ def _qdata(space, kind, basis, rule, coefficient):
     coords, geo = _coordinate_basis(space, rule)
     qdata = ceed.xp.empty(space.num_elem * size * Q)  # (num_elem * size * Q,) r_q's layout
     builds = {}  # one set-up operator per chunk length (at most two)
+    blocks = _CoordinateBlocks(coords)
     for a, b in space.cell_chunks(Q, r_q.lanes):
         if b - a not in builds:
             builds[b - a] = build_operator(coords, kind, geo, size, b - a)
-        x = ceed.asarray(coords.element_coordinates(a, b).ravel())  # (chunk * dim * P_x,)
+        x = blocks.cells(a, b)  # (chunk * dim * P_x,)
         chunk = qdata[a * size * Q : b * size * Q]
         build = builds[b - a]
         build.apply(x, chunk)
@@ -157,6 +158,30 @@ def _qdata(space, kind, basis, rule, coefficient):
             e = r_chunk.apply(chunk) * _coefficient(coords, a, b, coefficient, geo)
             chunk[...] = r_chunk.apply(e, TRANSPOSE)
     return r_q, qdata
+
+
+class _CoordinateBlocks:
+    """Coordinate E-vectors of increasing cell ranges on the backend, interpolated and
+    uploaded a block of at least :attr:`VALUES` values at a time (the q-data chunks
+    are far smaller than that for low-order coordinates: one host pass and copy per
+    block, not per chunk)."""
+
+    VALUES = 1 << 22
+
+    def __init__(self, coords):
+        self.coords, self.start, self.stop, self.x = coords, 0, 0, None
+
+    def cells(self, a, b):
+        """``(b - a) * dim * P_x`` coordinates of cells ``a:b`` (``a`` at or after the
+        last range's start), flat in the E-vector layout."""
+        if not self.start <= a <= b <= self.stop:
+            per_cell = self.coords.dim * self.coords.elem_size
+            self.start = a
+            self.stop = min(self.coords.num_elem, max(b, a + self.VALUES // per_cell))
+            x = self.coords.element_coordinates(self.start, self.stop)  # (cells, dim, P_x)
+            self.x = self.coords.ceed.asarray(x.ravel())
+        per_cell = self.coords.dim * self.coords.elem_size
+        return self.x[(a - self.start) * per_cell : (b - self.start) * per_cell]
 
 
 def _coefficient(space, a, b, coefficient, geo):
@@ -501,10 +526,11 @@ def _pointwise_chunks(space, kind, rule, coefficient):
     coords, geo = _coordinate_basis(space, rule)
     Q = geo.num_qpts
     builds = {}  # one set-up operator per chunk length (at most two)
+    blocks = _CoordinateBlocks(coords)
     for a, b in space.cell_chunks(Q):
         if b - a not in builds:
             builds[b - a] = build_operator(coords, kind, geo, size, b - a, (1, Q, Q * size))
-        x = ceed.asarray(coords.element_coordinates(a, b).ravel())  # (chunk * dim * P_x,)
+        x = blocks.cells(a, b)  # (chunk * dim * P_x,)
         q = ceed.xp.empty((b - a) * size * Q)  # (chunk * size * Q,)
         builds[b - a].apply(x, q)
         q = q.reshape(b - a, size, Q)
