@@ -57,8 +57,10 @@ Coefficient = float | Callable[[Array], Array] | None
 
 __all__ = [
     "diffusion",
+    "form_assembly",
     "form_quadrature",
     "form_space",
+    "interpolation_hits",
     "mass",
     "multigrid_hierarchy",
     "resolve_geometry",
@@ -264,11 +266,35 @@ def _form_diagonal(ref):
     operator held weakly: it holds the function."""
 
     def diagonal():
-        op = ref()
-        level = _level_assemblies([op], [_SPACES[op]], _FORM_ARGS[op], coarsest_matrix=False)[0]
-        return level.linear_assemble_diagonal()
+        return form_assembly(ref()).linear_assemble_diagonal()
 
     return diagonal
+
+
+def form_assembly(op: Operator, matrix: bool = False) -> LevelAssembly:
+    """The diagonal (and element matrices) of an operator made by :func:`mass` or
+    :func:`diffusion`, from its own q-data (:class:`~hofem.level_assembly.LevelAssembly`,
+    filled on first use).
+
+    Parameters
+    ----------
+    op : Operator
+        Made by a form (:func:`form_space` is not None).
+    matrix : bool
+        Also the element matrices, for ``linear_assemble()`` (a host CSR on the
+        L-vector).
+
+    Raises
+    ------
+    ValueError
+        ``op`` not made by a form.
+    """
+    space = form_space(op)
+    if space is None:
+        raise ValueError(
+            f"form_assembly needs an operator made by hofem.mass or hofem.diffusion, got {op!r}"
+        )
+    return _level_assemblies([op], [space], _FORM_ARGS[op], coarsest_matrix=matrix)[0]
 
 
 def _vector_prefix(space):
@@ -494,21 +520,48 @@ def _pointwise_chunks(space, kind, rule, coefficient):
 
 def _coarse_free(fine, coarse, fine_free):
     """Free DOFs of ``coarse``: those whose interpolation at ``fine``'s nodes misses every
-    constrained fine DOF (host, sorted).
+    constrained fine DOF (host, sorted)."""
+    constrained = np.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
+    constrained[fine.ceed.to_numpy(fine_free)] = False
+    constrained = constrained.reshape(fine.num_comp, fine.num_nodes)
+    hit = interpolation_hits(fine, coarse.order, constrained, coarse.offsets, coarse.num_nodes)
+    return free_indices(coarse.num_dofs, np.flatnonzero(hit))
+
+
+def interpolation_hits(
+    fine: H1Space,
+    order: int,
+    flagged: np.ndarray,
+    coarse_offsets: np.ndarray,
+    num_coarse_nodes: int,
+) -> np.ndarray:
+    """The coarse nodes of order ``order`` whose interpolation at ``fine``'s nodes reaches a
+    flagged fine node (host; cells in chunks, no whole-mesh temporary).
 
     A coarse node off a facet has a trace that vanishes on it, so its values at
     that facet's fine nodes are round-off; a node on a facet reaches some of them.
+
+    Parameters
+    ----------
+    fine : H1Space
+    order : int
+        The coarse order.
+    flagged : bool array (num_comp, fine num_nodes)
+    coarse_offsets : int array (num_elem, P_c)
+        The coarse nodes of ``fine``'s cells, in ``fine``'s cell order.
+    num_coarse_nodes : int
+
+    Returns
+    -------
+    bool array (num_comp, num_coarse_nodes)
     """
-    ceed = fine.ceed
-    constrained = np.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
-    constrained[ceed.to_numpy(fine_free)] = False
-    weights = np.abs(interpolation_basis(fine.basis(1), coarse.order).interp)  # (P_f, P_c)
-    hit = np.zeros(coarse.num_dofs, dtype=bool)  # (coarse num_dofs,)
-    for c in range(fine.num_comp):
-        for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
-            touched = constrained[c * fine.num_nodes + fine.offsets[a:b]] @ weights  # (b-a, P_c)
-            hit[c * coarse.num_nodes + coarse.offsets[a:b][touched > 1e-8]] = True
-    return free_indices(coarse.num_dofs, np.flatnonzero(hit))
+    weights = np.abs(interpolation_basis(fine.basis(1), order).interp)  # (P_f, P_c)
+    hit = np.zeros((flagged.shape[0], num_coarse_nodes), dtype=bool)
+    for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
+        for c in range(flagged.shape[0]):
+            touched = flagged[c][fine.offsets[a:b]] @ weights  # (b - a, P_c)
+            hit[c][coarse_offsets[a:b][touched > 1e-8]] = True
+    return hit
 
 
 register_hierarchy(Operator, multigrid_hierarchy)
