@@ -22,18 +22,27 @@ from hofem.bakeoff.common import box_side
 from hofem.bakeoff.problems import setup
 
 
-def build(args, ceed, p, dofs):
-    """(operator, comm or None, global DOFs) of BP3 at order ``p`` and about ``dofs`` DOFs."""
-    n = box_side(dofs, p)
+def backend(args):
+    """(ceed, comm or None): each rank's backend (bound to its GPU for ``/gpu``)."""
     if args.serial:
-        prob = setup("bp3", ceed, p, meshes.box(n, 3))
-        return prob.operator, None, prob.space.num_dofs
+        return hf.Ceed(args.ceed), None
     from hofem import parallel as par
-    from hofem.bakeoff.distributed import setup_distributed
+    from hofem.bakeoff.distributed import ceed_on_every_rank
 
     comm = par.world()
+    return ceed_on_every_rank(comm, args.ceed), comm
+
+
+def build(ceed, comm, p, dofs):
+    """(operator, global DOFs) of BP3 at order ``p`` and about ``dofs`` DOFs."""
+    n = box_side(dofs, p)
+    if comm is None:
+        prob = setup("bp3", ceed, p, meshes.box(n, 3))
+        return prob.operator, prob.space.num_dofs
+    from hofem.bakeoff.distributed import setup_distributed
+
     prob = setup_distributed("bp3", ceed, p, comm, elements=n)
-    return prob.operator, comm, prob.space.num_dofs
+    return prob.operator, prob.space.num_dofs
 
 
 def timed(A, comm):
@@ -42,12 +51,14 @@ def timed(A, comm):
         comm.Barrier()
     start, cpu = time.perf_counter(), time.process_time()
     M = hf.pmg(A)
+    A.ceed.backend.synchronize()
     if comm is not None:
         comm.Barrier()
     return M, time.perf_counter() - start, time.process_time() - cpu
 
 
-def profile(A, lines):
+def profile(A):
+    """cProfile statistics of one ``hf.pmg(A)``."""
     import cProfile
     import pstats
 
@@ -66,9 +77,9 @@ def main():
     parser.add_argument("--profile", type=int, default=0, help="print rank 0's N costliest calls")
     parser.add_argument("--out", default=None, help="also append the JSON lines here")
     args = parser.parse_args()
-    ceed = hf.Ceed(args.ceed)
+    ceed, comm = backend(args)
     for p in args.orders:
-        A, comm, dofs = build(args, ceed, p, args.dofs)
+        A, dofs = build(ceed, comm, p, args.dofs)
         rank0 = comm is None or comm.rank == 0
         ranks = 1 if comm is None else comm.size
         timed(A, comm)  # warm-up: compiles the coarse levels and transfers
@@ -86,7 +97,7 @@ def main():
                         out.write(json.dumps(record) + "\n")
             del M
         if args.profile:
-            stats = profile(A, args.profile)
+            stats = profile(A)
             if rank0:
                 stats.sort_stats("cumulative").print_stats(args.profile)
                 stats.sort_stats("tottime").print_stats(args.profile)

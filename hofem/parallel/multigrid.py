@@ -1,6 +1,10 @@
 """p-multigrid on distributed operators: levels per rank, P/Pᵀ around the transfers,
 the order-1 matrix gathered to rank 0 for pyamg (registered for :func:`hofem.pmg`)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import scipy.sparse
 
@@ -8,6 +12,7 @@ from ..forms import form_assembly, form_space, interpolation_hits
 from ..multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
 from ..operator import SubOperator, _OperatorBase
 from ..space import free_indices
+from ..typing import Array
 from .operator import ParallelVectorOps, ParOperator
 
 __all__ = ["ParLevel", "ParTransfer", "par_multigrid_hierarchy"]
@@ -126,7 +131,9 @@ def _coarse_free(fine, coarse, offsets, free):
     return ceed.asarray(free_indices(coarse.num_owned_dofs, np.flatnonzero(hit_t > 0)))
 
 
-def par_multigrid_hierarchy(A, orders=None):
+def par_multigrid_hierarchy(
+    A: ParOperator | ParLevel | SubOperator, orders: Sequence[int] | None = None
+) -> Hierarchy:
     """The p-multigrid levels of a distributed form (or ``restrict_dofs`` of one).
 
     A :class:`ParOperator` whose local operators are forms (:func:`hofem.mass`,
@@ -209,7 +216,12 @@ class GatheredSolver:
         level's local operators through the backend.
     """
 
-    def __init__(self, A, make, local=None):
+    def __init__(
+        self,
+        A: ParOperator | ParLevel | SubOperator,
+        make: Callable,
+        local: scipy.sparse.sparray | scipy.sparse.spmatrix | None = None,
+    ) -> None:
         level, parts, free = _split(A)
         space, ceed = level.space, level.ceed
         self.comm, self.ceed = space.comm, ceed
@@ -233,7 +245,7 @@ class GatheredSolver:
             del gathered
             self.solver = make(scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n)), np)
 
-    def __call__(self, b):
+    def __call__(self, b: Array) -> Array:
         pieces = self.comm.gather(self.ceed.to_numpy(b), root=0)
         out = None
         if self.comm.rank == 0:
