@@ -57,8 +57,10 @@ Coefficient = float | Callable[[Array], Array] | None
 
 __all__ = [
     "diffusion",
+    "form_assembly",
     "form_quadrature",
     "form_space",
+    "interpolation_hits",
     "mass",
     "multigrid_hierarchy",
     "resolve_geometry",
@@ -310,11 +312,35 @@ def _form_diagonal(ref):
     operator held weakly: it holds the function."""
 
     def diagonal():
-        op = ref()
-        level = _level_assemblies([op], [_SPACES[op]], _FORM_ARGS[op], coarsest_matrix=False)[0]
-        return level.linear_assemble_diagonal()
+        return form_assembly(ref()).linear_assemble_diagonal()
 
     return diagonal
+
+
+def form_assembly(op: Operator, matrix: bool = False) -> LevelAssembly:
+    """The diagonal (and element matrices) of an operator made by :func:`mass` or
+    :func:`diffusion`, from its own q-data (:class:`~hofem.level_assembly.LevelAssembly`,
+    filled on first use).
+
+    Parameters
+    ----------
+    op : Operator
+        Made by a form (:func:`form_space` is not None).
+    matrix : bool
+        Also the element matrices, for ``linear_assemble()`` (a host CSR on the
+        L-vector).
+
+    Raises
+    ------
+    ValueError
+        ``op`` not made by a form.
+    """
+    space = form_space(op)
+    if space is None:
+        raise ValueError(
+            f"form_assembly needs an operator made by hofem.mass or hofem.diffusion, got {op!r}"
+        )
+    return _level_assemblies([op], [space], _FORM_ARGS[op], coarsest_matrix=matrix)[0]
 
 
 def _vector_prefix(space):
@@ -541,28 +567,14 @@ def _pointwise_chunks(space, kind, rule, coefficient):
 
 def _coarse_free(fine, coarse, fine_free):
     """Free DOFs of ``coarse``: those whose interpolation at ``fine``'s nodes misses every
-    constrained fine DOF (sorted, on the backend).
-
-    A coarse node off a facet has a trace that vanishes on it, so its values at
-    that facet's fine nodes are round-off; a node on a facet reaches some of them.
-    Only the cells with a constrained node (the boundary layer) are interpolated.
-    """
+    constrained fine DOF (sorted, on the backend)."""
     xp = fine.ceed.xp
     constrained = xp.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
     constrained[fine_free] = False
-    weights = np.abs(interpolation_basis(fine.basis(1), coarse.order).interp)  # (P_f, P_c)
-    weights = fine.ceed.asarray(weights)
+    constrained = constrained.reshape(fine.num_comp, fine.num_nodes)
     f_off, c_off = _backend_offsets(fine), _backend_offsets(coarse)  # (num_elem, P)
-    wide = index_dtype(max(fine.num_dofs, coarse.num_dofs))
-    hit = xp.zeros(coarse.num_dofs, dtype=bool)  # (coarse num_dofs,)
-    for c in range(fine.num_comp):
-        for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
-            cells = constrained[c * fine.num_nodes + f_off[a:b].astype(wide)]  # (b - a, P_f)
-            near = xp.flatnonzero(cells.any(axis=1))  # cells with a constrained node
-            touched = cells[near].astype(np.float64) @ weights  # (near, P_c)
-            nodes = c_off[a:b][near].astype(wide)  # (near, P_c)
-            hit[c * coarse.num_nodes + nodes[touched > 1e-8]] = True
-    return xp.flatnonzero(~hit).astype(index_dtype(coarse.num_dofs))
+    hit = interpolation_hits(fine, coarse.order, constrained, coarse.num_nodes, f_off, c_off)
+    return xp.flatnonzero(~hit.ravel()).astype(index_dtype(coarse.num_dofs))
 
 
 def _backend_offsets(space):
@@ -571,6 +583,50 @@ def _backend_offsets(space):
     if device is None:
         return space.offsets
     return device.reshape(space.num_elem, space.elem_size)
+
+
+def interpolation_hits(
+    fine: H1Space,
+    order: int,
+    flagged: Array,
+    num_coarse_nodes: int,
+    fine_offsets: Array,
+    coarse_offsets: Array,
+) -> Array:
+    """The coarse nodes of order ``order`` whose interpolation at ``fine``'s nodes reaches a
+    flagged fine node (cells in chunks, no whole-mesh temporary).
+
+    A coarse node off a facet has a trace that vanishes on it, so its values at
+    that facet's fine nodes are round-off; a node on a facet reaches some of them.
+    Only the cells with a flagged node (a boundary layer) are interpolated.
+
+    Parameters
+    ----------
+    fine : H1Space
+    order : int
+        The coarse order.
+    flagged : bool array (num_comp, fine num_nodes)
+        NumPy, or the backend's array type (then so are the offsets).
+    num_coarse_nodes : int
+    fine_offsets : int array (num_elem, P_f)
+        ``fine``'s component-0 offsets.
+    coarse_offsets : int array (num_elem, P_c)
+        The coarse nodes of ``fine``'s cells, in ``fine``'s cell order.
+
+    Returns
+    -------
+    bool array (num_comp, num_coarse_nodes), of ``flagged``'s array type
+    """
+    xp = np if isinstance(flagged, np.ndarray) else fine.ceed.xp
+    weights = xp.asarray(np.abs(interpolation_basis(fine.basis(1), order).interp))  # (P_f, P_c)
+    hit = xp.zeros((flagged.shape[0], num_coarse_nodes), dtype=bool)
+    for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
+        for c in range(flagged.shape[0]):
+            cells = flagged[c][fine_offsets[a:b]]  # (b - a, P_f)
+            near = xp.flatnonzero(cells.any(axis=1))  # cells with a flagged node
+            touched = cells[near].astype(np.float64) @ weights  # (near, P_c)
+            hit[c][coarse_offsets[a:b][near][touched > 1e-8]] = True
+    return hit
 
 
 register_hierarchy(Operator, multigrid_hierarchy)

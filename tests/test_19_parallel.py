@@ -72,6 +72,21 @@ def test_cg_variants_equal_serial_with_one_reduction(n, resource):
 @pytest.mark.mpi
 @needs_mpiexec
 @pytest.mark.parametrize("n", RANKS)
+@pytest.mark.parametrize("resource", ["/cpu/self/ref", "/cpu/self/numba"])
+@pytest.mark.parametrize("group", ["pmg", "pmg_galerkin", "pmg_assembly"])
+def test_pmg_equals_serial(n, resource, group):
+    """hf.pmg on ParOperator: the serial solution and iterations (rediscretized and Galerkin
+    levels); the levels' diagonals and order-1 matrix equal the generic assembly."""
+    if resource not in hf.available():
+        pytest.skip(f"{resource} is not available here")
+    run = mpiexec(n, str(CASES), group, resource)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == f"OK {group}"
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
 def test_bad_input_fails_on_every_rank(n):
     run = mpiexec(n, str(CASES), "errors", "/cpu/self/ref")
     assert run.returncode == 0, run.stdout + run.stderr

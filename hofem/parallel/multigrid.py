@@ -1,13 +1,18 @@
 """p-multigrid on distributed operators: levels per rank, P/Pᵀ around the transfers,
 the order-1 matrix gathered to rank 0 for pyamg (registered for :func:`hofem.pmg`)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import scipy.sparse
 
+from ..forms import form_assembly, form_space, interpolation_hits
 from ..multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
 from ..operator import SubOperator, _OperatorBase
 from ..space import free_indices
-from ..transfer import interpolation_basis
+from ..typing import Array
 from .operator import ParallelVectorOps, ParOperator
 
 __all__ = ["ParLevel", "ParTransfer", "par_multigrid_hierarchy"]
@@ -119,35 +124,45 @@ def _coarse_free(fine, coarse, offsets, free):
     flag = np.ones(fine.num_owned_dofs)  # (fine T,) 1 where constrained
     flag[ceed.to_numpy(free)] = 0.0
     flag_l = ceed.to_numpy(fine.exchange.prolong(ceed.asarray(flag)))  # (fine L,)
-    flag_l = flag_l.reshape(fine.num_comp, -1)
-    weights = np.abs(interpolation_basis(fine.local.basis(1), coarse.order).interp)
-    hit = np.zeros((coarse.num_comp, coarse.local.num_nodes))  # coarse L
-    for c in range(fine.num_comp):
-        touched = flag_l[c][fine.local.offsets] @ weights  # (num_elem, P_c)
-        hit[c][offsets[touched > 1e-8]] = 1.0
-    hit_t = ceed.to_numpy(coarse.exchange.prolong_transpose(ceed.asarray(hit.ravel())))
+    constrained = flag_l.reshape(fine.num_comp, -1) > 0.5
+    hit = interpolation_hits(
+        fine.local, coarse.order, constrained, coarse.local.num_nodes, fine.local.offsets, offsets
+    )
+    hit = ceed.asarray(hit.ravel().astype(np.float64))  # (coarse L,)
+    hit_t = ceed.to_numpy(coarse.exchange.prolong_transpose(hit))  # (coarse T,)
     return ceed.asarray(free_indices(coarse.num_owned_dofs, np.flatnonzero(hit_t > 0)))
 
 
-def par_multigrid_hierarchy(A, orders=None):
+def par_multigrid_hierarchy(
+    A: ParOperator | ParLevel | SubOperator, orders: Sequence[int] | None = None
+) -> Hierarchy:
     """The p-multigrid levels of a distributed form (or ``restrict_dofs`` of one).
 
-    Each rank makes the coarse levels of its local operators
-    (``multigrid_level`` with the coarse space's offsets and the fine nodes'
-    global multiplicity); the transfers wrap them in the two spaces' P and Pᵀ.
-    The order-1 matrix is assembled per rank, gathered to rank 0 in global
-    numbering, and solved there by pyamg (:class:`GatheredSolver`), so the
-    coarse solve is the same whatever the number of ranks.
+    A :class:`ParOperator` whose local operators are forms (:func:`hofem.mass`,
+    :func:`hofem.diffusion`) is rediscretized as the serial hierarchy is: each
+    coarser level is a :class:`ParOperator` of the same ``build`` on the coarser
+    :class:`ParH1Space` (its own interior/boundary split, its order's quadrature),
+    whose diagonals come from the forms' q-data per rank
+    (:func:`hofem.forms.form_assembly`) and are summed with ``Pᵀ``.  Other local
+    operators get Galerkin levels (:class:`ParLevel` of their ``multigrid_level``
+    with the coarse space's offsets and the fine nodes' global multiplicity),
+    assembled through the backend.  The transfers wrap ``multigrid_level``'s in the
+    two spaces' P and Pᵀ.  The order-1 matrix is assembled per rank, gathered to
+    rank 0 in the numbering of the solved DOFs, and solved there by pyamg
+    (:class:`GatheredSolver`), so the coarse solve is the same whatever the number
+    of ranks.
     """
     level, parts, free = _split(A)
     space = level.space
     orders = coarse_orders(space.order, orders)
+    forms = isinstance(level, ParOperator) and all(form_space(op) is not None for op in parts)
     levels, prolong, restrict = [A], [], []
     for order in orders[1:]:
         coarse = space.with_order(order)
         ops, P_parts, R_parts, offsets = _level(space, parts, coarse)
         P, R = ParTransfer(P_parts, coarse, space), ParTransfer(R_parts, space, coarse)
-        op_c = ParLevel(coarse, ops)
+        op_c = ParOperator(coarse, level.build) if forms else ParLevel(coarse, ops)
+        parts = _split(op_c)[1]
         if free is not None:
             free_c = _coarse_free(space, coarse, offsets, free)
             P, R = RestrictedTransfer(P, free, free_c), RestrictedTransfer(R, free_c, free)
@@ -156,48 +171,88 @@ def par_multigrid_hierarchy(A, orders=None):
         levels.append(op_c)
         prolong.append(P)
         restrict.append(R)
-        space, parts = coarse, ops
+        space = coarse
 
     def coarse_solver(make):
-        return GatheredSolver(levels[-1], make)
+        local = None  # the backend's generic assembly of the parts
+        if forms:  # the forms' element matrices from their q-data, summed over the parts
+            local = sum(form_assembly(op, matrix=True).linear_assemble() for op in parts)
+        return GatheredSolver(levels[-1], make, local)
 
     return Hierarchy(levels, prolong, restrict, orders, coarse_solver)
 
 
-class GatheredSolver:
-    """The coarsest level's solve on rank 0: matrix and vectors gathered, result scattered."""
+def _solved_numbering(space, free):
+    """Each local node's index among the solved DOFs of every rank (rank after rank, each
+    rank's free T-dofs in order), -1 where constrained; and this rank's count of them.
 
-    def __init__(self, A, make):
+    Returns
+    -------
+    number : int64 array (L,), host
+    count : int
+    """
+    ceed = space.ceed
+    kept = np.arange(space.num_owned_dofs) if free is None else ceed.to_numpy(free)
+    first = space.comm.exscan(int(kept.size)) or 0  # None on rank 0
+    number = np.full(space.num_owned_dofs, -1.0)  # (T,) exact in float64 below 2^53
+    number[kept] = first + np.arange(kept.size)
+    number_l = ceed.to_numpy(space.exchange.prolong(ceed.asarray(number)))  # (L,)
+    return np.rint(number_l).astype(np.int64), int(kept.size)
+
+
+class GatheredSolver:
+    """The coarsest level's solve on rank 0: matrix and vectors gathered, result scattered.
+
+    Each rank numbers its local matrix's rows and columns among the solved DOFs
+    (:func:`_solved_numbering`: ``P`` carries the owners' numbers to the ghosts),
+    drops the constrained ones and sends the rest; rank 0 builds the solved
+    matrix from them directly.
+
+    Parameters
+    ----------
+    A : ParOperator, ParLevel or restrict_dofs of one
+    make : callable
+        ``make(A_host_csr, np) -> solve``.
+    local : scipy.sparse matrix (L, L), optional
+        The rank's part of the level on its L-vector; default assembled from the
+        level's local operators through the backend.
+    """
+
+    def __init__(
+        self,
+        A: ParOperator | ParLevel | SubOperator,
+        make: Callable,
+        local: scipy.sparse.sparray | scipy.sparse.spmatrix | None = None,
+    ) -> None:
         level, parts, free = _split(A)
         space, ceed = level.space, level.ceed
         self.comm, self.ceed = space.comm, ceed
-        numbering, nc = space.numbering, space.num_comp
-        comp = np.arange(nc, dtype=np.int64)[:, None] * numbering.num_global
-        l_ids = (comp + numbering.global_ids[None, :]).ravel()  # (L,) global dof ids
-        t_ids = space.global_dofs()  # (T,)
-        if free is not None:
-            t_ids = t_ids[ceed.to_numpy(free)]
-        local = sum(op.linear_assemble() for op in parts).tocoo()
-        local = local if ceed.xp is np else local.get()
-        triplets = (l_ids[local.row], l_ids[local.col], local.data)
-        gathered = self.comm.gather((triplets, t_ids), root=0)
+        if local is None:
+            local = sum(op.linear_assemble() for op in parts)
+            local = local if ceed.xp is np else local.get()
+        number, count = _solved_numbering(space, free)
+        local = local.tocoo()
+        rows, cols = number[local.row], number[local.col]
+        kept = (rows >= 0) & (cols >= 0)
+        triplets = (rows[kept], cols[kept], local.data[kept])
+        del local, rows, cols
+        gathered = self.comm.gather((triplets, count), root=0)
         self.solver = None
         if self.comm.rank == 0:
-            self.ids = [ids for _, ids in gathered]
-            keep = np.concatenate(self.ids)  # the solved DOFs, in the order of the ranks
-            n = space.num_dofs
+            self.sizes = [size for _, size in gathered]
+            n = sum(self.sizes)
             rows, cols, vals = (
                 np.concatenate(x) for x in zip(*(t for t, _ in gathered), strict=True)
             )
-            full = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
-            self.solver = make(full[keep][:, keep].tocsr(), np)
+            del gathered
+            self.solver = make(scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n)), np)
 
-    def __call__(self, b):
+    def __call__(self, b: Array) -> Array:
         pieces = self.comm.gather(self.ceed.to_numpy(b), root=0)
         out = None
         if self.comm.rank == 0:
             x = self.solver(np.concatenate(pieces))
-            out = np.split(x, np.cumsum([ids.size for ids in self.ids])[:-1])
+            out = np.split(x, np.cumsum(self.sizes)[:-1])
         return self.ceed.asarray(self.comm.scatter(out, root=0))
 
 

@@ -122,11 +122,13 @@ class ParOperator(_OperatorBase):
     ----------
     interior, boundary : Operator or None
         The local operators on the two cell ranges (None where a range is empty).
+    build : callable
+        As given: the same operator on another space (a multigrid level).
     """
 
     def __init__(self, space: ParH1Space, build: Callable[[H1Space], _OperatorBase]) -> None:
         local, k = space.local, space.num_interior
-        self.space = space
+        self.space, self.build = space, build
         self.ceed = space.ceed
         ranges = [r for r in ((0, k), (k, local.num_elem)) if r[0] < r[1]]
         parts = dict(zip(ranges, local.element_subsets(*ranges), strict=True))

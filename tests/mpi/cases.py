@@ -255,6 +255,95 @@ def group_pmg(resource):
             print(f"pmg {'tet' if simplex else 'hex'} p={p}: {it_p} iterations (serial {it_s})")
 
 
+def _unregistered(build):
+    """``build`` whose operators are copies unknown to the forms (the Galerkin fallback)."""
+
+    def copy(s):
+        form = build(s)
+        op = form.ceed.Operator(form.qf)
+        for name, f in form.fields.items():
+            r = hf.ELEMRESTRICTION_NONE if f.restriction is None else f.restriction
+            op.set_field(name, r, hf.BASIS_NONE if f.basis is None else f.basis, f.vector)
+        return op
+
+    return copy
+
+
+def group_pmg_galerkin(resource):
+    """hf.pmg on a ParOperator of operators no form made (Galerkin levels, generic assembly):
+    the serial solution, iterations within one of serial."""
+    ceed = hf.Ceed(resource)
+
+    def f(x):
+        return np.sin(3 * x[:, 0]) + x[:, 1] * x[:, 2]
+
+    serial = hf.H1Space(ceed, meshes.box(3, dim=3), 4)
+    x_s, it_s = _pmg_solve(ceed, serial, hf.diffusion(serial), serial.load_vector(f))
+    space = par.ParH1Space(ceed, par.box_local(comm, 3, dim=3), 4)
+    A = par.ParOperator(space, _unregistered(hf.diffusion))
+    x_p, it_p = _pmg_solve(ceed, space, A, space.load_vector(f))
+    err = comm.allreduce(
+        float(np.abs(x_p - x_s[owned_in_serial(space, serial)]).max()), op=par_max()
+    )
+    assert err <= 1e-7 * np.abs(x_s).max(), err
+    assert abs(it_p - it_s) <= 1, (it_p, it_s)
+
+
+def _gathered_matrices(hierarchy):
+    """Rank 0's order-1 matrices of ``hierarchy``: from its coarse solver, and gathered from
+    the backend's generic assembly of the coarsest level (None, None elsewhere)."""
+    from hofem.parallel.multigrid import GatheredSolver
+
+    matrices = []
+
+    def capture(A_host, xp):  # make(A_host, xp): keeps the matrix, makes no solver
+        matrices.append(A_host.tocsr())
+
+    hierarchy.coarse_solver(capture)
+    GatheredSolver(hierarchy.operators[-1], capture)
+    return matrices if matrices else (None, None)
+
+
+def group_pmg_assembly(resource):
+    """The distributed levels' diagonals and gathered order-1 matrix, from the forms' q-data
+    per rank, equal the backend's generic assembly of the same levels."""
+    from hofem.operator import SubOperator
+    from hofem.parallel.multigrid import par_multigrid_hierarchy
+
+    ceed = hf.Ceed(resource)
+    cases = ((False, 4, 1, par.diffusion, True), (True, 3, 3, par.mass, False))
+    for simplex, p, num_comp, form, restricted in cases:
+        local = par.box_local(comm, 4, dim=3, simplex=simplex)
+        space = par.ParH1Space(ceed, local, p, num_comp)
+        A = form(space)
+        A = hf.restrict_dofs(A, space.free_dofs()) if restricted else A
+        hierarchy = par_multigrid_hierarchy(A)
+        for level in hierarchy.operators:
+            inner = level.op if isinstance(level, SubOperator) else level
+            assert isinstance(inner, par.ParOperator), type(inner)
+            generic = sum(
+                ceed.asarray(ceed.to_numpy(op.linear_assemble().diagonal()))
+                for op in (inner.interior, inner.boundary)
+                if op is not None
+            )
+            generic = inner.space.exchange.prolong_transpose(generic)  # (T,)
+            if restricted:
+                generic = generic[level.free_dofs]
+            diag = level.linear_assemble_diagonal()
+            scale = comm.allreduce(
+                float(np.abs(ceed.to_numpy(generic)).max(initial=0.0)), op=par_max()
+            )
+            err = comm.allreduce(
+                float(np.abs(ceed.to_numpy(diag - generic)).max(initial=0.0)), op=par_max()
+            )
+            assert err <= 1e-12 * scale, (simplex, p, inner.space.order, err / scale)
+        ours, generic = _gathered_matrices(hierarchy)
+        if rank == 0:
+            err = abs(ours - generic).max()
+            assert ours.shape == generic.shape and err <= 1e-12 * abs(generic).max(), err
+            print(f"pmg assembly {'tet' if simplex else 'hex'} p={p}: {ours.shape[0]} coarse DOFs")
+
+
 def _count_reductions(exchange):
     """Count the exchange's all-reduces (blocking or started) in ``counter[0]``."""
     counter = [0]
@@ -356,6 +445,8 @@ GROUPS = {
     "errors": group_errors,
     "crash": group_crash,
     "pmg": group_pmg,
+    "pmg_galerkin": group_pmg_galerkin,
+    "pmg_assembly": group_pmg_assembly,
     "variants": group_variants,
     "device": group_device,
 }
