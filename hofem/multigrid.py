@@ -327,11 +327,11 @@ class AMGCycle:
         self.levels = []  # (A, P, R, smoother) on xp, fine to coarse
         for level in ml.levels[:-1]:
             A = level.A.tocsr()
-            inv_diag = 1.0 / A.diagonal()
-            # a few Lanczos steps on the host, as on the p-levels (pyamg's Arnoldi costs more)
-            lam = estimate_max_eigenvalue(_matrix_apply(A), inv_diag, VectorOps(np), eig_steps)
-            A_x = device_matrix(A, xp)
-            smoother = Chebyshev(_matrix_apply(A_x), xp.asarray(inv_diag), lam, degree, bounds, ops)
+            A_x, inv_diag = device_matrix(A, xp), xp.asarray(1.0 / A.diagonal())
+            # a few Lanczos steps where the cycle runs, as on the p-levels (pyamg's Arnoldi
+            # costs more)
+            lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
+            smoother = Chebyshev(_matrix_apply(A_x), inv_diag, lam, degree, bounds, ops)
             P, R = device_matrix(level.P, xp), device_matrix(level.R, xp)
             self.levels.append((A_x, P, R, smoother))
         coarsest = np.asarray(ml.levels[-1].A.toarray())

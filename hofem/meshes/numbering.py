@@ -216,32 +216,61 @@ def _box_offsets(mesh, p):
         ),
         key=len,
     )  # classes S, by the number of their interior directions
-    base, num_nodes = {}, 0
-    for S in subsets:  # first id of each class
-        base[S] = num_nodes
+    node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
+    classes, num_nodes = [], 0
+    for S in subsets:
+        nodes, weights, first = _box_class(n, p, S, node)
+        if nodes.size:
+            classes.append((nodes, weights, num_nodes + first))
         num_nodes += math.prod(int(n[d]) if d in S else int(n[d]) + 1 for d in range(dim)) * (
             p - 1
         ) ** len(S)
-    node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
     offsets = np.empty((mesh.num_cells, len(node)), dtype=index_dtype(num_nodes))
     corners = ref.corner_nodes(mesh.cell_type, p)  # (num_corners,)
     for start, stop in chunk_ranges(mesh.num_cells, len(node)):  # no (num_cells, P) int64
         e = np.arange(start, stop, dtype=np.int64)
-        cell = np.unravel_index(e, n[::-1])[::-1]  # per direction (chunk,), x first
-        for i, a in enumerate(node):
-            S = tuple(d for d in range(dim) if 0 < a[d] < p)
-            entity, offset, stride, o_stride = 0, 0, 1, 1
-            for d in range(dim):
-                inside = d in S
-                entity = entity + (cell[d] + (0 if inside else a[d] // p)) * stride
-                stride *= int(n[d]) + (0 if inside else 1)
-                if inside:
-                    offset += (int(a[d]) - 1) * o_stride
-                    o_stride *= p - 1
-            offsets[start:stop, i] = base[S] + entity * (p - 1) ** len(S) + offset
+        cell = np.stack(np.unravel_index(e, n[::-1])[::-1], axis=1)  # (chunk, dim), x first
+        for nodes, weights, first in classes:
+            offsets[start:stop, nodes] = (cell @ weights)[:, None] + first[None, :]
         if not np.array_equal(offsets[start:stop, corners], mesh.cells[e]):
             raise ValueError(
                 f"mesh.box_shape {mesh.box_shape} does not match its cells: the cells "
                 "are not in box grid order; build the mesh without box_shape"
             )
     return offsets, num_nodes
+
+
+def _box_class(n, p, S, node):
+    """The lattice nodes of class ``S`` and their ids as ``cell @ weights + first``.
+
+    Parameters
+    ----------
+    n : int64 array (dim,)
+        Cells per direction.
+    p : int
+    S : tuple of int
+        The directions in which the class's nodes are inside a cell's span.
+    node : int64 array (P, dim)
+        The cell's lattice.
+
+    Returns
+    -------
+    nodes : int array (n_S,)
+        The class's local nodes.
+    weights : int64 array (dim,)
+        Each cell coordinate's weight in the id: the entity stride times ``(p - 1)^|S|``.
+    first : int64 array (n_S,)
+        The ids of the class's nodes in cell 0, counted from the class's first id.
+    """
+    dim = len(n)
+    inside = np.zeros(dim, dtype=bool)
+    inside[list(S)] = True
+    nodes = np.flatnonzero((((node > 0) & (node < p)) == inside).all(axis=1))
+    # entity index x fastest: n_d cell spans or n_d + 1 grid planes per direction
+    stride = np.cumprod(np.concatenate([[1], n[:-1] + ~inside[:-1]]))  # (dim,)
+    o_stride = np.cumprod(np.concatenate([[1], np.where(inside[:-1], p - 1, 1)]))  # (dim,)
+    a = node[nodes]  # (n_S, dim)
+    scale = (p - 1) ** len(S)
+    first = scale * (np.where(inside, 0, a // p) @ stride)
+    first += np.where(inside, a - 1, 0) @ o_stride
+    return nodes, scale * stride, first
