@@ -212,7 +212,8 @@ class GatheredSolver:
     ----------
     A : ParOperator, ParLevel or restrict_dofs of one
     make : callable
-        ``make(A_host_csr, np) -> solve``.
+        ``make(A_host_csr, xp) -> solve``: called on rank 0 with the backend's array
+        module, so a GPU rank 0 runs the coarse cycle on its device.
     local : scipy.sparse matrix (L, L), optional
         The rank's part of the level on its L-vector; default assembled from the
         level's local operators through the backend.
@@ -237,23 +238,27 @@ class GatheredSolver:
         triplets = (rows[kept], cols[kept], local.data[kept])
         del local, rows, cols
         gathered = self.comm.gather((triplets, count), root=0)
-        self.solver = None
+        self.solver, self.count, self.sizes = None, count, None
         if self.comm.rank == 0:
-            self.sizes = [size for _, size in gathered]
-            n = sum(self.sizes)
+            self.sizes = np.array([size for _, size in gathered], dtype=np.int64)  # (ranks,)
+            n = int(self.sizes.sum())
             rows, cols, vals = (
                 np.concatenate(x) for x in zip(*(t for t, _ in gathered), strict=True)
             )
             del gathered
-            self.solver = make(scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n)), np)
+            matrix = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
+            self.solver = make(matrix, ceed.xp)
 
     def __call__(self, b: Array) -> Array:
-        pieces = self.comm.gather(self.ceed.to_numpy(b), root=0)
-        out = None
-        if self.comm.rank == 0:
-            x = self.solver(np.concatenate(pieces))
-            out = np.split(x, np.cumsum(self.sizes)[:-1])
-        return self.ceed.asarray(self.comm.scatter(out, root=0))
+        """``x`` (this rank's solved DOFs) of the coarsest system: ``b`` gathered to rank 0
+        (``Gatherv`` of host buffers), solved there, scattered back."""
+        ceed, root = self.ceed, self.comm.rank == 0
+        gathered = np.empty(int(self.sizes.sum())) if root else None  # (n,) on rank 0
+        self.comm.Gatherv(ceed.to_numpy(b), (gathered, self.sizes) if root else None, root=0)
+        x = ceed.to_numpy(self.solver(ceed.asarray(gathered))) if root else None
+        out = np.empty(self.count)  # (this rank's solved DOFs,)
+        self.comm.Scatterv((x, self.sizes) if root else None, out, root=0)
+        return ceed.asarray(out)
 
 
 register_hierarchy(ParOperator, par_multigrid_hierarchy)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# pmg set-up and time to solution, two trees side by side on one GPU (alternating processes):
+#   bash bakeoff/pmg_setup_ab.sh OLD_TREE [OUTDIR]
+# OLD_TREE holds an older ``hofem`` package (e.g. ``git archive REV hofem | tar -x -C OLD_TREE``);
+# the current checkout is the other. Each process times CG and pmg on BP3 (bakeoff/pmg_measure.py).
+set -uo pipefail
+old=$1
+out=${2:-/tmp/pmg_setup_ab}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+here=$(pwd)
+measure() {  # tree tag p dofs
+    PYTHONPATH="$1:$here:${PYTHONPATH:-}" timeout 280 "$py" bakeoff/pmg_measure.py time \
+        --ceed /gpu/cuda/gen --cells hex --orders "$3" --dofs "$4" --preconditioners none pmg \
+        --out "$out/$2.jsonl" >/dev/null 2>"$out/$2_$3_$4.err" || echo "$2 p=$3 $4 failed"
+}
+for case in "6 1e7" "4 1e7" "6 1e7" "4 1e7" "6 8e7"; do
+    set -- $case
+    measure "$old" old "$1" "$2"
+    measure "$here" new "$1" "$2"
+done
+"$py" - "$out" <<'PY'
+import json, sys
+for tag in ("old", "new"):
+    for line in open(f"{sys.argv[1]}/{tag}.jsonl"):
+        d = json.loads(line)
+        extra = f" V-cycle {d['vcycle_over_apply']:.2f} applies" if "vcycle_over_apply" in d else ""
+        print(tag, d["p"], f"{d['dofs']:.3g}", d["preconditioner"], d["iterations"],
+              f"set-up {d['precond_setup_s']:.3f} s, solve {d['solve_s']:.3f} s, "
+              f"to solution {d['time_to_solution_s']:.3f} s{extra}")
+PY
