@@ -225,7 +225,8 @@ def cg(
         inv_diag = None if M is None else M.inv_diag
         tol = max(rtol * ops.norm(b), atol)
         return _device_solve(device, b, x0, tol, maxiter, inv_diag, check_every)
-    return _host_solve(A, b, x0, M, ops, rtol, atol, maxiter, check_every, callback, variant)
+    with ops.solve_scope(b.size):
+        return _host_solve(A, b, x0, M, ops, rtol, atol, maxiter, check_every, callback, variant)
 
 
 def _host_solve(A, b, x0, M, ops, rtol, atol, maxiter, check_every, callback, variant):

@@ -8,6 +8,7 @@ Numba loops on ``/cpu/self/numba``).  Scalars (``rz``, ``pAp``) stay 0-d arrays
 of the vectors' library, so on a GPU nothing synchronizes with the host.
 """
 
+import contextlib
 import math
 from collections.abc import Sequence
 from types import ModuleType
@@ -43,6 +44,11 @@ class VectorOps:
     def length(self, a: Array) -> int:
         """Entries of ``a`` (over all ranks, for distributed vectors)."""
         return a.size
+
+    def solve_scope(self, n: int) -> contextlib.AbstractContextManager:
+        """The context a host-loop solve of ``n`` local unknowns runs in: where the
+        backend chooses its host threads by size (Numba), that choice; else nothing."""
+        return contextlib.nullcontext()
 
     def _alpha(self, rz, pAp, breakdown):
         xp = self.xp

@@ -189,6 +189,28 @@ def test_parallel_loops_hand_out_chunks_dynamically(nb, monkeypatch):
     assert numba.get_parallel_chunksize() == before
 
 
+@pytest.mark.parametrize("cells, threads", [(3, 1), (130, 2)])
+def test_small_solves_run_on_one_thread(nb, cells, threads):
+    """A host-loop solve below SERIAL_ENTRIES unknowns runs every parallel loop on the
+    calling thread (waking the others costs more than they give there), a larger one on
+    the backend's threads; the caller's setting is restored after."""
+    from hofem.backends.numba.kernels import SERIAL_ENTRIES
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 threads")
+    op, _ = mass_operator(nb, n=cells, p=2, dim=2)  # (2 * cells + 1)^2 unknowns
+    assert (op.shape[0] < SERIAL_ENTRIES) == (threads == 1)
+    seen = []
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(2)
+        hf.cg(op, np.ones(op.shape[0]), rtol=0.0, maxiter=2,
+              callback=lambda x: seen.append(numba.get_num_threads()))  # fmt: skip
+        assert seen == [threads, threads] and numba.get_num_threads() == 2
+    finally:
+        numba.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("jacobi", [False, True])
 def test_cg_uses_backend_vector_ops(nb, monkeypatch, jacobi):
     """hofem.cg takes the backend's parallel vector ops; iterates match the NumPy ones,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,9 @@ class ParallelVectorOps(VectorOps):
 
     def length(self, a: Array) -> int:
         return round(float(self._sum(self.xp.asarray(float(a.size)))))
+
+    def solve_scope(self, n: int) -> contextlib.AbstractContextManager:
+        return self.inner.solve_scope(n)
 
     def update_xr(
         self, rz: Array, pAp: Array, breakdown: Array, p: Array, Ap: Array, x: Array, r: Array

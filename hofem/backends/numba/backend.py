@@ -61,23 +61,29 @@ class NumbaBasisData:
 class NumbaVectorOps(VectorOps):
     """Parallel Numba loops for CG; reductions over fixed chunks (thread-count independent)."""
 
+    def solve_scope(self, n):
+        """One thread for the whole solve below ``SERIAL_ENTRIES`` unknowns: every
+        parallel loop of an iteration (operator, restrictions, vector steps) would
+        otherwise wake the sleeping threads for less work than that costs."""
+        return numba_kernels.thread_scope(n)
+
     def dot(self, a, b):
-        with numba_kernels.dynamic_schedule():
+        with numba_kernels.dynamic_schedule(a.size):
             return numba_kernels.cg_dot(a, b).sum()
 
     def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
         alpha = float(self._alpha(rz, pAp, breakdown))
-        with numba_kernels.dynamic_schedule():
+        with numba_kernels.dynamic_schedule(x.size):
             numba_kernels.cg_update_xr(alpha, p, Ap, x, r)
 
     def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
         alpha = float(self._alpha(rz, pAp, breakdown))
-        with numba_kernels.dynamic_schedule():
+        with numba_kernels.dynamic_schedule(x.size):
             return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
 
     def update_p(self, z, rz_new, rz, p):
         beta = float(self._beta(rz_new, rz))
-        with numba_kernels.dynamic_schedule():
+        with numba_kernels.dynamic_schedule(p.size):
             numba_kernels.cg_update_p(z, beta, p)
 
     def local_dots(self, pairs):
@@ -263,7 +269,7 @@ class NumbaBackend(RefBackend):
             ctx = None if ctx is None else np.array([ctx], dtype=ctx.dtype)  # (1,) records
             # an inlined QFunction's lanes vectorize in (first-call) compilation with SLP on
             with numba_kernels._slp_vectorize() if plan["traced"] else contextlib.nullcontext():
-                with numba_kernels.dynamic_schedule():
+                with numba_kernels.dynamic_schedule(v.size):
                     return plan["kernel"](ctx, static["meta"], *plan["schedule"], *args, v)
         except NumbaError as exc:
             plan["fallback"] = True

@@ -399,22 +399,51 @@ _CG_CHUNKS = 64
 _REDUCE = {**_JIT, "fastmath": {"reassoc", "contract"}}
 
 
+# a parallel loop over fewer entries runs on the calling thread alone: waking the sleeping
+# (passive-wait) threads costs more than they save there, and far more when another
+# process holds a core (bakeoff/JOURNAL.md, "threads under load")
+SERIAL_ENTRIES = 1 << 16
+
+
 @contextlib.contextmanager
-def dynamic_schedule():
-    """Run the parallel loops inside one chunk at a time (Numba's dynamic schedule).
+def thread_scope(entries: int):
+    """One thread for parallel loops over fewer than :data:`SERIAL_ENTRIES` entries (this
+    calling thread's Numba setting, restored after)."""
+    threads = numba.get_num_threads()
+    serial = threads > 1 and entries < SERIAL_ENTRIES
+    if serial:
+        numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if serial:
+            numba.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def dynamic_schedule(entries: int):
+    """Run the parallel loops inside one chunk at a time (Numba's dynamic schedule), on
+    one thread for loops over fewer than :data:`SERIAL_ENTRIES` entries.
 
     Without it each thread gets one equal share of a loop, and a thread that loses its
     core to another process holds the loop back by its whole share; with it that thread
     holds back one chunk while the others take the rest.  (Set from Python: inside a
     kernel, ``numba.set_parallel_chunksize`` stops the on-disk cache.)  Only loops over
     coarse chunks (CG's ``_CG_CHUNKS``, the operator's coloured element chunks) run in
-    it: a loop over single entries would pay for each one.
+    it: a loop over single entries would pay for each one.  The chunks and the order of
+    every sum do not depend on the thread count, so neither do the results.
+
+    Parameters
+    ----------
+    entries : int
+        The loop's size: vector entries, or an operator's output entries.
     """
-    old = numba.set_parallel_chunksize(1)
-    try:
-        yield
-    finally:
-        numba.set_parallel_chunksize(old)
+    with thread_scope(entries):
+        old = numba.set_parallel_chunksize(1)
+        try:
+            yield
+        finally:
+            numba.set_parallel_chunksize(old)
 
 
 @numba.njit(**_JIT)
