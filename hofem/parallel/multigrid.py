@@ -200,6 +200,20 @@ def _solved_numbering(space, free):
     return np.rint(number_l).astype(np.int64), int(kept.size)
 
 
+def _gather_arrays(comm, arrays):
+    """Each of ``arrays`` (1-D host arrays, the same lengths on a rank) concatenated over
+    the ranks in rank order on rank 0 (``Gatherv``: no pickling of the entries); None
+    elsewhere."""
+    lengths = comm.gather(arrays[0].size, root=0)
+    root = comm.rank == 0
+    out = []
+    for a in arrays:
+        whole = np.empty(sum(lengths), dtype=a.dtype) if root else None
+        comm.Gatherv(np.ascontiguousarray(a), (whole, lengths) if root else None, root=0)
+        out.append(whole)
+    return out
+
+
 class GatheredSolver:
     """The coarsest level's solve on rank 0: matrix and vectors gathered, result scattered.
 
@@ -235,18 +249,16 @@ class GatheredSolver:
         local = local.tocoo()
         rows, cols = number[local.row], number[local.col]
         kept = (rows >= 0) & (cols >= 0)
-        triplets = (rows[kept], cols[kept], local.data[kept])
+        triplets = (rows[kept], cols[kept], local.data[kept])  # (m,) each
         del local, rows, cols
-        gathered = self.comm.gather((triplets, count), root=0)
+        sizes = self.comm.gather(count, root=0)
+        rows, cols, vals = _gather_arrays(self.comm, triplets)
         self.solver, self.count, self.sizes = None, count, None
         if self.comm.rank == 0:
-            self.sizes = np.array([size for _, size in gathered], dtype=np.int64)  # (ranks,)
+            self.sizes = np.array(sizes, dtype=np.int64)  # (ranks,) solved DOFs per rank
             n = int(self.sizes.sum())
-            rows, cols, vals = (
-                np.concatenate(x) for x in zip(*(t for t, _ in gathered), strict=True)
-            )
-            del gathered
             matrix = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
+            del rows, cols, vals
             self.solver = make(matrix, ceed.xp)
 
     def __call__(self, b: Array) -> Array:
