@@ -99,6 +99,17 @@ def test_the_device_estimate_covers_the_measured_pool_peak(bp, p, n, geometry, m
     assert measured < per_dof < (1.15 if estimate.dofs > 5e7 else 1.7) * measured
 
 
+def test_the_pmg_estimate_covers_the_measured_pool_peak():
+    """2 H100s, ``bench-parallel --preconditioner pmg``, BP3 p = 4 on the fly, 1e7 DOFs per
+    rank: 362.5 B per local DOF in CuPy's pool (the set-up's temporaries kept there)."""
+    estimate = estimate_memory(
+        "bp3", *box_shape("bp3", 4, 68), resource="/gpu/cuda/gen", geometry="on_the_fly",
+        ranks=2, preconditioner="pmg",
+    )  # fmt: skip
+    assert estimate.dofs == 20346417
+    assert 362.5 < estimate.device / (estimate.dofs / 2) < 1.15 * 362.5
+
+
 def test_the_estimate_counts_what_grows():
     """q-data only where stored; more ranks hold less each; int64 offsets past 2^31 nodes."""
     stored, fly = gen("bp3", 4, 100, "stored"), gen("bp3", 4, 100, "on_the_fly")

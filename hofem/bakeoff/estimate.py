@@ -141,10 +141,14 @@ def estimate_memory(
         MPI ranks the case is split over (each holds about ``1 / ranks``; the
         estimate allows 5% for block imbalance and the ghost layer).
     preconditioner : {None, "jacobi", "pmg"}
-        Jacobi: the diagonal and ``z``. pmg: about nine more vectors (the levels'
-        diagonals, the smoother's and the cycle's work vectors, ``z``; the coarser
-        levels add 1/8 each) and the order-1 matrix (27 entries per row, about one
-        row per cell) three times over (assembly, the AMG hierarchy).
+        Jacobi: the diagonal and ``z``. pmg: twenty more vectors: held, the fine
+        level's two inverse diagonals, its smoother's three and the cycle's three
+        work vectors, the transfers' two buffers and weights, ``z``, the coarser
+        levels' 1/8 each; in the set-up, the level assembly's element diagonals
+        (two vectors at p = 4) and the Lanczos steps' four, which CuPy's pool keeps
+        (a distributed run measured 362 B per local DOF in the pool at BP3 p = 4);
+        and the order-1 matrix (27 entries per row, about one row per cell) three
+        times over (assembly, the AMG hierarchy).
     key_numbering : bool
         The mesh came from a file: numbered by sorted keys (41-62 B per node at
         its peak), not in closed form on the box lattice (7 B per node).
@@ -172,7 +176,7 @@ def estimate_memory(
     # measured), and the free indices; several ranks: ParOperator's two local L-vectors
     # and the halo buffers (one vector, measured)
     vectors = 7 + 1.5 * bp.dirichlet + 3 * (ranks > 1)
-    vectors += {None: 0, "jacobi": 2, "pmg": 9}[preconditioner]
+    vectors += {None: 0, "jacobi": 2, "pmg": 20}[preconditioner]
     data += 8 * dofs * vectors + (idx * dofs if bp.dirichlet else 0)
     if preconditioner == "pmg":
         data += 3 * 27 * 12 * elems * bp.num_comp
