@@ -196,8 +196,9 @@ class Chebyshev:
     its error propagator ``I - q(D^-1 A) D^-1 A`` is A-self-adjoint, so the same
     smoother before and after a coarse correction gives a symmetric cycle.
     Each step is one application of ``A`` and one fused vector pass
-    (:meth:`hofem.vector_ops.VectorOps.chebyshev_step`); the work vectors are
-    allocated once, here.
+    (:meth:`hofem.vector_ops.VectorOps.chebyshev_step`); the three work vectors
+    are allocated once, at the first ``smooth`` (a smoother that a whole-vector
+    cycle replaces never holds them).
 
     Parameters
     ----------
@@ -231,9 +232,7 @@ class Chebyshev:
             rho_new = 1.0 / (2.0 * sigma - rho)
             self.coefficients.append((rho_new * rho, 2.0 * rho_new / delta))
             rho = rho_new
-        xp = self.ops.xp
-        n = inv_diag.shape[0]
-        self._Ad, self._d, self._r = (xp.empty(n) for _ in range(3))  # (n,) work vectors
+        self._work = None  # (A d, d, r), each (n,): made at the first smooth
 
     def smooth(self, b, x=None, out=None):
         """Smooth ``A x = b``: from zero (``x`` None) or in place on ``x``.
@@ -255,7 +254,10 @@ class Chebyshev:
             ``b - A x`` when ``x`` was None (the last application gives it; a work
             vector of this smoother, valid until its next ``smooth``), else None.
         """
-        ops, Ad, d, r, inv_diag = self.ops, self._Ad, self._d, self._r, self.inv_diag
+        if self._work is None:
+            self._work = tuple(self.ops.xp.empty_like(self.inv_diag) for _ in range(3))
+        ops, inv_diag = self.ops, self.inv_diag
+        Ad, d, r = self._work
         zero = x is None
         if zero:
             x = ops.xp.empty_like(b) if out is None else out

@@ -372,3 +372,20 @@ def test_whole_vector_cycle_is_the_cycle_on_the_free_dofs(ceed, cells, p):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * abs(expected).max())
     M.hierarchy.free_to_free = False  # a builder that does not promise it: no whole vectors
     assert WholeVectorCycle.of(M.hierarchy, M.smoothers, M.coarse) is None
+
+
+def test_smoothers_the_whole_vector_cycle_replaces_hold_no_work_vectors(ceed):
+    """A restrict_dofs hierarchy smooths with the whole-vector cycle's smoothers; the free-DOF
+    smoothers (kept for the cycle through the restricted operators) hold only their inverse
+    diagonals until they smooth: three vectors per level less."""
+    from hofem.memory import memory_report
+
+    space = hf.H1Space(ceed, box("hex", 3), 4)
+    A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+    M = hf.pmg(A)
+    M(ceed.asarray(np.ones(A.shape[0])))
+    held = memory_report(M.smoothers[0])
+    assert held["host_bytes"] + held["device_bytes"] == 8 * A.shape[0]  # inv_diag only
+    M._cycle(0, ceed.asarray(np.ones(A.shape[0])))  # the restricted cycle makes them
+    held = memory_report(M.smoothers[0])
+    assert held["host_bytes"] + held["device_bytes"] == 4 * 8 * A.shape[0]
