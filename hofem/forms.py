@@ -545,20 +545,23 @@ def _pointwise_chunks(space, kind, rule, coefficient):
     cells, on the backend.
 
     Each chunk is built as :func:`_qdata` builds the stored q-data, in the
-    layout ``(cells, size, Q)``; no chunk outlives its use.
+    layout ``(cells, size, Q)``; no chunk outlives its use, so every chunk of one
+    length is written into the same array (fresh host memory costs a page fault per
+    page at its first write).
     """
     ceed, dim = space.ceed, space.dim
     size = _QDATA_SIZE[kind][dim]
     coords, geo = _coordinate_basis(space, rule)
     Q = geo.num_qpts
-    builds = {}  # one set-up operator per chunk length (at most two)
+    builds = {}  # chunk length -> (its set-up operator, its output array); at most two
     blocks = _CoordinateBlocks(coords)
     for a, b in space.cell_chunks(Q):
         if b - a not in builds:
-            builds[b - a] = build_operator(coords, kind, geo, size, b - a, (1, Q, Q * size))
+            build = build_operator(coords, kind, geo, size, b - a, (1, Q, Q * size))
+            builds[b - a] = build, ceed.xp.empty((b - a) * size * Q)  # (chunk * size * Q,)
+        build, q = builds[b - a]
         x = blocks.cells(a, b)  # (chunk * dim * P_x,)
-        q = ceed.xp.empty((b - a) * size * Q)  # (chunk * size * Q,)
-        builds[b - a].apply(x, q)
+        build.apply(x, q)
         q = q.reshape(b - a, size, Q)
         if coefficient is not None:
             q *= _coefficient(coords, a, b, coefficient, geo)
