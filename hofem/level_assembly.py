@@ -38,7 +38,7 @@ __all__ = ["DENSE_ENTRIES", "LevelAssembly", "basis_rows"]
 
 # dense element weights up to this many entries per pointwise value (Q * P or Q * P * P)
 # beat sum factorization on tensor bases: its products are then too small to pay for
-# themselves (the order-1 matrix of a low-order level; bakeoff/JOURNAL.md has the numbers)
+# their launches and loops (the order-1 matrix of a low-order level)
 DENSE_ENTRIES = 4096
 
 

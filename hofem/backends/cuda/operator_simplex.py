@@ -79,8 +79,8 @@ THREADS = 128
 # points per thread where an input is cell-constant: its values, and the geometry the
 # QFunction derives from them, serve this many points; more costs registers per point
 CONSTANT_POINTS = 2
-# rounds of each stage's loop over a block's elements: two hide more of the gathers'
-# and the products' latency than one (the launch sweep, bakeoff/JOURNAL.md)
+# rounds of each stage's loop over a block's elements: two in flight hide more of the
+# gathers' and the products' latency than one
 ROUNDS = 2
 _TUNING = tuning.simplex()  # cuda_simplex.json: where the batched kernels stay faster
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order

@@ -399,9 +399,8 @@ _CG_CHUNKS = 64
 _REDUCE = {**_JIT, "fastmath": {"reassoc", "contract"}}
 
 
-# a parallel loop over fewer entries runs on the calling thread alone: waking the sleeping
-# (passive-wait) threads costs more than they save there, and far more when another
-# process holds a core (bakeoff/JOURNAL.md, "threads under load")
+# a parallel loop over fewer entries runs on the calling thread alone: below it, waking
+# the sleeping (passive-wait) threads costs more than their share of the loop saves
 SERIAL_ENTRIES = 1 << 16
 
 
