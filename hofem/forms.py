@@ -575,17 +575,10 @@ def _coarse_free(fine, coarse, fine_free):
     constrained = xp.ones(fine.num_dofs, dtype=bool)  # (fine num_dofs,)
     constrained[fine_free] = False
     constrained = constrained.reshape(fine.num_comp, fine.num_nodes)
-    f_off, c_off = _backend_offsets(fine), _backend_offsets(coarse)  # (num_elem, P)
+    f_off = fine.restriction.kept_offsets()  # (num_elem, P_f)
+    c_off = coarse.restriction.kept_offsets()  # (num_elem, P_c)
     hit = interpolation_hits(fine, coarse.order, constrained, coarse.num_nodes, f_off, c_off)
     return xp.flatnonzero(~hit.ravel()).astype(index_dtype(coarse.num_dofs))
-
-
-def _backend_offsets(space):
-    """``space``'s component-0 offsets ``(num_elem, P)`` where the backend keeps them."""
-    device = space.ceed.backend.restriction_device_offsets(space.restriction)
-    if device is None:
-        return space.offsets
-    return device.reshape(space.num_elem, space.elem_size)
 
 
 def interpolation_hits(

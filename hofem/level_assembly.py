@@ -248,9 +248,7 @@ class LevelAssembly:
 def _element_indices(r: ElemRestriction) -> Array:
     """``(num_elem, num_comp, elem_size)`` L-vector indices of ``r`` where the backend keeps
     its offsets (no copy back to the host of a device restriction)."""
-    device = r.ceed.backend.restriction_device_offsets(r)  # (num_elem * elem_size,) or None
-    if device is None:
-        return np.asarray(r.indices)
-    xp = r.ceed.xp
+    offsets = r.kept_offsets()  # (num_elem, elem_size)
+    xp = np if isinstance(offsets, np.ndarray) else r.ceed.xp
     comp = xp.arange(r.num_comp, dtype=np.int64)[None, :, None] * r.component_stride
-    return device.reshape(r.num_elem, 1, r.elem_size).astype(np.int64) + comp
+    return offsets[:, None, :].astype(np.int64) + comp

@@ -211,10 +211,19 @@ class ElemRestriction:
             elem = np.arange(self.num_elem, dtype=dtype)[:, None, None] * s2
             return _read_only(elem + node), self.component_stride
         if self._offsets is None:  # released: copy the device's back
-            device = self.ceed.backend.restriction_device_offsets(self)  # (num_elem * elem_size,)
-            offsets = self.ceed.to_numpy(device)
-            return offsets.reshape(self.num_elem, 1, self.elem_size), self.component_stride
+            offsets = self.ceed.to_numpy(self.kept_offsets())  # (num_elem, elem_size)
+            return offsets[:, None, :], self.component_stride
         return self._offsets, self.component_stride
+
+    def kept_offsets(self) -> Array:
+        """Component-0 offsets ``(num_elem, elem_size)`` where they are kept: the backend's
+        device array when it holds one (no copy back to the host), else the host
+        offsets of :meth:`compact_indices`.  Component ``j`` adds ``j *``
+        :attr:`component_stride`."""
+        device = self.ceed.backend.restriction_device_offsets(self)  # (num_elem * elem_size,)
+        if device is None:
+            return self.compact_indices()[0].reshape(self.num_elem, self.elem_size)
+        return device.reshape(self.num_elem, self.elem_size)
 
     @property
     def offsets_dtype(self) -> type[np.signedinteger]:
