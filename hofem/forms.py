@@ -172,18 +172,18 @@ class _CoordinateBlocks:
 
     def __init__(self, coords):
         self.coords, self.start, self.stop, self.x = coords, 0, 0, None
+        self.per_cell = coords.dim * coords.elem_size  # values per cell
 
     def cells(self, a, b):
         """``(b - a) * dim * P_x`` coordinates of cells ``a:b`` (``a`` at or after the
         last range's start), flat in the E-vector layout."""
+        n = self.per_cell
         if not self.start <= a <= b <= self.stop:
-            per_cell = self.coords.dim * self.coords.elem_size
             self.start = a
-            self.stop = min(self.coords.num_elem, max(b, a + self.VALUES // per_cell))
+            self.stop = min(self.coords.num_elem, max(b, a + self.VALUES // n))
             x = self.coords.element_coordinates(self.start, self.stop)  # (cells, dim, P_x)
             self.x = self.coords.ceed.asarray(x.ravel())
-        per_cell = self.coords.dim * self.coords.elem_size
-        return self.x[(a - self.start) * per_cell : (b - self.start) * per_cell]
+        return self.x[(a - self.start) * n : (b - self.start) * n]
 
 
 def _coefficient(space, a, b, coefficient, geo):
