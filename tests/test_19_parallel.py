@@ -306,3 +306,21 @@ def test_bench_parallel_line(geometry):
     bad = mpiexec(2, *args[:-1], "sideways")
     assert bad.returncode == 2
     assert "--geometry: invalid choice: 'sideways'" in bad.stderr
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+def test_bench_parallel_solves_to_rtol():
+    """``--rtol``: the solve runs to the tolerance (``--iterations`` the cap) and the line
+    says whether it converged; a cap too small exits 1 with ``converged`` false."""
+    args = ["-m", "hofem.bakeoff", "bench-parallel", "--ceed", "/cpu/self/ref", "--bp", "bp3"]
+    args += ["--order", "2", "--dofs", "3000", "--rtol", "1e-8", "--jacobi"]
+    lines = {}
+    for cap, status in (("200", 0), ("3", 1)):
+        run = mpiexec(2, *args, "--iterations", cap)
+        assert run.returncode == status, run.stdout + run.stderr
+        lines[cap] = json.loads(run.stdout.strip().splitlines()[-1])
+    solved, capped = lines["200"], lines["3"]
+    assert solved["converged"] and solved["rtol"] == 1e-8 and 3 < solved["iterations"] < 200
+    assert solved["time_to_solution_s"] >= solved["solve_s"] > 0
+    assert not capped["converged"] and capped["iterations"] == 3

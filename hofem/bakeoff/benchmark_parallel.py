@@ -2,9 +2,11 @@
 
 For each (problem, order, size) it builds the distributed box problem
 (:func:`hofem.bakeoff.distributed.setup_distributed`), times ``--iterations``
-CG iterations with ``rtol = 0`` after a warm-up solve, and prints one JSON line
-from rank 0: total and per-rank DOFs, CG DOFs x iterations / s (and per GPU or
-rank), setup seconds, the growth of peak host memory during set-up per local DOF
+CG iterations with ``rtol = 0`` after a warm-up solve (with ``--rtol``: solves to
+that relative residual, at most ``--iterations`` iterations, and records whether it
+converged and the time to solution, preconditioner set-up included), and prints one
+JSON line from rank 0: total and per-rank DOFs, CG DOFs x iterations / s (and per GPU
+or rank), setup seconds, the growth of peak host memory during set-up per local DOF
 (``ru_maxrss``: run one case per process for a clean number), device memory per
 local DOF (CuPy's pool), the solve's footprint per local DOF
 (:func:`hofem.bakeoff.problems.solve_footprint`: arrays held plus CG's vectors),
@@ -46,7 +48,14 @@ def parse_args(argv=None):
     parser.add_argument("--dofs", nargs="+", type=positive_float, default=[1e6])
     parser.add_argument("--per-rank", action="store_true", help="--dofs is per rank (weak)")
     add_ceed_argument(parser, "/cpu/self")
-    parser.add_argument("--iterations", type=positive_int, default=50)
+    parser.add_argument(
+        "--iterations", type=positive_int, default=50,
+        help="iterations timed (with --rtol: the most allowed; default 50)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rtol", type=positive_float, default=None,
+        help="solve to this relative residual instead of timing --iterations iterations",
+    )  # fmt: skip
     parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
     add_preconditioner_argument(parser)
     add_cg_variant_argument(parser)
@@ -66,12 +75,14 @@ def box_elements(dofs, p):
 
 def run_case(
     comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", preconditioner=None,
-    variant="standard",
+    variant="standard", rtol=0.0,
 ):  # fmt: skip
     """One timed case (collective); the result dict on every rank.
 
     ``preconditioner``: None, "jacobi" or "pmg"; its set-up is timed on its own.
     ``variant``: :func:`hofem.cg`'s (standard, single_reduction, pipelined).
+    ``rtol``: 0 times ``iterations`` iterations; else the solve to ``rtol`` (at most
+    ``iterations``), and ``converged`` and ``time_to_solution_s`` tell how it went.
     """
     elements = box_elements(dofs, p)
     baseline = peak_rss_bytes()  # interpreter, CUDA context, libraries: not the problem's
@@ -90,7 +101,7 @@ def run_case(
     ceed.backend.synchronize()
     comm.Barrier()
     start = time.perf_counter()
-    x, info = hf.cg(op, b, rtol=0.0, maxiter=iterations, M=M, variant=variant)
+    x, info = hf.cg(op, b, rtol=rtol, maxiter=iterations, M=M, variant=variant)
     ceed.backend.synchronize()
     comm.Barrier()
     seconds = time.perf_counter() - start
@@ -117,8 +128,11 @@ def run_case(
         "preconditioner": preconditioner,
         "cg_variant": variant,
         "precond_setup_s": precond_setup_s,
+        "rtol": rtol,
+        "converged": rtol > 0 and info == 0,
         "iterations": info.iterations,
         "solve_s": seconds,
+        "time_to_solution_s": precond_setup_s + seconds,
         "dofs_x_iter_per_s": rate,
         "dofs_x_iter_per_s_per_rank": rate / comm.size,
         "setup_s": max(comm.allgather(problem.setup_seconds)),
@@ -155,6 +169,7 @@ def main(argv=None):
         cases = [(bp, p, d * scale) for bp in args.problems for p in args.orders for d in args.dofs]
         if not args.force:
             check_cases(comm, ceed, args, cases)
+        failed = False
         for bp, p, total in cases:
             result = run_case(
                 comm,
@@ -167,7 +182,9 @@ def main(argv=None):
                 args.geometry,
                 preconditioner_of(args),
                 args.cg_variant,
+                args.rtol or 0.0,
             )
             if comm.rank == 0:
                 print(json.dumps(result), flush=True)
-    return 0
+            failed |= args.rtol is not None and not result["converged"]
+    return 1 if failed else 0

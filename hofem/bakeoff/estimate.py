@@ -148,7 +148,9 @@ def estimate_memory(
         (two vectors at p = 4) and the Lanczos steps' four, which CuPy's pool keeps
         (a distributed run measured 362 B per local DOF in the pool at BP3 p = 4);
         and the order-1 matrix (27 entries per row, about one row per cell) three
-        times over (assembly, the AMG hierarchy).
+        times over (assembly, the AMG hierarchy); on several ranks, rank 0 also holds
+        the whole order-1 matrix and its hierarchy (the gathered coarse solve) where
+        the cycle runs, and its triplets, CSR and pyamg's copy on the host.
     key_numbering : bool
         The mesh came from a file: numbered by sorted keys (41-62 B per node at
         its peak), not in closed form on the box lattice (7 B per node).
@@ -178,8 +180,16 @@ def estimate_memory(
     vectors = 7 + 1.5 * bp.dirichlet + 3 * (ranks > 1)
     vectors += {None: 0, "jacobi": 2, "pmg": 20}[preconditioner]
     data += 8 * dofs * vectors + (idx * dofs if bp.dirichlet else 0)
+    # the order-1 matrix: 27 entries (12 B in CSR) per row, about one row per cell
+    order1 = 27 * 12 * bp.num_comp
+    gathered = 0.0  # rank 0's whole order-1 matrix, solved there when there are ranks
     if preconditioner == "pmg":
-        data += 3 * 27 * 12 * elems * bp.num_comp
+        data += 3 * order1 * elems
+        if ranks > 1:
+            # the matrix and its AMG hierarchy where the cycle runs; on the host besides
+            # (GPU), the gathered triplets (twice the CSR's bytes), the CSR and pyamg's copy
+            data += 2 * order1 * num_elem
+            gathered = 4 * order1 * num_elem
     # chunks of points where functions are evaluated (the right-hand side's at set-up, the
     # L2 error's and its E-vectors at the verification): 3 chunks, 0.6 GB, as measured
     data += 3 * CHUNK_BYTES
@@ -194,7 +204,7 @@ def estimate_memory(
         # the offsets are built on the host (and converted once) before the upload;
         # Dirichlet problems find the free DOFs there (a mask and the indices)
         host = work + 2 * entries * idx + (dofs * (idx + 1) if bp.dirichlet else 0)
-        host += CHUNK_BYTES + HOST_BASE_BYTES["gpu"]
+        host += CHUNK_BYTES + HOST_BASE_BYTES["gpu"] + gathered
         device = data
     else:
         host = data + work + HOST_BASE_BYTES["cpu"]
