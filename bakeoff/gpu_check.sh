@@ -16,10 +16,26 @@ part() {
     echo "== $name: exit $? in $((SECONDS - start)) s; $(tail -n 1 "$out/$name.log")"
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-part tests timeout 420 "$py" -m pytest -q -x -p no:cacheprovider -m "gpu and not slow" tests
+# the GPU tests in one contiguous slice per GPU (--shard), all at once
+gpus=$(nvidia-smi -L | wc -l)
+start=$SECONDS
+for ((i = 0; i < gpus; i++)); do
+    CUDA_VISIBLE_DEVICES=$i timeout 540 "$py" -m pytest -q -p no:cacheprovider \
+        -m "gpu and not slow" --shard "$i/$gpus" tests >"$out/tests_$i.log" 2>&1 &
+done
+wait
+for ((i = 0; i < gpus; i++)); do echo "== tests $i/$gpus: $(tail -n 1 "$out/tests_$i.log")"; done
+echo "== tests: $((SECONDS - start)) s"
 part mpi_equal timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py equal /gpu/cuda/gen
 part mpi_pmg timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg /gpu/cuda/gen
 # the distributed device CG loop needs NCCL, one GPU per rank
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+if [ "$gpus" -ge 2 ]; then
     part mpi_device timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py device /gpu/cuda/gen
 fi
+if [ "$gpus" -ge 3 ]; then
+    part mpi_device_3 timeout 240 mpiexec -n 3 "$py" tests/mpi/cases.py device /gpu/cuda/gen
+fi
+part mpi_pmg_assembly timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg_assembly /gpu/cuda/gen
+part mpi_pmg_galerkin timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg_galerkin /gpu/cuda/gen
+part mpi_equal_mpi timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py equal /gpu/cuda/gen mpi
+part mpi_variants timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py variants /gpu/cuda/gen

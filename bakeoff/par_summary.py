@@ -5,12 +5,14 @@ problem, order, DOFs per GPU, ranks, GDOF x iterations / s per GPU and µs per i
 """
 
 import json
+import os
 import sys
 
 
 def main(out: str) -> None:
     for name in ("serial", "parallel"):
-        for line in open(f"{out}/{name}.jsonl"):
+        path = f"{out}/{name}.jsonl"
+        for line in open(path) if os.path.exists(path) else []:
             d = json.loads(line)
             rate = d.get("dofs_x_iter_per_s_per_rank", d.get("dofs_x_iter_per_s"))
             per = d.get("dofs_per_rank", d.get("dofs"))

@@ -12,6 +12,35 @@ def pytest_addoption(parser):
         default=None,
         help="backend resource to test (repeatable); default: every available backend",
     )
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only the I-th of N contiguous slices of the selected tests (0 <= I < N), "
+        "e.g. one slice per GPU",
+    )
+
+
+def _shard(text):
+    """``(i, n)`` of a ``--shard I/N`` value, or a usage error naming the option."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        i = n = -1
+    if not 0 <= i < n:
+        raise pytest.UsageError(f"--shard must be I/N with 0 <= I < N (e.g. 0/4), got {text!r}")
+    return i, n
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--shard I/N``: keep the I-th contiguous slice (module fixtures stay in one slice)."""
+    text = config.getoption("--shard")
+    if text is None:
+        return
+    i, n = _shard(text)
+    start, stop = len(items) * i // n, len(items) * (i + 1) // n
+    config.hook.pytest_deselected(items=items[:start] + items[stop:])
+    items[:] = items[start:stop]
 
 
 def _resources(config):
