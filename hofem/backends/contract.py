@@ -89,25 +89,21 @@ class DeviceExchange(Protocol):
 
 @dataclass(frozen=True)
 class DistributedParts:
-    """A distributed operator on a rank: its local operators and the exchange between them.
+    """A distributed operator on a rank: two local operators and the exchange between them.
 
     Attributes
     ----------
     exchange : DeviceExchange
-    interior : tuple of SupportsApply
+    before, after : SupportsApply or None
         Square operators on the rank's L-vectors adding their part of ``A``
-        (``apply_add``) on cells that touch no ghost: the first runs while the
-        ghosts of ``p`` arrive, the others (if any) while the ghost part of
-        ``A p`` travels to its owners.
-    boundary : SupportsApply or None
-        The cells that touch ghosts: after the ghosts arrived, before ``A p``'s
-        ghost part is sent.
+        (``apply_add``): ``before`` touches no ghost (it runs while the ghosts
+        arrive), ``after`` the rest.
     l_size : int
     """
 
     exchange: DeviceExchange
-    interior: tuple[SupportsApply, ...]
-    boundary: SupportsApply | None
+    before: SupportsApply | None
+    after: SupportsApply | None
     l_size: int
 
 

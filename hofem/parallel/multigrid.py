@@ -84,7 +84,7 @@ def _split(A):
     restricted = isinstance(A, SubOperator)
     level = A.op if restricted else A
     if isinstance(level, ParOperator):
-        parts = list(level.parts)
+        parts = [op for op in (level.interior, level.boundary) if op is not None]
     else:
         parts = level.parts
     return level, parts, (A.free_dofs if restricted else None)

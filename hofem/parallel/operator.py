@@ -112,10 +112,6 @@ class ParOperator(_OperatorBase):
     3. finish ``P``, apply the cells that touch ghosts;
     4. ``Pᵀ``: ghost contributions summed into their owners.
 
-    Over NCCL the interior cells are two operators, so the device CG loop can
-    hide ``Pᵀ`` too: it applies the second half of them while the ghost
-    contributions travel (:class:`~hofem.backends.contract.DistributedParts`).
-
     Works with :func:`hofem.cg` (inner products are summed over the ranks),
     :func:`hofem.jacobi`, :func:`hofem.restrict_dofs` (with T-vector indices
     such as ``space.free_dofs()``) and :meth:`as_linear_operator`.
@@ -128,13 +124,8 @@ class ParOperator(_OperatorBase):
 
     Attributes
     ----------
-    interior : tuple of Operator
-        The local operators on the interior cells, in local cell order (one range,
-        two over NCCL; none where the rank has no interior cell).
-    boundary : Operator or None
-        The local operator on the cells that touch ghosts (None where there are none).
-    parts : tuple of Operator
-        ``interior`` then ``boundary``: every local operator, in local cell order.
+    interior, boundary : Operator or None
+        The local operators on the two cell ranges (None where a range is empty).
     build : callable
         As given: the same operator on another space (a multigrid level).
     """
@@ -143,20 +134,16 @@ class ParOperator(_OperatorBase):
         local, k = space.local, space.num_interior
         self.space, self.build = space, build
         self.ceed = space.ceed
-        # over NCCL the device loop runs the interior's second half while Pᵀ travels
-        split = k // 2 if space.exchange.transport == "nccl" else 0
-        interior = [r for r in ((0, split), (split, k)) if r[0] < r[1]]
-        ranges = interior + ([(k, local.num_elem)] if k < local.num_elem else [])
-        ops = [build(part) for part in local.element_subsets(*ranges)] if ranges else []
-        for op in ops:
-            if op.shape != (local.num_dofs, local.num_dofs):
+        ranges = [r for r in ((0, k), (k, local.num_elem)) if r[0] < r[1]]
+        parts = dict(zip(ranges, local.element_subsets(*ranges), strict=True))
+        self.interior = build(parts[0, k]) if k > 0 else None
+        self.boundary = build(parts[k, local.num_elem]) if k < local.num_elem else None
+        for op in (self.interior, self.boundary):
+            if op is not None and op.shape != (local.num_dofs, local.num_dofs):
                 raise ValueError(
                     f"build(space) returned an operator of shape {op.shape}; it must be square "
                     f"on the space's L-vector ({local.num_dofs})"
                 )
-        self.parts = tuple(ops)
-        self.interior = self.parts[: len(interior)]
-        self.boundary = ops[-1] if k < local.num_elem else None
         xp = self.ceed.xp
         self._x = xp.zeros(local.num_dofs)  # (l_size,) P x
         self._y = xp.zeros(local.num_dofs)  # (l_size,) A P x
@@ -170,8 +157,8 @@ class ParOperator(_OperatorBase):
         exchange, x, y = self.space.exchange, self._x, self._y
         exchange.start_prolong(u, x)
         y[...] = 0.0
-        for op in self.interior:
-            op.apply_add(x, y)
+        if self.interior is not None:
+            self.interior.apply_add(x, y)
         exchange.finish_prolong(x)
         if self.boundary is not None:
             self.boundary.apply_add(x, y)
@@ -180,8 +167,9 @@ class ParOperator(_OperatorBase):
     def linear_assemble_diagonal(self) -> Array:
         """Diagonal of the global matrix on the owned DOFs: local diagonals summed with ``Pᵀ``."""
         diag = self.ceed.xp.zeros(self.space.local.num_dofs)
-        for op in self.parts:
-            diag += op.linear_assemble_diagonal()
+        for op in (self.interior, self.boundary):
+            if op is not None:
+                diag += op.linear_assemble_diagonal()
         return self.space.exchange.prolong_transpose(diag)
 
     def device_cg_target(self) -> DeviceCGTarget | None:

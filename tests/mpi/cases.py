@@ -183,9 +183,9 @@ def group_equal(resource):
     serial = hf.H1Space(ceed, mesh, 2)
     to_serial = check_space(ceed, space, serial)
     op = par.diffusion(space, geometry="on_the_fly")
-    halves = len(op.parts) > 1
-    assert all(part.fields["dx"].vector is op.parts[0].fields["dx"].vector for part in op.parts)
-    assert global_sum(int(halves)) > 0, "no rank has two parts: the sharing went untested"
+    halves = op.interior is not None and op.boundary is not None
+    assert not halves or op.interior.fields["dx"].vector is op.boundary.fields["dx"].vector
+    assert global_sum(int(halves)) > 0, "no rank has both halves: the sharing went untested"
     check_operator(ceed, space, serial, to_serial, "diffusion", "on_the_fly")
 
 
@@ -326,7 +326,9 @@ def group_pmg_assembly(resource):
             inner = level.op if isinstance(level, SubOperator) else level
             assert isinstance(inner, par.ParOperator), type(inner)
             generic = sum(
-                ceed.asarray(ceed.to_numpy(op.linear_assemble().diagonal())) for op in inner.parts
+                ceed.asarray(ceed.to_numpy(op.linear_assemble().diagonal()))
+                for op in (inner.interior, inner.boundary)
+                if op is not None
             )
             generic = inner.space.exchange.prolong_transpose(generic)  # (T,)
             if restricted:

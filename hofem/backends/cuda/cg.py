@@ -34,9 +34,8 @@ A distributed operator (``DeviceCGTarget.distributed``: a rank's two local
 operators and its :class:`~hofem.backends.contract.DeviceExchange`) runs the
 same iteration with ``p`` and ``Ap`` on the rank's L-vectors, whose head is
 the T-vector: step 1 becomes the ghosts of ``p`` received into its tail while
-the first half of the interior cells runs, the boundary cells, the ghost tail
-of ``Ap`` sent to the owners while the other half runs and added there
-(``cg_add_entries``), and ``p . Ap`` summed by one
+the interior cells run, the boundary cells, the ghost tail of ``Ap`` sent to
+the owners and added there (``cg_add_entries``), and ``p . Ap`` summed by one
 block (``cg_reduce``) and then over the ranks (a NCCL all-reduce of one
 value); ``r . r`` (and ``r . z``) likewise after step 4.  Every collective
 call is inside the captured graph, one after the other on the stream, and
@@ -118,7 +117,8 @@ class DeviceCG:
             self.fused = backend.cg_apply_dot(self.inner) if target.fusable else None
             self.l_size, self.exchange = self.n, None
         else:  # p and Ap are the rank's L-vectors, whose first n entries are the T-vector
-            fused = [backend.cg_apply_dot(op) for op in self._local_order()]
+            local = [op for op in (self.parts.before, self.parts.after) if op is not None]
+            fused = [backend.cg_apply_dot(op) for op in local]
             self.fused = fused if all(k is not None for k in fused) else None
             self.l_size, self.exchange = self.parts.l_size, self.parts.exchange
 
@@ -296,54 +296,38 @@ class DeviceCG:
             return serial, pap, np.int64(pap.size)
         return self._distributed_apply(p, Ap, f)
 
-    def _local_order(self):
-        """The rank's local operators in the order an iteration applies them: the first
-        interior part (while the ghosts arrive), the boundary cells, the other interior
-        parts (while ``A p``'s ghost part travels)."""
-        interior, boundary = self.parts.interior, self.parts.boundary
-        return [*interior[:1], *([boundary] if boundary is not None else []), *interior[1:]]
-
     def _distributed_apply(self, p, Ap, f):
         """The rank's part of ``Ap`` on L-vectors, ghosts exchanged, ``p . Ap`` summed over
         the ranks.  ``pᵀ A p = Σ_ranks p_l . (A_local p_l)`` (``p_l = P p``), so the local
         operator's ``p . Ap``, before its ghosts go to their owners, adds up to it.
 
-        Both exchanges run behind interior cells: ``P`` behind the first interior part,
-        ``Pᵀ`` (sent once the boundary cells are done: interior cells add nothing to
-        the ghost entries) behind the others.  The collective calls (the exchanges and
-        the all-reduce) are ordered one after the other on the stream: NCCL calls of
-        one communicator must not run concurrently.
+        The collective calls (the exchanges and the all-reduce) are ordered one after
+        the other on the stream: NCCL calls of one communicator must not run concurrently.
         """
-        exchange, fused = self.exchange, self.fused
-        local = self._local_order()
+        parts, exchange, fused = self.parts, self.exchange, self.fused
+        local = [op for op in (parts.before, parts.after) if op is not None]
         sizes = [k.num_blocks for k in fused] if fused is not None else [self.blocks]
         pap = cupy.empty(sum(sizes))  # (sum(sizes),) this rank's partial sums of p . Ap
         views = [pap[a:b] for a, b in itertools.pairwise(np.cumsum([0, *sizes]))]
         sum_local, pap_sum = self._local_sums(pap, 1, f)
         dot, add = (self.module.get_function(k) for k in ("cg_dot", "cg_add_entries"))
         grid, threads = (self.blocks,), (_THREADS,)
-        first = 1 if self.parts.interior else 0  # parts run before the ghosts are needed
-        sent = first + (self.parts.boundary is not None)  # parts run before Pᵀ starts
-
-        def run(j):
-            if fused is not None:
-                fused[j].apply_dot(p, Ap, views[j], f)
-            else:
-                local[j].apply_add(p, Ap)
 
         def distributed():
             exchange.start_prolong_l(p)
-            for j in range(first):
-                run(j)
-            exchange.finish_prolong_l()
-            for j in range(first, sent):
-                run(j)
-            exchange.start_transpose_l(Ap)
-            for j in range(sent, len(local)):
-                run(j)
+            for j, op in enumerate(local):
+                if op is parts.after:  # the cells that touch ghosts
+                    exchange.finish_prolong_l()
+                if fused is not None:
+                    fused[j].apply_dot(p, Ap, views[j], f)
+                else:
+                    op.apply_add(p, Ap)
+            if parts.after is None:
+                exchange.finish_prolong_l()
             if fused is None:
                 dot(grid, threads, (np.int64(self.l_size), p, Ap, pap, f))
-            sum_local()
+            exchange.start_transpose_l(Ap)
+            sum_local()  # overlaps the transfer
             for index, values in exchange.finish_transpose_l():
                 add(grid, threads, (np.int64(index.size), index, values, Ap, f))
             exchange.allreduce_inplace(pap_sum)
