@@ -24,7 +24,10 @@ for ((i = 0; i < gpus; i++)); do
         -m "gpu and not slow" --shard "$i/$gpus" tests >"$out/tests_$i.log" 2>&1 &
 done
 wait
-for ((i = 0; i < gpus; i++)); do echo "== tests $i/$gpus: $(tail -n 1 "$out/tests_$i.log")"; done
+for ((i = 0; i < gpus; i++)); do
+    echo "== tests $i/$gpus: $(tail -n 1 "$out/tests_$i.log")"
+    grep -E "^(FAILED|ERROR) " "$out/tests_$i.log"  # the names, where the logs stay behind
+done
 echo "== tests: $((SECONDS - start)) s"
 part mpi_equal timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py equal /gpu/cuda/gen
 part mpi_pmg timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg /gpu/cuda/gen

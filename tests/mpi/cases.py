@@ -409,8 +409,11 @@ def group_device(resource):
     after 10 iterations (far from convergence, where the two orders of summation
     have not yet been amplified: BP1 on tets converges in 28) the iterates agree
     to 1e-12 relative; solved to rtol 1e-8,
-    checked every iteration, every 7 and automatically, the counts agree to one
-    (the two loops add the same inner products in different orders).
+    checked every iteration, every 7 and automatically, the counts agree to one,
+    or to 3 % in the long solves (the two loops add the same inner products in
+    different orders, and the fused kernels' atomic additions in no fixed order:
+    over ~90 iterations of BP1 hex p = 2 on 2 ranks the stopping iteration moved
+    by two on an H200).
     """
     ceed = hf.Ceed(resource)
     if not resource.startswith("/gpu"):
@@ -431,7 +434,8 @@ def group_device(resource):
                     for check_every in (1, 7, None):
                         _, info = hf.cg(A, b, rtol=1e-8, M=M, device_loop=True,
                                         check_every=check_every)  # fmt: skip
-                        assert info == 0 and abs(info.iterations - host.iterations) <= 1, (
+                        slack = max(1, round(0.03 * host.iterations))
+                        assert info == 0 and abs(info.iterations - host.iterations) <= slack, (
                             kind, p, bp, info, host)  # fmt: skip
                 if rank == 0:
                     print(f"device {kind} {bp} p={p}: {host.iterations} iterations (host loop), "
