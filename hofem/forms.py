@@ -512,7 +512,10 @@ def _level_assemblies(levels, sources, args, coarsest_matrix=True):
     quadrature and geometry are of): levels of one space share its pass."""
     form, _, coefficient, q_extra, quad_mode, _ = args
     kind = "Mass" if form == "mass" else "Poisson"
-    out, passes = [], {}  # passes: id(space) -> (the levels it fills, done)
+    # passes: id(space) -> (weak references to the levels it fills, done); weak, since each
+    # level holds its fill: a cycle would keep the element diagonals and matrices (E-vectors)
+    # alive until the garbage collector's next pass, in device memory too
+    out, passes = [], {}
 
     def filler(space):
         def fill():
@@ -520,8 +523,9 @@ def _level_assemblies(levels, sources, args, coarsest_matrix=True):
             if not done:
                 rule = form_quadrature(space, form, q_extra, quad_mode)
                 pairs = _QDATA_PAIRS[kind][space.dim]
+                levels = [level for level in (ref() for ref in targets) if level is not None]
                 for start, stop, q in _pointwise_chunks(space, kind, rule, coefficient):
-                    for level in targets:
+                    for level in levels:
                         level.add(start, stop, q, pairs)
                 passes[id(space)] = (targets, True)
 
@@ -535,7 +539,7 @@ def _level_assemblies(levels, sources, args, coarsest_matrix=True):
             LevelAssembly(field.restriction, field.basis, field.eval_mode, free,
                           matrix=coarsest_matrix and k == len(levels) - 1, fill=filler(space))
         )  # fmt: skip
-        passes.setdefault(id(space), ([], False))[0].append(out[-1])
+        passes.setdefault(id(space), ([], False))[0].append(weakref.ref(out[-1]))
     return out
 
 

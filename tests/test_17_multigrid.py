@@ -389,3 +389,30 @@ def test_smoothers_the_whole_vector_cycle_replaces_hold_no_work_vectors(ceed):
     M._cycle(0, ceed.asarray(np.ones(A.shape[0])))  # the restricted cycle makes them
     held = memory_report(M.smoothers[0])
     assert held["host_bytes"] + held["device_bytes"] == 4 * 8 * A.shape[0]
+
+
+def test_level_assemblies_are_freed_without_the_garbage_collector(ceed):
+    """A form's diagonal (and the pmg set-up's) leaves no element-sized buffer behind: the
+    LevelAssembly that held it is freed by its last reference, not at the collector's next
+    pass (a reference cycle would keep device memory too)."""
+    import gc
+    import weakref
+
+    from hofem.forms import form_assembly
+
+    A = hf.diffusion(hf.H1Space(ceed, box("hex", 2), 3))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        assembly = form_assembly(A, matrix=True)
+        diag = assembly.linear_assemble_diagonal()
+        assembly.linear_assemble()
+        ref = weakref.ref(assembly)
+        del assembly
+        assert ref() is None, "a reference cycle keeps the LevelAssembly alive"
+        np.testing.assert_allclose(
+            ceed.to_numpy(diag), ceed.to_numpy(A.linear_assemble_diagonal()), rtol=1e-14
+        )
+    finally:
+        if enabled:
+            gc.enable()
