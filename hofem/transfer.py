@@ -173,11 +173,15 @@ class Transfer:
         op.set_field("output", *(coarse if transpose else fine), VECTOR_ACTIVE)
         self.op = op
         self.shape = op.shape
-        self._scratch = ceed.xp.empty(r_fine.l_size)  # (fine l_size,)
+        # the restriction's weighted input (fine l_size,), made at its first apply: the
+        # multigrid cycles apply self.op themselves, with the weight folded elsewhere
+        self._scratch = None
 
     def apply(self, u, v):
         """``v = T u`` (T the prolongation or restriction)."""
         if self.transpose:
+            if self._scratch is None:
+                self._scratch = self.ceed.xp.empty(self.weight.size)
             self.ceed.xp.multiply(self.weight, u, out=self._scratch)
             self.op.apply(self._scratch, v)
         else:

@@ -56,27 +56,51 @@ class ParTransfer:
     """A distributed transfer: ``Pᵀ_out (sum of local transfers) P_in`` on T-vectors.
 
     With the fine nodes' weights ``1 / global multiplicity``, the prolongation
-    interpolates and the restriction is its exact transpose.
+    interpolates and the restriction is its exact transpose.  The local
+    transfers (:class:`hofem.transfer.Transfer`) share that weight, so it
+    scales their summed output (prolongation) or the prolonged input
+    (restriction) once, and each part adds its interpolation straight into the
+    sum: no buffer per part.
+
+    Parameters
+    ----------
+    parts : list of hofem.transfer.Transfer
+        The local transfers of the rank's cell ranges, one weight array between them.
+    space_in, space_out : ParH1Space
+    reverse : ParTransfer, optional
+        The transfer between the same spaces the other way (the restriction of this
+        prolongation, or the reverse), whose two L-vector buffers this one uses: the
+        two never run at once.
     """
 
-    def __init__(self, parts, space_in, space_out):
+    def __init__(self, parts, space_in, space_out, reverse=None):
         self.parts, self.space_in, self.space_out = parts, space_in, space_out
         self.ceed = space_in.ceed
         self.shape = (space_out.num_owned_dofs, space_in.num_owned_dofs)
-        xp = self.ceed.xp
-        self._x = xp.zeros(space_in.local.num_dofs)  # (in l_size,)
-        self._y = xp.zeros(space_out.local.num_dofs)  # (out l_size,)
-        self._part = xp.zeros(space_out.local.num_dofs)
+        self.weight = parts[0].weight  # (fine l_size,)
+        if any(t.weight is not self.weight or t.transpose != parts[0].transpose for t in parts):
+            raise ValueError("the local transfers of a ParTransfer must share one weight")
+        self.transpose = parts[0].transpose
+        if reverse is not None:
+            self._x, self._y = reverse._y, reverse._x
+        else:
+            xp = self.ceed.xp
+            self._x = xp.zeros(space_in.local.num_dofs)  # (in l_size,)
+            self._y = xp.zeros(space_out.local.num_dofs)  # (out l_size,)
 
     def apply(self, u, v):
         """``v = T u``."""
-        self.space_in.exchange.prolong(u, self._x)
-        self._y[...] = 0.0
+        x, y = self._x, self._y
+        self.space_in.exchange.prolong(u, x)
+        if self.transpose:  # the restriction: W on the fine input
+            x *= self.weight
+        y[...] = 0.0
         for transfer in self.parts:
-            transfer.apply(self._x, self._part)
-            self._y += self._part
+            transfer.op.apply_add(x, y)
+        if not self.transpose:  # the prolongation: W on the fine output
+            y *= self.weight
         v[...] = 0.0
-        self.space_out.exchange.prolong_transpose_add(self._y, v)
+        self.space_out.exchange.prolong_transpose_add(y, v)
 
 
 def _split(A):
@@ -160,7 +184,8 @@ def par_multigrid_hierarchy(
     for order in orders[1:]:
         coarse = space.with_order(order)
         ops, P_parts, R_parts, offsets = _level(space, parts, coarse)
-        P, R = ParTransfer(P_parts, coarse, space), ParTransfer(R_parts, space, coarse)
+        R = ParTransfer(R_parts, space, coarse)
+        P = ParTransfer(P_parts, coarse, space, reverse=R)
         op_c = ParOperator(coarse, level.build) if forms else ParLevel(coarse, ops)
         parts = _split(op_c)[1]
         if free is not None:
