@@ -1,0 +1,92 @@
+"""Where a distributed device-CG iteration's time goes: each stage between CUDA events.
+
+    mpiexec -n N python bakeoff/par_timeline.py --bp bp3 -p 6 --dofs 5e7 [--repeat 200]
+
+Builds the bake-off box problem with ``--dofs`` DOFs per rank (``/gpu/cuda/gen``,
+NCCL) and replays the stages of the device loop's operator step in the loop's order
+(``hofem/backends/cuda/cg.py``), an event recorded on the compute stream after each:
+the ghosts of ``p`` sent, the interior cells, the wait for the ghosts, the boundary
+cells, the ghost part of ``A p`` sent, the wait for it and the adds, one all-reduce,
+and one vector pass (``p`` read and written, ``A p`` zeroed) for scale. The time
+between two events is what the stream spent on that stage, waiting included. Rank 0
+prints one JSON line: the median microseconds of each stage over ``--repeat`` replays,
+the slowest rank's.
+"""
+
+import argparse
+import json
+import statistics
+
+import cupy
+
+from hofem import parallel as par
+from hofem.bakeoff.benchmark_parallel import box_elements
+from hofem.bakeoff.distributed import ceed_on_every_rank, setup_distributed
+from hofem.operator import SubOperator
+
+
+def stages(op, p, Ap, scalar):
+    """``(name, launch)`` of one operator step, in the device loop's order."""
+    exchange = op.space.exchange
+    interior = [op.interior] if op.interior is not None else []
+    boundary = [op.boundary] if op.boundary is not None else []
+
+    def add_transpose():
+        for index, values in exchange.finish_transpose_l():
+            Ap[index] += values  # unique indices per neighbour
+
+    n = op.shape[0]
+    return [
+        ("send_p", lambda: exchange.start_prolong_l(p)),
+        ("interior", lambda: [part.apply_add(p, Ap) for part in interior]),
+        ("wait_p", exchange.finish_prolong_l),
+        ("boundary", lambda: [part.apply_add(p, Ap) for part in boundary]),
+        ("send_ap", lambda: exchange.start_transpose_l(Ap)),
+        ("wait_ap_add", add_transpose),
+        ("allreduce", lambda: exchange.allreduce_inplace(scalar)),
+        ("vector_pass", lambda: (cupy.multiply(p[:n], 1.0, out=p[:n]), Ap.fill(0.0))),
+    ]
+
+
+def replay(steps, repeat):
+    """Median microseconds per stage over ``repeat`` replays (after two warm-ups)."""
+    events = [cupy.cuda.Event() for _ in range(len(steps) + 1)]
+    times = {name: [] for name, _ in steps}
+    for k in range(repeat + 2):
+        events[0].record()
+        for (_, launch), event in zip(steps, events[1:], strict=True):
+            launch()
+            event.record()
+        events[-1].synchronize()
+        if k >= 2:
+            for (name, _), a, b in zip(steps, events, events[1:], strict=False):
+                times[name].append(1e3 * cupy.cuda.get_elapsed_time(a, b))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bp", default="bp3")
+    parser.add_argument("-p", "--order", type=int, default=6)
+    parser.add_argument("--dofs", type=float, default=5e7, help="DOFs per rank")
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+    comm = par.world()
+    ceed = ceed_on_every_rank(comm, "/gpu/cuda/gen")
+    elements = box_elements(args.dofs * comm.size, args.order)
+    problem = setup_distributed(args.bp, ceed, args.order, comm, elements=elements,
+                                transport="nccl")  # fmt: skip
+    op = problem.operator
+    op = op.op if isinstance(op, SubOperator) else op
+    p = cupy.random.default_rng(comm.rank).standard_normal(op.space.local.num_dofs)
+    Ap, scalar = cupy.zeros_like(p), cupy.ones(1)
+    medians = replay(stages(op, p, Ap, scalar), args.repeat)
+    slowest = {k: max(v[k] for v in comm.allgather(medians)) for k in medians}
+    if comm.rank == 0:
+        print(json.dumps({"bp": args.bp, "p": args.order, "ranks": comm.size,
+                          "dofs": op.space.num_dofs, "us": slowest,
+                          "total_us": sum(slowest.values())}), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
