@@ -4,8 +4,9 @@ The algebra of :func:`pmg`, on any array module (NumPy or CuPy): a hierarchy of
 operators of decreasing polynomial order (from ``Operator.multigrid_level``,
 built by the discretization layer, :func:`hofem.forms.multigrid_hierarchy`),
 Chebyshev smoothing of the Jacobi-scaled operator on each level, and on the
-order-1 level an algebraic multigrid V-cycle whose hierarchy pyamg builds once
-on the host (:class:`AMGCycle` runs it with the backend's sparse matrices).
+order-1 level an algebraic multigrid V-cycle whose smoothed-aggregation hierarchy
+is built once on the host with pyamg's aggregation (:func:`smoothed_aggregation`;
+:class:`AMGCycle` runs it with the backend's sparse matrices).
 Every piece is symmetric (the same polynomial smoother before and after the
 coarse correction, a symmetric coarse cycle), so the preconditioner is
 symmetric positive definite and CG stays CG.
@@ -34,6 +35,7 @@ from .vector_ops import VectorOps
 __all__ = [
     "PMG",
     "AMGCycle",
+    "AMGLevel",
     "Chebyshev",
     "Hierarchy",
     "RestrictedTransfer",
@@ -42,6 +44,7 @@ __all__ = [
     "estimate_max_eigenvalue",
     "pmg",
     "register_hierarchy",
+    "smoothed_aggregation",
 ]
 
 _HIERARCHIES = []  # (class, builder) pairs, see register_hierarchy
@@ -292,20 +295,43 @@ def _matrix_apply(A):
     return apply
 
 
-class AMGCycle:
-    """Symmetric V-cycles of a pyamg hierarchy, run with ``xp``'s arrays and sparse matrices.
+@dataclass
+class AMGLevel:
+    """A level of an :class:`AMGCycle` above its coarsest, on the cycle's arrays.
 
-    pyamg builds the hierarchy on the host once; the cycle itself is array
-    expressions and sparse products, so with ``xp = cupy`` it runs on the GPU
-    (``cupyx.scipy.sparse``) and with NumPy on the host, one code for both.
-    Smoothing is Chebyshev on the Jacobi-scaled level matrix (symmetric, no
-    triangular solves); the coarsest level is solved with its dense
-    pseudo-inverse (a matrix product).
+    Attributes
+    ----------
+    A : sparse matrix (n, n)
+        ``xp``'s CSR.
+    inv_diag : array (n,)
+    lambda_max : float
+        Estimate of the largest eigenvalue of ``D^-1 A``.
+    P, R : sparse matrices (n, n_c), (n_c, n)
+        Prolongation and its transpose, ``xp``'s CSR.
+    """
+
+    A: Any
+    inv_diag: Array
+    lambda_max: float
+    P: Any
+    R: Any
+
+
+class AMGCycle:
+    """Symmetric V-cycles of an algebraic multigrid hierarchy, run with ``xp``'s arrays.
+
+    The hierarchy is built on the host once (:func:`smoothed_aggregation`); the
+    cycle itself is array expressions and sparse products, so with ``xp = cupy``
+    it runs on the GPU (``cupyx.scipy.sparse``) and with NumPy on the host, one
+    code for both.  Smoothing is Chebyshev on the Jacobi-scaled level matrix
+    (symmetric, no triangular solves); the coarsest level is solved with its
+    dense pseudo-inverse (a matrix product).
 
     Parameters
     ----------
-    ml : pyamg.multilevel.MultilevelSolver
-        A symmetric hierarchy (``R = P^T``).
+    levels : list of AMGLevel
+        Fine to coarse, all but the coarsest.
+    coarsest : host sparse matrix (n_c, n_c)
     xp : module
         NumPy or CuPy.
     cycles : int
@@ -314,32 +340,34 @@ class AMGCycle:
     degree : int
         Chebyshev degree of the level smoothers.
     bounds : (float, float)
-        Chebyshev interval as fractions of each level's largest eigenvalue of ``D^-1 A``.
+        Chebyshev interval as fractions of each level's ``lambda_max``.
     ops : hofem.vector_ops.VectorOps, optional
         The smoothers' fused vector steps on ``xp``'s arrays; default ``VectorOps(xp)``.
-    eig_steps : int
-        Lanczos steps of each level's eigenvalue estimate (:func:`estimate_max_eigenvalue`).
     """
 
-    def __init__(self, ml, xp=np, cycles=1, degree=2, bounds=(0.3, 1.1), ops=None, eig_steps=10):
+    def __init__(
+        self,
+        levels: list[AMGLevel],
+        coarsest: Any,
+        xp: Any = np,
+        cycles: int = 1,
+        degree: int = 2,
+        bounds: tuple = (0.3, 1.1),
+        ops: VectorOps | None = None,
+    ) -> None:
         import scipy.linalg
 
         self.xp, self.cycles = xp, int(cycles)
         ops = VectorOps(xp) if ops is None else ops
-        self.levels = []  # (A, P, R, smoother) on xp, fine to coarse
-        for level in ml.levels[:-1]:
-            A = level.A.tocsr()
-            A_x, inv_diag = device_matrix(A, xp), xp.asarray(1.0 / A.diagonal())
-            # a few Lanczos steps where the cycle runs, as on the p-levels (pyamg's Arnoldi
-            # costs more)
-            lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
-            smoother = Chebyshev(_matrix_apply(A_x), inv_diag, lam, degree, bounds, ops)
-            P, R = device_matrix(level.P, xp), device_matrix(level.R, xp)
-            self.levels.append((A_x, P, R, smoother))
-        coarsest = np.asarray(ml.levels[-1].A.toarray())
-        self.coarse_inverse = xp.asarray(scipy.linalg.pinvh(coarsest))  # (n_c, n_c)
-        self.A = self.levels[0][0] if self.levels else xp.asarray(coarsest)
-        self.shape = ml.levels[0].A.shape
+        self.levels = [  # (A, P, R, smoother) on xp, fine to coarse
+            (lv.A, lv.P, lv.R, Chebyshev(_matrix_apply(lv.A), lv.inv_diag, lv.lambda_max,
+                                         degree, bounds, ops))
+            for lv in levels
+        ]  # fmt: skip
+        dense = np.asarray(coarsest.toarray())
+        self.coarse_inverse = xp.asarray(scipy.linalg.pinvh(dense))  # (n_c, n_c)
+        self.A = self.levels[0][0] if self.levels else xp.asarray(dense)
+        self.shape = self.A.shape
 
     def __call__(self, b):
         """``x`` approximating ``A^-1 b``: ``cycles`` V-cycles from zero."""
@@ -360,16 +388,84 @@ class AMGCycle:
         return x
 
 
-def amg_solver(A_host, xp, cycles=1, ops=None):
-    """:class:`AMGCycle` of pyamg's smoothed-aggregation hierarchy of ``A_host`` (host CSR)."""
-    pyamg = import_pyamg()
-    # the prolongation's Jacobi smoothing scaled by local row sums (a Gershgorin bound),
-    # so pyamg needs no Arnoldi eigenvalue estimate of the matrix
-    smooth = ("jacobi", {"omega": 4.0 / 3.0, "weighting": "local"})
-    ml = pyamg.smoothed_aggregation_solver(
-        A_host.tocsr(), symmetry="hermitian", smooth=smooth, max_coarse=500
-    )
-    return AMGCycle(ml, xp, cycles, ops=ops)
+def smoothed_aggregation(
+    A_host: Any,
+    xp: Any = np,
+    ops: VectorOps | None = None,
+    *,
+    max_coarse: int = 500,
+    max_levels: int = 10,
+    eig_steps: int = 10,
+    omega: float = 4.0 / 3.0,
+) -> tuple[list[AMGLevel], Any]:
+    """The levels of a smoothed-aggregation hierarchy of ``A_host`` (SPD, host sparse).
+
+    pyamg's smoothed aggregation with its defaults (symmetric strength, standard
+    aggregation, the constant candidate improved by four symmetric Gauss-Seidel
+    sweeps on the first level), but the tentative prolongator ``T`` is smoothed
+    as ``P = (I - omega / lambda_max D^-1 A) T`` with each level's Lanczos estimate
+    of ``lambda_max`` (:func:`estimate_max_eigenvalue`, run where the cycle runs),
+    the same estimate its Chebyshev smoother then uses.  A bound from local row
+    sums instead (pyamg's ``weighting="local"``) overestimates ``lambda_max`` by a
+    third on a trilinear Laplacian, so ``P`` is under-smoothed, and the cycle's
+    contraction then degrades with the number of levels; pyamg's own estimate
+    (``weighting="diagonal"``) is Arnoldi on the host from a random vector.
+
+    Parameters
+    ----------
+    A_host : scipy.sparse matrix (n, n)
+    xp : module
+        Where the levels' matrices go and the estimates run (NumPy or CuPy).
+    ops : hofem.vector_ops.VectorOps, optional
+        Inner products of the estimates; default ``VectorOps(xp)``.
+    max_coarse : int
+        Coarsen until at most this many rows.
+    max_levels : int
+    eig_steps : int
+        Lanczos steps of each level's estimate.
+    omega : float
+        Jacobi weight of the prolongation smoothing, over ``lambda_max``.
+
+    Returns
+    -------
+    levels : list of AMGLevel
+        Fine to coarse, all but the coarsest.
+    coarsest : scipy.sparse.csr_matrix (n_c, n_c)
+    """
+    import_pyamg()
+    import scipy.sparse
+    from pyamg.aggregation import fit_candidates, standard_aggregation
+    from pyamg.relaxation.relaxation import gauss_seidel
+    from pyamg.strength import symmetric_strength_of_connection
+
+    ops = VectorOps(xp) if ops is None else ops
+    A = scipy.sparse.csr_matrix(A_host)
+    B = np.ones(A.shape[0])  # (n,) near-null-space candidate
+    levels = []
+    while A.shape[0] > max_coarse and len(levels) < max_levels - 1:
+        if not levels:  # pyamg's improve_candidates: B relaxed on A B = 0
+            gauss_seidel(A, B, np.zeros_like(B), iterations=4, sweep="symmetric")
+        aggregates = standard_aggregation(symmetric_strength_of_connection(A))[0]
+        if not 0 < aggregates.shape[1] < A.shape[0]:  # nothing left to coarsen
+            break
+        A_x, diagonal = device_matrix(A, xp), A.diagonal()
+        inv_diag = xp.asarray(1.0 / diagonal)
+        lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
+        T, B = fit_candidates(aggregates, B.reshape(-1, 1))  # T (n, n_c), B (n_c, 1)
+        P = scipy.sparse.csr_matrix(T - scipy.sparse.diags(omega / lam / diagonal) @ (A @ T))
+        R = P.T.tocsr()  # (n_c, n)
+        levels.append(AMGLevel(A_x, inv_diag, lam, device_matrix(P, xp), device_matrix(R, xp)))
+        A = scipy.sparse.csr_matrix(R @ A @ P)
+    return levels, A
+
+
+def amg_solver(
+    A_host: Any, xp: Any, cycles: int = 1, ops: VectorOps | None = None, max_coarse: int = 500
+) -> AMGCycle:
+    """:class:`AMGCycle` of the smoothed-aggregation hierarchy of ``A_host`` (host sparse),
+    :func:`smoothed_aggregation`."""
+    levels, coarsest = smoothed_aggregation(A_host, xp, ops, max_coarse=max_coarse)
+    return AMGCycle(levels, coarsest, xp, cycles, ops=ops)
 
 
 class RestrictedTransfer:
