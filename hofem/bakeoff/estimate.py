@@ -180,16 +180,8 @@ def estimate_memory(
     vectors = 7 + 1.5 * bp.dirichlet + 3 * (ranks > 1)
     vectors += {None: 0, "jacobi": 2, "pmg": 20}[preconditioner]
     data += 8 * dofs * vectors + (idx * dofs if bp.dirichlet else 0)
-    # the order-1 matrix: 27 entries (12 B in CSR) per row, about one row per cell
-    order1 = 27 * 12 * bp.num_comp
-    gathered = 0.0  # rank 0's whole order-1 matrix, solved there when there are ranks
-    if preconditioner == "pmg":
-        data += 3 * order1 * elems
-        if ranks > 1:
-            # the matrix and its AMG hierarchy where the cycle runs; on the host besides
-            # (GPU), the gathered triplets (twice the CSR's bytes), the CSR and pyamg's copy
-            data += 2 * order1 * num_elem
-            gathered = 4 * order1 * num_elem
+    pmg_data, gathered = _order1_bytes(bp, elems, num_elem, ranks, preconditioner)
+    data += pmg_data
     # chunks of points where functions are evaluated (the right-hand side's at set-up, the
     # L2 error's and its E-vectors at the verification): 3 chunks, 0.6 GB, as measured
     data += 3 * CHUNK_BYTES
@@ -218,6 +210,22 @@ def estimate_memory(
         device=math.ceil(SAFETY_MARGIN * device),
         dofs=int(num_nodes * bp.num_comp),
     )
+
+
+def _order1_bytes(bp, elems, num_elem, ranks, preconditioner):
+    """pmg's order-1 matrix: ``(bytes where the backend computes, rank 0's host bytes)``.
+
+    27 entries (12 B in CSR) per row, about one row per cell: the rank's part three
+    times over (assembly, the AMG hierarchy); on several ranks rank 0 also holds the
+    whole matrix and its hierarchy where the cycle runs and, on the host besides (GPU),
+    the gathered triplets (twice the CSR's bytes), the CSR and the hierarchy's build.
+    """
+    if preconditioner != "pmg":
+        return 0.0, 0.0
+    order1 = 27 * 12 * bp.num_comp
+    if ranks == 1:
+        return 3 * order1 * elems, 0.0
+    return 3 * order1 * elems + 2 * order1 * num_elem, 4 * order1 * num_elem
 
 
 def memory_refusal(
