@@ -476,6 +476,10 @@ class RestrictedTransfer:
     side of the matrix-free operator (:meth:`~hofem.vector_ops.VectorOps.scatter_scaled`,
     :meth:`~hofem.vector_ops.VectorOps.gather_scaled`).
 
+    Its two whole-vector buffers and the free entries' weights are made at the
+    first application: a :class:`WholeVectorCycle` applies ``transfer`` itself, and
+    then these are never needed.
+
     Parameters
     ----------
     transfer : hofem.transfer.Transfer or a distributed transfer
@@ -487,17 +491,22 @@ class RestrictedTransfer:
         self.ceed, self.transfer = transfer.ceed, transfer
         self.free_out, self.free_in = free_out, free_in
         self.ops = self.ceed.backend.vector_ops()  # rank-local: scatter and gather only
-        xp = self.ceed.xp
-        self._in = xp.zeros(transfer.shape[1])  # (in l_size,) constrained entries stay 0
-        self._out = xp.empty(transfer.shape[0])  # (out l_size,)
         self.shape = (free_out.size, free_in.size)
-        self._apply, self._scale_in, self._scale_out = transfer.apply, None, None
+        self._apply = transfer.op.apply if isinstance(transfer, Transfer) else transfer.apply
+        self._buffers = None  # (in, out, scale_in, scale_out), see _run
+
+    def _make_buffers(self):
+        """Whole input (zero on the constrained entries) and output vectors, and a serial
+        transfer's weight on the free entries (``None`` where the transfer scales itself)."""
+        xp, transfer = self.ceed.xp, self.transfer
+        scale_in = scale_out = None
         if isinstance(transfer, Transfer):  # its weight here, on the free entries only
-            self._apply = transfer.op.apply
             if transfer.transpose:
-                self._scale_in = transfer.weight[free_in]  # (n_in,)
+                scale_in = transfer.weight[self.free_in]  # (n_in,)
             else:
-                self._scale_out = transfer.weight[free_out]  # (n_out,)
+                scale_out = transfer.weight[self.free_out]  # (n_out,)
+        # (in l_size,): constrained entries stay 0; (out l_size,)
+        return xp.zeros(transfer.shape[1]), xp.empty(transfer.shape[0]), scale_in, scale_out
 
     def apply(self, u, v):
         """``v = T[free_out][:, free_in] u``."""
@@ -508,9 +517,12 @@ class RestrictedTransfer:
         self._run(u, v, add=True)
 
     def _run(self, u, v, add):
-        self.ops.scatter_scaled(u, self.free_in, self._scale_in, self._in)
-        self._apply(self._in, self._out)
-        self.ops.gather_scaled(self._out, self.free_out, self._scale_out, v, add)
+        if self._buffers is None:
+            self._buffers = self._make_buffers()
+        whole_in, whole_out, scale_in, scale_out = self._buffers
+        self.ops.scatter_scaled(u, self.free_in, scale_in, whole_in)
+        self._apply(whole_in, whole_out)
+        self.ops.gather_scaled(whole_out, self.free_out, scale_out, v, add)
 
 
 class WholeVectorCycle:

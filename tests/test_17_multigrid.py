@@ -446,3 +446,28 @@ def test_level_assemblies_are_freed_without_the_garbage_collector(ceed):
     finally:
         if enabled:
             gc.enable()
+
+
+def test_pmg_holds_few_fine_vectors(ref):
+    """What ``hf.pmg`` of a restricted form keeps after its set-up and a solve, counted by
+    tracemalloc in vectors of the fine L-vector: the smoothers, the whole-vector cycle and
+    the transfers, not the set-up's element diagonals and matrices nor the free-DOF
+    transfers' buffers that the whole-vector cycle never uses (23.7 vectors before both
+    were released, 15.7 after, on this 12^3 box at p = 4)."""
+    import tracemalloc
+
+    space = hf.H1Space(ref, meshes.box(12, 3), 4)
+    A = hf.restrict_dofs(hf.diffusion(space, geometry="on_the_fly"), space.free_dofs())
+    b = np.ones(A.shape[0])
+    hf.cg(A, b, rtol=0.0, maxiter=2)  # the operator's own lazily made arrays
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        M = hf.pmg(A)
+        x, info = hf.cg(A, b, rtol=1e-8, M=M)
+        del x
+        held = (tracemalloc.get_traced_memory()[0] - base) / (8 * A.op.shape[0])
+    finally:
+        tracemalloc.stop()
+    assert info == 0
+    assert held < 17, f"pmg holds {held:.1f} fine vectors"
