@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .vector_ops import VectorOps
+
 __all__ = [
     "available_host_memory",
     "cgroup_memory_room",
@@ -27,6 +29,8 @@ __all__ = [
 ]
 
 _SKIP = ("ceed", "comm", "backend", "qf", "qfunction")  # shared context, not per-object data
+# a backend's vector operations (its reduction scratch) serve every object: shared too
+_SHARED_TYPES = (VectorOps,)
 # a backend's record for an object (hofem.backends.contract) counts toward that object
 _OWNED = "backend_data"
 
@@ -181,7 +185,8 @@ def memory_report(*objects):
     *objects
         Operators, spaces, restrictions, arrays, or containers (dict, list,
         tuple) of them. Attributes named ``ceed``, ``comm``, ``backend``,
-        ``qf`` and ``qfunction`` are not followed (shared context); only
+        ``qf`` and ``qfunction`` are not followed (shared context), nor a backend's
+        :class:`~hofem.vector_ops.VectorOps` (their scratch serves every object); only
         objects of hofem's own classes are looked into. What an object's
         ``backend_data`` holds counts toward that object's type.
 
@@ -204,7 +209,7 @@ def memory_report(*objects):
                 where = "host" if isinstance(base, np.ndarray) else "device"
                 report[where][holder] += int(base.nbytes)
             continue
-        if id(value) in seen_objects:
+        if id(value) in seen_objects or isinstance(value, _SHARED_TYPES):
             continue
         seen_objects.add(id(value))
         if isinstance(value, dict):
