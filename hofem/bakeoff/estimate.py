@@ -147,10 +147,7 @@ def estimate_memory(
         levels' 1/8 each; in the set-up, the level assembly's element diagonals
         (two vectors at p = 4) and the Lanczos steps' four, which CuPy's pool keeps
         (a distributed run measured 362 B per local DOF in the pool at BP3 p = 4);
-        and the order-1 matrix (27 entries per row, about one row per cell) three
-        times over (assembly, the AMG hierarchy); on several ranks, rank 0 also holds
-        the whole order-1 matrix and its hierarchy (the gathered coarse solve) where
-        the cycle runs, and its triplets, CSR and pyamg's copy on the host.
+        and the order-1 matrix (``_order1_bytes``).
     key_numbering : bool
         The mesh came from a file: numbered by sorted keys (41-62 B per node at
         its peak), not in closed form on the box lattice (7 B per node).
