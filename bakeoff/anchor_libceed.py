@@ -79,25 +79,42 @@ def vector(ceed, array):
     return vec
 
 
-def bp_operator(ceed, bp, space):
-    """libCEED operator of BP1 or BP3 on the scalar hex ``space`` (an ``H1Space``), and its size.
+def _bases(ceed, space, basis):
+    """libCEED's ``(geometry basis (3 components), solution basis, Q)`` on ``space``:
+    tensor Lagrange with ``p + 2`` Gauss points on hexes, else ``basis``'s matrices (a
+    hofem non-tensor :class:`hofem.Basis` of ``space``'s nodes: the same rule)."""
+    libceed = _libceed()
+    if basis is None:
+        p, q = space.order, space.order + 2
+        return (ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, libceed.GAUSS),
+                ceed.BasisTensorH1Lagrange(3, 1, p + 1, q, libceed.GAUSS), q**3)  # fmt: skip
+    if basis.is_tensor or basis.topology is not hf.TET:
+        raise ValueError(f"the libCEED anchor takes a tet basis, got {basis.topology}")
+    Q, P = basis.interp.shape
+    matrices = [np.ascontiguousarray(a, dtype=np.float64).ravel()
+                for a in (basis.interp, basis.grad, basis.q_ref.T, basis.q_weight)]  # fmt: skip
+    return (ceed.BasisH1(libceed.TET, 3, P, Q, *matrices),
+            ceed.BasisH1(libceed.TET, 1, P, Q, *matrices), Q)  # fmt: skip
+
+
+def bp_operator(ceed, bp, space, basis=None):
+    """libCEED operator of BP1 or BP3 on the scalar ``space`` (an ``H1Space``), and its size.
 
     The restriction reads ``space.offsets`` and the q-data is built from
     ``space.node_coordinates()``: the operator is the matrix of hofem's on ``space``.
+    On tets ``basis`` is the hofem operator's active basis: libCEED applies the same
+    matrices at the same points (its non-tensor path).
     """
     libceed = _libceed()
     build_name, apply_name, qdata_size, name_in, name_out = _QFUNCTIONS[bp]
-    p, num_nodes = space.order, space.num_nodes
-    q = p + 2
-    offsets = space.offsets.astype(np.int32)  # (num_elem, (p+1)^3)
+    num_nodes = space.num_nodes
+    offsets = space.offsets.astype(np.int32)  # (num_elem, P)
     num_elem, P = offsets.shape
-    Q = q**3
+    geo, basis, Q = _bases(ceed, space, basis)
     r_x = ceed.ElemRestriction(num_elem, P, 3, num_nodes, 3 * num_nodes, offsets)
     r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
     strides = np.array([1, Q, Q * qdata_size], dtype=np.int32)
     r_q = ceed.StridedElemRestriction(num_elem, Q, qdata_size, num_elem * Q * qdata_size, strides)
-    geo = ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, libceed.GAUSS)
-    basis = ceed.BasisTensorH1Lagrange(3, 1, p + 1, q, libceed.GAUSS)
     build = ceed.Operator(ceed.QFunctionByName(build_name))
     build.set_field("dx", r_x, geo, libceed.VECTOR_ACTIVE)
     build.set_field("weights", libceed.ELEMRESTRICTION_NONE, geo, libceed.VECTOR_NONE)
@@ -114,7 +131,7 @@ def bp_operator(ceed, bp, space):
     return op, num_nodes, num_elem, (r_x, r_u, r_q, geo, basis, qdata)
 
 
-def bp_apply(ceed, bp, space, u):
+def bp_apply(ceed, bp, space, u, basis=None):
     """libCEED's BP operator of :func:`bp_operator` bound to an input.
 
     Parameters
@@ -122,9 +139,11 @@ def bp_apply(ceed, bp, space, u):
     ceed : libceed.Ceed
     bp : str
     space : H1Space
-        Scalar, on a hex mesh (:func:`bakeoff.common.box_space`).
+        Scalar, on a hex or tet box (:func:`bakeoff.common.box_space`).
     u : ndarray (space.num_nodes,), float64
         Input of every apply (copied into a libCEED vector).
+    basis : hofem.Basis, optional
+        Tets: the basis (and so the rule) of hofem's operator (:func:`bp_operator`).
 
     Returns
     -------
@@ -133,7 +152,7 @@ def bp_apply(ceed, bp, space, u):
     output : callable
         ``output()``: the last result, a NumPy array (space.num_nodes,).
     """
-    op, num_nodes, _, keep = bp_operator(ceed, bp, space)
+    op, num_nodes, _, keep = bp_operator(ceed, bp, space, basis)
     u_lc, v_lc = vector(ceed, u), ceed.Vector(num_nodes)
 
     def apply(keep=keep):  # holds the restrictions, bases and q-data with the operator

@@ -20,8 +20,8 @@ def add_compare_arguments(parser, dofs, rounds, batch, geometries):
     """The options both commands share, with their defaults.
 
     ``--problems`` (BP1 and BP3), ``--orders`` (default 2..8), ``--dofs`` (default ``[dofs]``),
-    ``--rounds``, ``--batch`` and ``--geometry`` (choices ``geometries``; default
-    stored and on the fly).
+    ``--rounds``, ``--batch``, ``--geometry`` (choices ``geometries``; default
+    stored and on the fly) and ``--cells``.
     """
     add_problem_arguments(parser, STRUCTURED, range(2, MAX_ORDER + 1), choices=STRUCTURED)
     parser.add_argument(
@@ -40,6 +40,18 @@ def add_compare_arguments(parser, dofs, rounds, batch, geometries):
         default=["stored", "on_the_fly"],
         help="geometry of hofem's operators (default: stored and on_the_fly)",
     )
+    parser.add_argument(
+        "--cells",
+        choices=("hex", "tet"),
+        default="hex",
+        help="box cells (default hex); tet: 6 Kuhn tets per cube, libCEED given the basis "
+        "matrices and rule of hofem's first operator",
+    )
+
+
+def active_basis(op):
+    """The basis of ``op``'s active input (what libCEED's anchor reuses on tets)."""
+    return next(f.basis for f in op.input_fields if f.is_active)
 
 
 def alternate(applies, solves, rounds, batch, timer):

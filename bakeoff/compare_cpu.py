@@ -26,20 +26,20 @@ import hofem as hf
 from hofem.bakeoff.common import Parser, box_side, median_seconds
 
 from .common import box_form, box_space
-from .compare import add_compare_arguments, alternate, summarize
+from .compare import active_basis, add_compare_arguments, alternate, summarize
 
 __all__ = ["anchors", "run_case"]
 
 CG_ITERATIONS = 20
 
 
-def anchors(bp, space):
+def anchors(bp, space, basis=None):
     """``name -> apply()`` of the anchors that import (libCEED, MFEM); others left out.
 
-    libCEED's operator reads ``space``'s offsets and node coordinates; MFEM builds
-    its own ``n^3`` box of the same order.
+    libCEED's operator reads ``space``'s offsets and node coordinates (on tets also
+    ``basis``, hofem's operator's); MFEM builds its own ``n^3`` hex box of the same
+    order (hexes only).
     """
-    n, p = space.mesh.box_shape[0], space.order
     out = {}
     try:
         from . import anchor_libceed as lc
@@ -49,34 +49,38 @@ def anchors(bp, space):
         ceed = None
     if ceed is not None:
         u = np.random.default_rng(0).standard_normal(space.num_dofs)
-        out["libceed"] = lc.bp_apply(ceed, bp, space, u)[0]
+        out["libceed"] = lc.bp_apply(ceed, bp, space, u, basis)[0]
+    if basis is not None:
+        return out
     try:
         from . import anchor_mfem
 
-        out["mfem"] = anchor_mfem.bp_operator(bp, n, p)[0]
+        out["mfem"] = anchor_mfem.bp_operator(bp, space.mesh.box_shape[0], space.order)[0]
     except SystemExit:
         pass
     return out
 
 
-def run_case(ceed, bp, p, dofs, geometries, rounds, batch):
+def run_case(ceed, bp, p, dofs, geometries, rounds, batch, cells="hex"):
     """Alternate the operators of one case for ``rounds`` rounds; the result line (dict)."""
     n = box_side(dofs, p)
     form = "mass" if bp == "bp1" else "diffusion"
-    space = box_space(ceed, n, p)
+    space = box_space(ceed, n, p, simplex=cells == "tet")
     num_nodes = space.num_dofs
-    applies, cgs = {}, {}
+    applies, cgs, bases = {}, {}, []
     for g in geometries:
         op, _ = box_form(space, form, geometry=g)
+        bases.append(active_basis(op))
         u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
         v = ceed.xp.zeros(num_nodes)
         b = op(u)
         hf.cg(op, b, rtol=0.0, maxiter=2)  # compiles the kernels and CG's vector updates
         applies[g] = lambda op=op, u=u, v=v: op.apply(u, v)
         cgs[g] = lambda op=op, b=b: hf.cg(op, b, rtol=0.0, maxiter=CG_ITERATIONS)
-    applies.update(anchors(bp, space))
+    applies.update(anchors(bp, space, bases[0] if cells == "tet" else None))
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, median_seconds)
-    result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
+    result = {"bp": bp, "p": p, "cells": cells, "points": bases[0].num_qpts}
+    result.update(dofs=num_nodes, elements=space.num_elem)
     result.update(backend=ceed.resource, rounds=rounds, batch=batch)
     result.update(summarize(num_nodes, apply_times, solve_times, geometries, CG_ITERATIONS))
     return result
@@ -91,6 +95,7 @@ def main(argv=None):
     for dofs in args.dofs:
         for bp in args.problems:
             for p in args.orders:
-                line = run_case(ceed, bp, p, dofs, args.geometry, args.rounds, args.batch)
+                line = run_case(ceed, bp, p, dofs, args.geometry, args.rounds, args.batch,
+                                args.cells)  # fmt: skip
                 print(json.dumps(line), flush=True)
     return 0

@@ -32,14 +32,14 @@ from hofem.bakeoff.common import Parser, box_side, positive_int
 from hofem.geometry import MACHINE_BALANCE
 
 from .common import box_form, box_space, event_seconds
-from .compare import add_compare_arguments, alternate, summarize
+from .compare import active_basis, add_compare_arguments, alternate, summarize
 
 __all__ = ["available_anchors", "libceed_applies", "operator_pairs", "run_case"]
 
 ANCHORS = ("/gpu/cuda/gen", "/gpu/cuda/shared")
 
 
-def libceed_applies(resources, bp, space, u):
+def libceed_applies(resources, bp, space, u, basis=None):
     """libCEED's operator of each resource (see :func:`available_anchors`).
 
     Parameters
@@ -50,6 +50,8 @@ def libceed_applies(resources, bp, space, u):
         The box: its offsets and node coordinates.
     u : ndarray (num_nodes,), float64
         Input of every apply.
+    basis : hofem.Basis, optional
+        Tets: hofem's operator's basis, whose matrices and rule libCEED applies.
 
     Returns
     -------
@@ -61,7 +63,7 @@ def libceed_applies(resources, bp, space, u):
 
     return {
         "libceed " + resource.rsplit("/", 1)[1]: lc.bp_apply(
-            lc.open_ceed((resource,)), bp, space, u
+            lc.open_ceed((resource,)), bp, space, u, basis
         )
         for resource in resources
     }
@@ -97,7 +99,7 @@ def operator_pairs(ceeds, geometries):
     ]
 
 
-def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
+def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters, cells="hex"):
     """Alternate the operators of one case for ``rounds`` rounds; the result line (dict).
 
     Besides :func:`.compare.summarize`'s figures, ``max_rel_diff`` compares
@@ -110,13 +112,14 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
     form = "mass" if bp == "bp1" else "diffusion"
     spaces = {}  # one box per backend
     for ceed, _ in pairs:
-        spaces.setdefault(ceed.resource, box_space(ceed, n, p))
+        spaces.setdefault(ceed.resource, box_space(ceed, n, p, simplex=cells == "tet"))
     num_nodes = next(iter(spaces.values())).num_dofs
     u_host = np.random.default_rng(0).standard_normal(num_nodes)  # (num_nodes,)
     u = cupy.asarray(u_host)
-    applies, outputs, cgs = {}, {}, {}
+    applies, outputs, cgs, bases = {}, {}, {}, []
     for ceed, g in pairs:
         op, _ = box_form(spaces[ceed.resource], form, geometry=g)
+        bases.append(active_basis(op))
         v = cupy.empty_like(u)
         b = op(u)
         name = f"{ceed.resource.rsplit('/', 1)[1]} {g}"
@@ -125,10 +128,12 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters):
         cgs[name] = lambda op=op, b=b: hf.cg(op, b, rtol=1e-30, maxiter=cg_iters)
     ours = list(applies)
     space = next(iter(spaces.values()))
-    for name, (apply, output) in libceed_applies(anchors, bp, space, u_host).items():
+    basis = bases[0] if cells == "tet" else None
+    for name, (apply, output) in libceed_applies(anchors, bp, space, u_host, basis).items():
         applies[name], outputs[name] = apply, output
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, event_seconds)
-    result = {"bp": bp, "p": p, "q": p + 2, "dofs": num_nodes, "elements": n**3}
+    result = {"bp": bp, "p": p, "cells": cells, "points": bases[0].num_qpts}
+    result.update(dofs=num_nodes, elements=space.num_elem)
     result.update(rounds=rounds, batch=batch, cg_iters=cg_iters)
     result.update(summarize(num_nodes, apply_times, solve_times, ours, cg_iters))
     reference = outputs[ours[0]]()
@@ -171,7 +176,8 @@ def main(argv=None):
     for dofs in args.dofs:
         for bp in args.problems:
             for p in args.orders:
-                line = run_case(pairs, bp, p, dofs, anchors, args.rounds, args.batch, args.cg_iters)
+                line = run_case(pairs, bp, p, dofs, anchors, args.rounds, args.batch,
+                                args.cg_iters, args.cells)  # fmt: skip
                 print(json.dumps(line), flush=True)
                 cupy.get_default_memory_pool().free_all_blocks()
     return 0
