@@ -11,6 +11,7 @@ import scipy.sparse
 from ..forms import form_assembly, form_space, interpolation_hits
 from ..multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hierarchy
 from ..operator import SubOperator, _OperatorBase
+from ..restriction import index_dtype
 from ..space import free_indices
 from ..typing import Array
 from .operator import ParallelVectorOps, ParOperator
@@ -213,7 +214,9 @@ def _solved_numbering(space, free):
 
     Returns
     -------
-    number : int64 array (L,), host
+    number : int32 (while every global DOF id fits) or int64 array (L,), host
+        The narrow type halves the triplets gathered to rank 0 and speeds its
+        COO-to-CSR.
     count : int
     """
     ceed = space.ceed
@@ -222,7 +225,7 @@ def _solved_numbering(space, free):
     number = np.full(space.num_owned_dofs, -1.0)  # (T,) exact in float64 below 2^53
     number[kept] = first + np.arange(kept.size)
     number_l = ceed.to_numpy(space.exchange.prolong(ceed.asarray(number)))  # (L,)
-    return np.rint(number_l).astype(np.int64), int(kept.size)
+    return np.rint(number_l).astype(index_dtype(space.num_dofs)), int(kept.size)
 
 
 def _gather_arrays(comm, arrays):
