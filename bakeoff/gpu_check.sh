@@ -2,10 +2,13 @@
 # GPU checks from a checkout on a machine with one or more NVIDIA GPUs: the test suite's GPU
 # cases, the distributed cases on the GPU, and pmg against CG on /gpu/cuda/gen.
 #   bash bakeoff/gpu_check.sh [OUTDIR]      (OUTDIR default /tmp/gpu_check)
-# Each part's log goes to OUTDIR; a failing part does not stop the others.
+# A failing part does not stop the others. Each part's log is written to a scratch folder and
+# all of them land in OUTDIR as one file, gpu_check_logs.tar.gz (a device call returns few files).
 set -uo pipefail
-out=${1:-/tmp/gpu_check}
-mkdir -p "$out"
+dest=${1:-/tmp/gpu_check}
+mkdir -p "$dest"
+out=$(mktemp -d)
+trap 'tar -czf "$dest/gpu_check_logs.tar.gz" -C "$out" .' EXIT
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 py=${PYTHON:-python3}
 part() {
@@ -15,7 +18,7 @@ part() {
     "$@" >"$out/$name.log" 2>&1
     echo "== $name: exit $? in $((SECONDS - start)) s; $(tail -n 1 "$out/$name.log")"
 }
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1
 # the GPU tests in one contiguous slice per GPU (--shard), all at once
 gpus=$(nvidia-smi -L | wc -l)
 start=$SECONDS
