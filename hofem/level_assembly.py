@@ -249,7 +249,7 @@ class LevelAssembly:
 def _element_indices(r: ElemRestriction) -> Array:
     """``(num_elem, num_comp, elem_size)`` L-vector indices of ``r`` where the backend keeps
     its offsets (no copy back to the host of a device restriction), int32 while they fit:
-    the COO-to-CSR sort moves half the bytes (SciPy's takes 2.3x less time)."""
+    the COO-to-CSR sort then moves half the bytes."""
     offsets = r.kept_offsets()  # (num_elem, elem_size)
     xp = np if isinstance(offsets, np.ndarray) else r.ceed.xp
     dtype = index_dtype(r.l_size)
