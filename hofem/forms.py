@@ -498,11 +498,7 @@ def multigrid_hierarchy(
     assembly = _level_assemblies(levels, sources, args)
 
     def coarse_solver(make):
-        matrix = assembly[-1].linear_assemble()
-        # the set-up is done with the level assemblies (element diagonals and matrices):
-        # this closure outlives it in the Hierarchy, so it lets them go
-        assembly.clear()
-        return make(matrix, levels[-1].ceed.xp)
+        return make(assembly[-1].linear_assemble(), levels[-1].ceed.xp)
 
     # free coarse DOFs are those whose interpolation misses every constrained fine DOF
     return Hierarchy(

@@ -73,10 +73,11 @@ class Hierarchy:
         ``prolong[l]`` maps level ``l + 1`` to level ``l`` (``apply(u, v)``),
         ``restrict[l]`` is its transpose.
     orders : list of int
-    coarse_solver : callable
+    coarse_solver : callable or None
         ``coarse_solver(make)`` -> ``solve(b) -> x`` on the coarsest level,
         where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
         distributed hierarchy gathers the matrix and the vectors around it.
+        :func:`pmg` drops it once it has the solve.
     assembly : list or None
         Per level, an object whose ``linear_assemble_diagonal()`` (and, on the
         coarsest, ``linear_assemble()``, a host matrix) are those of ``operators``,
@@ -92,7 +93,7 @@ class Hierarchy:
     prolong: list
     restrict: list
     orders: list
-    coarse_solver: Callable
+    coarse_solver: Callable | None
     info: dict = field(default_factory=dict)
     assembly: list | None = None
     free_to_free: bool = False
@@ -780,11 +781,13 @@ def pmg(
     mark = time.perf_counter()
     local_ops = hierarchy.operators[0].ceed.backend.vector_ops()
 
-    def make(A_host, xp):  # the gathered coarse solve of a distributed hierarchy is on the host
+    def make(A_host, xp):  # xp: where the cycle runs (a distributed hierarchy's rank 0)
         return amg_solver(A_host, xp, coarse_cycles, local_ops if local_ops.xp is xp else None)
 
     coarse = hierarchy.coarse_solver(make)
-    hierarchy.assembly = None  # needed for the set-up only
+    # the set-up's parts: the level assemblies (element diagonals and matrices), which
+    # the coarse solver's builder reaches too
+    hierarchy.assembly = hierarchy.coarse_solver = None
     seconds["coarse"] = time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
     hierarchy.info["setup_seconds"] = seconds
     return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)
