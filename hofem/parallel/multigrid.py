@@ -281,10 +281,11 @@ class GatheredSolver:
         del local, rows, cols
         sizes = self.comm.gather(count, root=0)
         rows, cols, vals = _gather_arrays(self.comm, triplets)
-        self.solver, self.count, self.sizes = None, count, None
+        self.solver, self.count, self.sizes, self._gathered = None, count, None, None
         if self.comm.rank == 0:
             self.sizes = np.array(sizes, dtype=np.int64)  # (ranks,) solved DOFs per rank
             n = int(self.sizes.sum())
+            self._gathered = np.empty(n)  # (n,) each solve's right-hand side, made once
             matrix = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(n, n))
             del rows, cols, vals
             self.solver = make(matrix, ceed.xp)
@@ -292,8 +293,7 @@ class GatheredSolver:
     def __call__(self, b: Array) -> Array:
         """``x`` (this rank's solved DOFs) of the coarsest system: ``b`` gathered to rank 0
         (``Gatherv`` of host buffers), solved there, scattered back."""
-        ceed, root = self.ceed, self.comm.rank == 0
-        gathered = np.empty(int(self.sizes.sum())) if root else None  # (n,) on rank 0
+        ceed, root, gathered = self.ceed, self.comm.rank == 0, self._gathered
         self.comm.Gatherv(ceed.to_numpy(b), (gathered, self.sizes) if root else None, root=0)
         x = ceed.to_numpy(self.solver(ceed.asarray(gathered))) if root else None
         out = np.empty(self.count)  # (this rank's solved DOFs,)
