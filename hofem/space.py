@@ -289,9 +289,10 @@ class H1Space:
             takes that one's numbering: multigrid levels number and interpolate
             the geometry once.
         """
-        shared = self._geometry if min(order, self.order) >= self.mesh.geometry_order else None
+        k = self.mesh.geometry_order
+        shared = self._geometry if min(order, self.order) >= k else None
         numbering = None
-        if shared and order == self.mesh.geometry_order:
+        if shared is not None and "coordinate_space" in shared and order == k:
             numbering = shared["coordinate_space"].numbering
         whole = H1Space(self.ceed, self.mesh, order, num_comp=self.num_comp, numbering=numbering)
         if shared is not None:
