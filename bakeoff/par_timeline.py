@@ -10,7 +10,8 @@ cells, the ghost part of ``A p`` sent, the wait for it and the adds, one all-red
 and one vector pass (``p`` read and written, ``A p`` zeroed) for scale. The time
 between two events is what the stream spent on that stage, waiting included. Rank 0
 prints one JSON line: the median microseconds of each stage over ``--repeat`` replays,
-the slowest rank's.
+the slowest rank's (``us``) and every rank's (``rank_us``: a rank that finishes its
+stages early waits in the all-reduce, so the slowest of each stage overcounts).
 """
 
 import argparse
@@ -25,8 +26,8 @@ from hofem.bakeoff.distributed import ceed_on_every_rank, setup_distributed
 from hofem.operator import SubOperator
 
 
-def stages(op, p, Ap, scalar):
-    """``(name, launch)`` of one operator step, in the device loop's order."""
+def stages(op, p, Ap, scalar, order="loop"):
+    """``(name, launch)`` of one operator step, in ``order`` (:data:`ORDERS`)."""
     exchange = op.space.exchange
     interior = [op.interior] if op.interior is not None else []
     boundary = [op.boundary] if op.boundary is not None else []
@@ -36,16 +37,34 @@ def stages(op, p, Ap, scalar):
             Ap[index] += values  # unique indices per neighbour
 
     n = op.shape[0]
-    return [
-        ("send_p", lambda: exchange.start_prolong_l(p)),
-        ("interior", lambda: [part.apply_add(p, Ap) for part in interior]),
-        ("wait_p", exchange.finish_prolong_l),
-        ("boundary", lambda: [part.apply_add(p, Ap) for part in boundary]),
-        ("send_ap", lambda: exchange.start_transpose_l(Ap)),
-        ("wait_ap_add", add_transpose),
-        ("allreduce", lambda: exchange.allreduce_inplace(scalar)),
-        ("vector_pass", lambda: (cupy.multiply(p[:n], 1.0, out=p[:n]), Ap.fill(0.0))),
-    ]
+    steps = dict(
+        send_p=lambda: exchange.start_prolong_l(p),
+        interior=lambda: [part.apply_add(p, Ap) for part in interior],
+        wait_p=exchange.finish_prolong_l,
+        boundary=lambda: [part.apply_add(p, Ap) for part in boundary],
+        send_ap=lambda: exchange.start_transpose_l(Ap),
+        wait_ap_add=add_transpose,
+        allreduce=lambda: exchange.allreduce_inplace(scalar),
+        vector_pass=lambda: (cupy.multiply(p[:n], 1.0, out=p[:n]), Ap.fill(0.0)),
+    )
+    return [(name, steps[name]) for name in ORDERS[order]]
+
+
+# the device loop's order, and the boundary cells first: the ghost part of A p then travels
+# while the interior runs (on ranks that hold ghosts, the wait for p is exposed instead)
+ORDERS = {
+    "loop": ("send_p", "interior", "wait_p", "boundary", "send_ap", "wait_ap_add",
+             "allreduce", "vector_pass"),
+    "boundary_first": ("send_p", "wait_p", "boundary", "send_ap", "interior", "wait_ap_add",
+                       "allreduce", "vector_pass"),
+}  # fmt: skip
+
+
+def prioritize(exchange):
+    """Give the exchange's NCCL side streams the device's highest priority, so that their
+    blocks are scheduled before the waiting blocks of a kernel that fills the GPU."""
+    for channel in (exchange._forward, exchange._reverse):  # CUDA clamps to its highest
+        channel._stream = cupy.cuda.Stream(non_blocking=True, priority=-(1 << 20))
 
 
 def replay(steps, repeat):
@@ -70,6 +89,9 @@ def main():
     parser.add_argument("-p", "--order", type=int, default=6)
     parser.add_argument("--dofs", type=float, default=5e7, help="DOFs per rank")
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--stages", choices=sorted(ORDERS), default="loop")
+    parser.add_argument("--priority", choices=("default", "high"), default="default",
+                        help="the NCCL side streams' priority")  # fmt: skip
     args = parser.parse_args()
     comm = par.world()
     ceed = ceed_on_every_rank(comm, "/gpu/cuda/gen")
@@ -80,12 +102,18 @@ def main():
     op = op.op if isinstance(op, SubOperator) else op
     p = cupy.random.default_rng(comm.rank).standard_normal(op.space.local.num_dofs)
     Ap, scalar = cupy.zeros_like(p), cupy.ones(1)
-    medians = replay(stages(op, p, Ap, scalar), args.repeat)
-    slowest = {k: max(v[k] for v in comm.allgather(medians)) for k in medians}
+    if args.priority == "high":
+        prioritize(op.space.exchange)
+    medians = replay(stages(op, p, Ap, scalar, args.stages), args.repeat)
+    every = comm.allgather(medians)
+    slowest = {k: max(v[k] for v in every) for k in medians}
     if comm.rank == 0:
         print(json.dumps({"bp": args.bp, "p": args.order, "ranks": comm.size,
+                          "stages": args.stages, "priority": args.priority,
                           "dofs": op.space.num_dofs, "us": slowest,
-                          "total_us": sum(slowest.values())}), flush=True)  # fmt: skip
+                          "total_us": sum(slowest.values()),
+                          "rank_total_us": [sum(v.values()) for v in every],
+                          "rank_us": every}), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
