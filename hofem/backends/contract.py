@@ -59,10 +59,11 @@ class SupportsApply(Protocol):
 class DeviceExchange(Protocol):
     """A distributed operator's communication, for a device CG on its rank's L-vectors.
 
-    The owned DOFs come first in a rank's L-vector, so its first ``num_owned``
-    entries are the T-vector and the ghosts are the rest, in the order they are
-    received. Every call only queues work on the current stream (no host
-    synchronization), so the whole iteration can be captured as a CUDA graph.
+    An L-vector holds the rank's owned entries (the T-vector's: with one component its
+    first ``num_owned``, see :attr:`DistributedParts.owned`) and the ghosts, which
+    these calls fill from their owners and send back to them in place. Every call
+    only queues work on the current stream (no host synchronization), so the whole
+    iteration can be captured as a CUDA graph.
     """
 
     num_owned: int
@@ -99,12 +100,17 @@ class DistributedParts:
         (``apply_add``): ``before`` touches no ghost (it runs while the ghosts
         arrive), ``after`` the rest.
     l_size : int
+    owned : array (t_size,) of int64, or None
+        The L positions of the T-vector's entries where they are not the L-vector's
+        head (several components, each a block of the L-vector); None: the first
+        ``t_size``.
     """
 
     exchange: DeviceExchange
     before: SupportsApply | None
     after: SupportsApply | None
     l_size: int
+    owned: Array | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,15 @@ def _segments(sizes):
     return list(itertools.pairwise(offsets))
 
 
+def _rank_segments(ranks, sizes):
+    """``(rank, offset, count)`` of the non-empty segments of consecutive ``sizes``."""
+    return [
+        (int(q), int(a), int(b - a))
+        for q, (a, b) in zip(ranks, _segments(sizes), strict=True)
+        if b > a
+    ]
+
+
 class MpiChannel:
     """Point-to-point exchange of float64 buffers over MPI, persistent requests.
 
@@ -129,23 +138,29 @@ class NcclChannel:
     """
 
     def __init__(self, comm, xp, send_ranks, send_sizes, recv_ranks, recv_sizes, tag):
+        self._open(comm)
+        self.send_buf = xp.empty(int(sum(send_sizes)))
+        self.recv_buf = xp.empty(int(sum(recv_sizes)))
+        self._sends = _rank_segments(send_ranks, send_sizes)
+        self._recvs = _rank_segments(recv_ranks, recv_sizes)
+
+    @classmethod
+    def over(cls, comm, sends, recvs, send_buf=None, recv_buf=None) -> NcclChannel:
+        """A channel over explicit segments ``(rank, offset, count)`` of the arrays that
+        :meth:`start` is given (``send_buf``/``recv_buf``: the defaults, shared with
+        another channel); segments to one rank are sent and received in list order."""
+        channel = cls.__new__(cls)
+        channel._open(comm)
+        channel.send_buf, channel.recv_buf = send_buf, recv_buf
+        channel._sends, channel._recvs = list(sends), list(recvs)
+        return channel
+
+    def _open(self, comm):
         import cupy
 
         self._nccl = nccl_communicator(comm)
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._ready, self._done = cupy.cuda.Event(), cupy.cuda.Event()
-        self.send_buf = xp.empty(int(sum(send_sizes)))
-        self.recv_buf = xp.empty(int(sum(recv_sizes)))
-        self._sends = [
-            (int(q), int(a), int(b - a))
-            for q, (a, b) in zip(send_ranks, _segments(send_sizes), strict=True)
-            if b > a
-        ]
-        self._recvs = [
-            (int(q), int(a), int(b - a))
-            for q, (a, b) in zip(recv_ranks, _segments(recv_sizes), strict=True)
-            if b > a
-        ]
 
     def start(self, send=None, recv=None):
         """Send ``send`` (default ``send_buf``) and receive into ``recv`` (default
@@ -270,6 +285,47 @@ class Exchange:
         self._transpose_pairs = [
             (self._send_t[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
         ]
+        if transport == "nccl":
+            self._open_l_path(numbering, send_sizes)
+
+    def _open_l_path(self, numbering: ParNumbering, send_sizes: list[int]) -> None:
+        """The channels of the in-place L-vector exchange (a device CG's): the ghosts of
+        component ``c`` from rank ``q`` received straight into ``x_l``'s block ``c``, one
+        segment per (neighbour, component), both sides posting them in that order; the
+        send and receive buffers are the T-vector channels'."""
+        xp, nc, own, nodes = self.xp, self.num_comp, self.num_owned, self.num_nodes
+        comp = np.arange(nc, dtype=np.int64)[:, None]
+        send_l = [(comp * nodes + s[None, :]).ravel() for s in numbering.send_nodes]
+        empty = np.empty(0, dtype=np.int64)
+        # (t_size-ish,) L indices of what is sent, in the send buffer's order
+        self._send_l = self._send_t if nc == 1 else xp.asarray(
+            np.concatenate(send_l) if send_l else empty
+        )  # fmt: skip
+        starts = np.concatenate([[0], np.cumsum(send_sizes)])
+        counts = [len(s) for s in numbering.send_nodes]
+        buffer_segments = [  # (rank, offset in the send/receive buffer, count) per component
+            (int(q), int(a + c * m), int(m))
+            for q, a, m in zip(numbering.send_ranks, starts, counts, strict=True)
+            for c in range(nc)
+            if m
+        ]
+        ghost_at = own + np.concatenate([[0], np.cumsum(numbering.recv_counts)])
+        ghost_segments = [  # (rank, offset in an L-vector, count) per component
+            (int(q), int(c * nodes + a), int(g))
+            for q, a, g in zip(numbering.recv_ranks, ghost_at, numbering.recv_counts, strict=True)
+            for c in range(nc)
+            if g
+        ]
+        self._forward_l = NcclChannel.over(
+            self.comm, buffer_segments, ghost_segments, send_buf=self._forward.send_buf
+        )
+        self._reverse_l = NcclChannel.over(
+            self.comm, ghost_segments, buffer_segments, recv_buf=self._reverse.recv_buf
+        )
+        received = self._reverse.recv_buf
+        self._transpose_pairs_l = [
+            (self._send_l[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
+        ]
 
     @property
     def t_size(self) -> int:
@@ -327,26 +383,32 @@ class Exchange:
 
     # --- in place on L-vectors, for a device CG (hofem.backends.contract.DeviceExchange) ----
     def start_prolong_l(self, x_l: Array) -> None:
-        """Begin ``x_l = P x_l[:num_owned]``: the ghosts received straight into ``x_l``'s tail.
-
-        Needs NCCL and one component (the ghosts then are ``x_l[num_owned:]``, in order).
-        """
-        if self._send_t.size:
-            self.xp.take(x_l, self._send_t, out=self._forward.send_buf)
-        self._forward.start(recv=x_l[self.num_owned :])
+        """Begin ``x_l = P x_l``: the owned entries' values sent, and the ghosts received
+        straight into their places in ``x_l (l_size,)`` (NCCL only)."""
+        if self._send_l.size:
+            self.xp.take(x_l, self._send_l, out=self._forward.send_buf)
+        self._forward_l.start(recv=x_l)
 
     def finish_prolong_l(self) -> None:
         """Order the current stream after :meth:`start_prolong_l`'s ghosts arrived."""
-        self._forward.finish()
+        self._forward_l.finish()
 
     def start_transpose_l(self, y_l: Array) -> None:
-        """Begin sending ``y_l``'s ghost tail to the owners (see :meth:`start_prolong_l`)."""
-        self._reverse.start(send=y_l[self.num_owned :])
+        """Begin sending ``y_l``'s ghost entries to the owners (see :meth:`start_prolong_l`)."""
+        self._reverse_l.start(send=y_l)
 
     def finish_transpose_l(self) -> list[tuple[Array, Array]]:
-        """``(T indices, received values)`` per neighbour, to add into the owned entries."""
-        self._reverse.finish()
-        return self._transpose_pairs
+        """``(L indices, received values)`` per neighbour, to add into the owned entries."""
+        self._reverse_l.finish()
+        return self._transpose_pairs_l
+
+    def owned_l(self) -> Array | None:
+        """The L positions of the T-vector's entries, ``(t_size,)`` component-major; None
+        with one component, where they are the first ``num_owned``."""
+        if self.num_comp == 1:
+            return None
+        comp = np.arange(self.num_comp, dtype=np.int64)[:, None]
+        return self.xp.asarray((comp * self.num_nodes + np.arange(self.num_owned)).ravel())
 
     def allreduce_inplace(self, values: Array) -> None:
         """Sum the device array ``values (k,)`` over the ranks in place, on the current

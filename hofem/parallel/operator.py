@@ -173,14 +173,14 @@ class ParOperator(_OperatorBase):
         return self.space.exchange.prolong_transpose(diag)
 
     def device_cg_target(self) -> DeviceCGTarget | None:
-        """The rank's parts for a device CG on its L-vectors (CUDA backends, NCCL, one
-        component: the ghosts are then the L-vector's tail), else None (host loop)."""
+        """The rank's parts for a device CG on its L-vectors (CUDA backends, NCCL), else
+        None (host loop)."""
         exchange = self.space.exchange
         if self.ceed.backend.device_cg is None or exchange.transport != "nccl":
             return None
-        if exchange.num_comp != 1:
-            return None
-        parts = DistributedParts(exchange, self.interior, self.boundary, exchange.l_size)
+        parts = DistributedParts(
+            exchange, self.interior, self.boundary, exchange.l_size, exchange.owned_l()
+        )
         # the loop's p and A p are L-vectors like this operator's scratch ones, which
         # nothing else uses while the loop runs
         return DeviceCGTarget(

@@ -405,7 +405,9 @@ def group_variants(resource):
 def group_device(resource):
     """The device CG loop on ParOperator (GPU, NCCL) against the host loop.
 
-    Box hexes and tets, BP1 and BP3 (Dirichlet DOFs), with and without Jacobi:
+    Box hexes and tets, BP1 and BP3 (Dirichlet DOFs), and the vector BP2 and BP4 (three
+    components: the T-vector is not the L-vector's head) on hexes and on tets at p = 2,
+    with and without Jacobi:
     after 10 iterations (far from convergence, where the two orders of summation
     have not yet been amplified: BP1 on tets converges in 28) the iterates agree
     to 1e-12 relative; solved to rtol 1e-8,
@@ -421,7 +423,7 @@ def group_device(resource):
     for kind, cells, orders in (("hex", (4, 3, 3), (2, 4)), ("tet", (3, 2, 2), (2, 3))):
         local = par.box_local(comm, cells, simplex=kind == "tet", distort=0.1)
         for p in orders:
-            for bp in ("bp1", "bp3"):
+            for bp in ("bp1", "bp3", "bp2", "bp4") if p == 2 else ("bp1", "bp3"):
                 dist = setup_distributed(bp, ceed, p, comm, mesh=local, transport="nccl")
                 A, b = dist.operator, dist.rhs
                 for M in (None, hf.jacobi(A)):

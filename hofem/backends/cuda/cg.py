@@ -33,11 +33,14 @@ the iteration is captured once as a CUDA graph and replayed.
 A distributed operator (``DeviceCGTarget.distributed``: a rank's two local
 operators and its :class:`~hofem.backends.contract.DeviceExchange`) runs the
 same iteration with ``p`` and ``Ap`` on the rank's L-vectors, whose head is
-the T-vector: step 1 becomes the ghosts of ``p`` received into its tail while
-the interior cells run, the boundary cells, the ghost tail of ``Ap`` sent to
-the owners and added there (``cg_add_entries``), and ``p . Ap`` summed by one
-block (``cg_reduce``) and then over the ranks (a NCCL all-reduce of one
-value); ``r . r`` (and ``r . z``) likewise after step 4.  Every collective
+the T-vector with one component (with several, each component is a block of
+the L-vector: ``x`` and ``r`` are L-vectors too, zero on the ghosts, which
+step 2 zeroes in ``Ap`` with the constrained DOFs): step 1 becomes the ghosts
+of ``p`` received into their places while the interior cells run, the boundary
+cells, the ghost entries of ``Ap`` sent to the owners and added there
+(``cg_add_entries``), and ``p . Ap`` summed by one block (``cg_reduce``) and
+then over the ranks (a NCCL all-reduce of one value); ``r . r`` (and
+``r . z``) likewise after step 4.  Every collective
 call is inside the captured graph, one after the other on the stream, and
 every rank replays the same number of iterations between checks.
 """
@@ -121,6 +124,10 @@ class DeviceCG:
             fused = [backend.cg_apply_dot(op) for op in local]
             self.fused = fused if all(k is not None for k in fused) else None
             self.l_size, self.exchange = self.parts.l_size, self.parts.exchange
+            owned = self.parts.owned  # (t_size,) or None: the T-vector is p's head
+            if owned is not None:  # x and r on L-vectors too, zero outside the solved DOFs
+                self.free = owned if self.free is None else owned[self.free]
+                self.n = self.l_size
 
     def _to_l(self, a):
         """A vector of the solve's size as an L-vector: zero on the constrained DOFs."""
@@ -246,10 +253,7 @@ class DeviceCG:
                 sum_r()
                 self.exchange.allreduce_inplace(r_sums)
 
-        # Ap = 0 on the constrained DOFs of a restricted operator (none: no launch)
-        constrained = None
-        if self.free is not None and self.free.size < self.n:
-            constrained = self.target.constrained_dofs()  # (n - n_free,) int64
+        constrained = self._constrained()
         names = ("cg_zero_entries", "cg_alpha", "cg_update_r", "cg_beta", "cg_update_px")
         zero, alpha, update_r, beta, update_px = (m.get_function(k) for k in names)
         pointer = lambda a: _NULL if a is None else a  # noqa: E731
@@ -277,6 +281,19 @@ class DeviceCG:
                 ghosts.fill(0.0)
 
         return step
+
+    def _constrained(self):
+        """``(n - n_free,)`` int64: the entries where ``Ap`` is set to zero after each
+        apply (a restricted operator's constrained DOFs; on the L-vectors of a
+        distributed operator of several components, also the ghosts, already sent to
+        their owners); None where every entry is solved (no launch)."""
+        if self.free is None or self.free.size == self.n:
+            return None
+        if self.parts is None or self.parts.owned is None:
+            return self.target.constrained_dofs()
+        solved = cupy.zeros(self.n, dtype=bool)
+        solved[self.free] = True
+        return cupy.flatnonzero(~solved).astype(np.int64)
 
     def _apply_stage(self, p, Ap, f):
         """``Ap = A p`` and ``p . Ap``: ``(launch, pAp partial sums, their count)``."""
