@@ -87,6 +87,17 @@ def test_pmg_equals_serial(n, resource, group):
 @pytest.mark.mpi
 @needs_mpiexec
 @pytest.mark.parametrize("n", RANKS)
+def test_device_cg_exchange_segments_are_p_and_its_transpose(n):
+    """The device CG's in-place L-vector messages (one per neighbour and component), played
+    over MPI on host arrays, move what ``Exchange.prolong`` and ``prolong_transpose`` do."""
+    run = mpiexec(n, str(CASES), "l_path", "/cpu/self/ref")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "OK l_path"
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
 def test_bad_input_fails_on_every_rank(n):
     run = mpiexec(n, str(CASES), "errors", "/cpu/self/ref")
     assert run.returncode == 0, run.stdout + run.stderr

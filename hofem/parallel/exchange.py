@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from mpi4py import MPI
 
-from ..typing import Array
+from ..typing import Array, IndexArray
 
 if TYPE_CHECKING:
     from .layout import ParNumbering
 
-__all__ = ["Exchange", "MpiChannel", "NcclChannel", "nccl_communicator"]
+__all__ = ["Exchange", "MpiChannel", "NcclChannel", "l_path_segments", "nccl_communicator"]
 
 _NCCL = {}
+Segment = tuple[int, int, int]  # (rank, offset, count) of one message in a buffer
 
 
 def nccl_communicator(comm):
@@ -62,6 +63,48 @@ def _rank_segments(ranks, sizes):
         for q, (a, b) in zip(ranks, _segments(sizes), strict=True)
         if b > a
     ]
+
+
+def l_path_segments(
+    numbering: ParNumbering, num_comp: int
+) -> tuple[IndexArray, list[Segment], list[Segment]]:
+    """Where the in-place L-vector exchange moves each value.
+
+    The ghosts of component ``c`` from rank ``q`` go straight into block ``c`` of the
+    L-vector, one message per (neighbour, component); both sides post them in that
+    order, so the ``k``-th send to a rank meets that rank's ``k``-th receive.
+
+    Returns
+    -------
+    send_l : int64 array (sum of the send sizes,)
+        The L indices of the owned values sent, in the send buffer's order (per
+        neighbour, component-major), the order the T-vector channel uses.
+    buffer_segments : list of (rank, offset, count)
+        The send buffer's messages (and the returning values' places in the receive
+        buffer of the transpose).
+    ghost_segments : list of (rank, offset, count)
+        The ghosts' places in an L-vector (received by ``P``, sent by ``Pᵀ``).
+    """
+    nc, own, nodes = num_comp, numbering.num_owned, numbering.num_nodes
+    comp = np.arange(nc, dtype=np.int64)[:, None]
+    send_l = [(comp * nodes + s[None, :]).ravel() for s in numbering.send_nodes]
+    counts = [len(s) for s in numbering.send_nodes]
+    starts = np.concatenate([[0], np.cumsum(counts)])[:-1] * nc
+    buffer_segments = [
+        (int(q), int(a + c * m), int(m))
+        for q, a, m in zip(numbering.send_ranks, starts, counts, strict=True)
+        for c in range(nc)
+        if m
+    ]
+    ghost_at = own + np.concatenate([[0], np.cumsum(numbering.recv_counts)])[:-1]
+    ghost_segments = [
+        (int(q), int(c * nodes + a), int(g))
+        for q, a, g in zip(numbering.recv_ranks, ghost_at, numbering.recv_counts, strict=True)
+        for c in range(nc)
+        if g
+    ]
+    empty = np.empty(0, dtype=np.int64)
+    return (np.concatenate(send_l) if send_l else empty), buffer_segments, ghost_segments
 
 
 class MpiChannel:
@@ -289,33 +332,11 @@ class Exchange:
             self._open_l_path(numbering, send_sizes)
 
     def _open_l_path(self, numbering: ParNumbering, send_sizes: list[int]) -> None:
-        """The channels of the in-place L-vector exchange (a device CG's): the ghosts of
-        component ``c`` from rank ``q`` received straight into ``x_l``'s block ``c``, one
-        segment per (neighbour, component), both sides posting them in that order; the
-        send and receive buffers are the T-vector channels'."""
-        xp, nc, own, nodes = self.xp, self.num_comp, self.num_owned, self.num_nodes
-        comp = np.arange(nc, dtype=np.int64)[:, None]
-        send_l = [(comp * nodes + s[None, :]).ravel() for s in numbering.send_nodes]
-        empty = np.empty(0, dtype=np.int64)
+        """The channels of the in-place L-vector exchange (a device CG's): the segments of
+        :func:`l_path_segments`; the send and receive buffers are the T-vector channels'."""
+        send_l, buffer_segments, ghost_segments = l_path_segments(numbering, self.num_comp)
         # (t_size-ish,) L indices of what is sent, in the send buffer's order
-        self._send_l = self._send_t if nc == 1 else xp.asarray(
-            np.concatenate(send_l) if send_l else empty
-        )  # fmt: skip
-        starts = np.concatenate([[0], np.cumsum(send_sizes)])
-        counts = [len(s) for s in numbering.send_nodes]
-        buffer_segments = [  # (rank, offset in the send/receive buffer, count) per component
-            (int(q), int(a + c * m), int(m))
-            for q, a, m in zip(numbering.send_ranks, starts, counts, strict=True)
-            for c in range(nc)
-            if m
-        ]
-        ghost_at = own + np.concatenate([[0], np.cumsum(numbering.recv_counts)])
-        ghost_segments = [  # (rank, offset in an L-vector, count) per component
-            (int(q), int(c * nodes + a), int(g))
-            for q, a, g in zip(numbering.recv_ranks, ghost_at, numbering.recv_counts, strict=True)
-            for c in range(nc)
-            if g
-        ]
+        self._send_l = self._send_t if self.num_comp == 1 else self.xp.asarray(send_l)
         self._forward_l = NcclChannel.over(
             self.comm, buffer_segments, ghost_segments, send_buf=self._forward.send_buf
         )
