@@ -111,7 +111,9 @@ def box_numbering(comm, local_mesh, order):
     ghost, owner, gid = ghost[by_owner], owner[by_owner], gid[by_owner]
     my_cells = np.array([c[m] for c, m in zip(cells, me, strict=True)])[:, None]  # (dim, 1)
     my_closed = np.array([c[m] for c, m in zip(closed, me, strict=True)])[:, None]
-    local_id = _owned_first(shape, owned, my_cells, my_closed, p, index_dtype(num_nodes))
+    local_id = _owned_first(
+        shape, owned, my_cells[:, 0], my_closed[:, 0], p, index_dtype(num_nodes)
+    )  # (num_nodes,)
     local_id[ghost] = num_owned + np.arange(len(ghost))
     recv_ranks, recv_counts = np.unique(owner, return_counts=True)
 
@@ -176,31 +178,48 @@ def _ghost_points(shape, owned):
 def _owned_first(shape, owned, cells, closed, p, dtype):
     """Local ids of a lattice whose owned box ``[0, owned_d)`` comes first, in class order.
 
+    Each class's owned points are a tensor product of one-dimensional point sets
+    and their places (:func:`_class_order`) sums of one-dimensional terms, so a
+    class is one broadcast assignment: no ``(dim, num_owned)`` coordinates.
+
     Parameters
     ----------
     shape : list of int
         Local lattice points per direction, x first.
     owned : list of int
         Owned lattice points per direction (the box at the start of each).
-    cells, closed : ndarray, shape ``(dim, 1)``
-        The block's cells per direction and whether it owns the box's upper face.
+    cells : list of int
+        The block's cells per direction.
+    closed : list of bool
+        Whether the block owns the box's upper face, per direction.
     p : int
     dtype : numpy dtype
 
     Returns
     -------
     ndarray of ``dtype``, shape ``(prod(shape),)``
-        The owned points numbered ``0..prod(owned) - 1`` by :func:`_class_order`;
-        the other entries are left for the caller (they are overwritten).
+        The owned points numbered ``0..prod(owned) - 1`` as :func:`_class_order`
+        numbers them; the other entries are left for the caller (they are overwritten).
     """
     local_id = np.empty(shape[::-1], dtype=dtype)  # (z, y, x)
-    inner = [np.arange(w, dtype=np.int64) for w in owned[:-1]]
-    planes = max(1, (1 << 20) // max(1, int(np.prod(owned[:-1]))))
-    for a in range(0, owned[-1], planes):  # chunks of the slowest axis: no int64 lattice
-        b = min(a + planes, owned[-1])
-        order = _class_order(_points([*inner, np.arange(a, b)]), cells, closed, p)
-        block = (slice(a, b), *(slice(0, w) for w in owned[-2::-1]))
-        local_id[block] = order.reshape([b - a, *owned[-2::-1]])
+    dim, first = len(shape), 0
+    for S in _classes(dim):
+        size = (p - 1) ** len(S)
+        points, terms, stride, o_stride = [], [], size, 1
+        for d in range(dim):
+            entity, offset = np.divmod(np.arange(owned[d], dtype=np.int64), p)
+            pick = offset > 0 if d in S else offset == 0  # span nodes or grid planes
+            points.append(np.flatnonzero(pick))
+            terms.append(entity[pick] * stride + (offset[pick] - 1) * o_stride * (d in S))
+            stride *= cells[d] if d in S else cells[d] + closed[d]
+            o_stride *= p - 1 if d in S else 1
+        inner = int(np.prod([len(q) for q in points[:-1]]))
+        chunk = max(1, (1 << 20) // max(1, inner))
+        for a in range(0, len(points[-1]), chunk):  # slowest-axis chunks: small temporaries
+            part = [*terms[:-1], terms[-1][a : a + chunk]]
+            at = np.ix_(points[-1][a : a + chunk], *points[-2::-1])
+            local_id[at] = first + sum(_outer(part))
+        first += stride
     return local_id.ravel()
 
 
@@ -217,6 +236,22 @@ def _classes(dim):
     ``()`` vertices, then edges along x, y, z, faces xy, xz, yz, cell interiors.
     """
     return [S for k in range(dim + 1) for S in itertools.combinations(range(dim), k)]
+
+
+def _split(point, p):
+    """Grid plane or cell span index, offset in the span, and class code of lattice points.
+
+    Returns
+    -------
+    entity, offset : ndarray of int64, shape ``(dim, m)``
+    code : ndarray of uint8, shape ``(m,)``
+        Bit ``d`` set where the point is inside a cell span along ``d``.
+    """
+    entity, offset = np.divmod(point, p)
+    code = np.zeros(point.shape[1], dtype=np.uint8)
+    for d in range(point.shape[0]):
+        code |= (offset[d] > 0).astype(np.uint8) << d
+    return entity, offset, code
 
 
 def _class_order(rel, cells, closed, p):
@@ -243,8 +278,7 @@ def _class_order(rel, cells, closed, p):
     ndarray of int64, shape ``(m,)``
     """
     dim, p = rel.shape[0], int(p)
-    entity, offset = np.divmod(rel, p)  # grid plane or span index; the offset in the span
-    inside = offset > 0  # (dim, m)
+    entity, offset, code = _split(rel, p)
     cells, closed = np.broadcast_arrays(cells, closed)
     index = np.empty(rel.shape[1], dtype=np.int64)
     first = np.zeros(cells.shape[1], dtype=np.int64)  # the class's first place, per owner
@@ -252,7 +286,7 @@ def _class_order(rel, cells, closed, p):
         in_span = np.isin(np.arange(dim), S)[:, None]  # (dim, 1)
         count = np.where(in_span, cells, cells + closed)  # (dim, m or 1) entities
         size = (p - 1) ** len(S)
-        hit = np.flatnonzero(np.all(inside == in_span, axis=0))
+        hit = np.flatnonzero(code == sum(1 << d for d in S))
         if hit.size:
             at = hit if count.shape[1] > 1 else slice(None)  # per-point or shared counts
             node = _lexicographic(offset[list(S)][:, hit] - 1, [p - 1] * len(S))
@@ -444,8 +478,7 @@ def _run_order(n, p, lo, hi, point):
     ndarray of int64, shape ``(m,)``
     """
     dim, p = len(n), int(p)
-    entity, offset = np.divmod(point, p)  # grid plane or span index; the offset in the span
-    inside = offset > 0  # (dim, m)
+    entity, offset, code = _split(point, p)
     index = np.empty(point.shape[1], dtype=np.int64)
     first = 0
     for S in _classes(dim):
@@ -455,7 +488,7 @@ def _run_order(n, p, lo, hi, point):
         x_lo, x_count = _row_ranges(n, 1, lo, hi, rows, closed=not in_span[0])
         before = np.concatenate([[0], np.cumsum(x_count)])  # owned entities on earlier rows
         size = (p - 1) ** len(S)
-        hit = np.flatnonzero(np.all(inside == in_span[:, None], axis=0))
+        hit = np.flatnonzero(code == sum(1 << d for d in S))
         if hit.size:
             row = _lexicographic(entity[1:, hit], count[1:])
             place = before[row] + entity[0, hit] - x_lo[row]
