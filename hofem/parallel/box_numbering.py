@@ -16,10 +16,10 @@ downstream is shared.
 An owner numbers its points as :func:`hofem.meshes.h1_numbering` numbers a
 serial box (:func:`_class_order`): class by class (vertices, edges, faces, cell
 interiors), each class's entities x fastest with their ``(p - 1)^k`` nodes in a
-row. A cell's 125 nodes at p = 4 then fill about 31 cache lines of an L-vector
-instead of the 37.5 of the lattice's own x-fastest order (25 short rows), which
-made a rank's operator slower per cell than the serial one. The order is
-arithmetic in the owner's cell counts, so ghost holders compute it too.
+row, so that a cell's nodes fall on as few cache lines of an L-vector as in a
+serial run (about 31 for the 125 nodes at p = 4, against 37.5 for the lattice's
+own x-fastest order, 25 short rows). The order is arithmetic in the owner's
+cell counts, so ghost holders compute it too.
 """
 
 import itertools
@@ -109,11 +109,9 @@ def box_numbering(comm, local_mesh, order):
     gid = first[owner] + _class_order(rel, g_cells, g_closed, p)  # (num_ghosts,) global ids
     by_owner = np.lexsort((gid, owner))  # by owner, then the owner's order
     ghost, owner, gid = ghost[by_owner], owner[by_owner], gid[by_owner]
-    my_cells = np.array([c[m] for c, m in zip(cells, me, strict=True)])[:, None]  # (dim, 1)
-    my_closed = np.array([c[m] for c, m in zip(closed, me, strict=True)])[:, None]
-    local_id = _owned_first(
-        shape, owned, my_cells[:, 0], my_closed[:, 0], p, index_dtype(num_nodes)
-    )  # (num_nodes,)
+    my_cells = np.array([c[m] for c, m in zip(cells, me, strict=True)])  # (dim,)
+    my_closed = np.array([c[m] for c, m in zip(closed, me, strict=True)])  # (dim,)
+    local_id = _owned_first(shape, owned, my_cells, my_closed, p, index_dtype(num_nodes))
     local_id[ghost] = num_owned + np.arange(len(ghost))
     recv_ranks, recv_counts = np.unique(owner, return_counts=True)
 
@@ -129,7 +127,8 @@ def box_numbering(comm, local_mesh, order):
             continue
         points = [np.arange(x, y, dtype=np.int64) - l for x, y, l in zip(a, b, my_lo, strict=True)]
         send_ranks.append(q)  # q lists its ghosts of mine in my order: ascending local ids
-        send_nodes.append(np.sort(_class_order(_points(points), my_cells, my_closed, p)))
+        mine = _class_order(_points(points), my_cells[:, None], my_closed[:, None], p)
+        send_nodes.append(np.sort(mine))
 
     # offsets: box_block's cells run x fastest over the block, corner 0 lowest, so node
     # (a, b, c) of the cell with corner 0 at local lattice point o is o + (a, b, c)
@@ -188,9 +187,9 @@ def _owned_first(shape, owned, cells, closed, p, dtype):
         Local lattice points per direction, x first.
     owned : list of int
         Owned lattice points per direction (the box at the start of each).
-    cells : list of int
+    cells : ndarray of int64, shape ``(dim,)``
         The block's cells per direction.
-    closed : list of bool
+    closed : ndarray of bool, shape ``(dim,)``
         Whether the block owns the box's upper face, per direction.
     p : int
     dtype : numpy dtype
