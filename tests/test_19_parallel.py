@@ -335,3 +335,74 @@ def test_bench_parallel_solves_to_rtol():
     assert solved["converged"] and solved["rtol"] == 1e-8 and 3 < solved["iterations"] < 200
     assert solved["time_to_solution_s"] >= solved["solve_s"] > 0
     assert not capped["converged"] and capped["iterations"] == 3
+
+
+class _OneRank:
+    """Rank ``rank`` of ``size`` for the box numberings, which send no message."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+    def allgather(self, value):
+        return [value] * self.size
+
+
+def _lattice_points(numbering, n, p):
+    """Box lattice coordinates ``(num_nodes, dim)`` of a numbering's nodes (unit box, corner
+    0 of every cell lowest)."""
+    mesh = numbering.mesh
+    corner = np.rint(mesh.points[mesh.cells[:, 0]] * np.asarray(n) * p).astype(np.int64)
+    points = corner[:, None, :] + numbering.node_lattice[None, :, :]  # (cells, P, dim)
+    out = np.empty((numbering.num_nodes, len(n)), dtype=np.int64)
+    out[numbering.offsets.ravel()] = points.reshape(-1, len(n))
+    return out
+
+
+@pytest.mark.parametrize("p", [1, 2, 4])
+@pytest.mark.parametrize(
+    ("n", "size", "runs"),
+    [
+        ((4, 3, 5), 1, False),
+        ((4, 3, 5), 2, False),
+        ((4, 4, 6), 4, False),
+        ((6, 5), 3, False),
+        ((7,), 2, True),
+        ((3, 3, 7), 2, True),
+        ((2, 2, 7), 3, True),
+    ],
+)
+def test_box_numbering_owner_order_is_the_serial_order(n, size, runs, p):
+    """Blocks and runs of cells: one lattice point has one global id on every rank, each
+    owner's ids are contiguous and follow the serial box numbering's order of its points
+    (class by class, for locality), and every send list is its receiver's ghosts of that
+    owner, in order. One rank: the serial numbering."""
+    from hofem.parallel.distribute import box_local
+    from hofem.parallel.numbering import distributed_numbering
+
+    serial = hf.meshes.h1_numbering(meshes.box(n, len(n)), p)
+    side = [m * p + 1 for m in n]
+    serial_id = np.empty(int(np.prod(side)), dtype=np.int64)  # by lattice point, x fastest
+    flat = _lattice_points(serial, n, p) @ np.cumprod([1, *side[:-1]])
+    serial_id[flat] = np.arange(serial.num_nodes)
+    gid = np.full(len(serial_id), -1, dtype=np.int64)
+    local = [box_local(_OneRank(r, size), n, len(n)) for r in range(size)]
+    assert all((m.box_ranges is not None) == runs for m in local)
+    parts = [distributed_numbering(_OneRank(r, size), m, p) for r, m in enumerate(local)]
+    if size == 1:
+        np.testing.assert_array_equal(parts[0].local.offsets, serial.offsets)
+    for rank, part in enumerate(parts):
+        ids = _lattice_points(part.local, n, p) @ np.cumprod([1, *side[:-1]])
+        seen = gid[ids] >= 0
+        np.testing.assert_array_equal(gid[ids][seen], part.global_ids[seen])
+        gid[ids] = part.global_ids
+        assert np.all(np.diff(serial_id[ids[: part.num_owned]]) > 0), rank
+        for q, nodes in zip(part.send_ranks, part.send_nodes, strict=True):
+            other = parts[q]
+            k = int(np.flatnonzero(other.recv_ranks == rank)[0])
+            a = int(other.recv_counts[:k].sum())
+            ghosts = other.ghost_global[a : a + other.recv_counts[k]]
+            np.testing.assert_array_equal(part.first_global + nodes, ghosts)
+    np.testing.assert_array_equal(np.sort(gid), np.arange(len(gid)))
+    np.testing.assert_array_equal(
+        [p.first_global for p in parts], np.cumsum([0] + [p.num_owned for p in parts[:-1]])
+    )

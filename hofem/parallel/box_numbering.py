@@ -10,10 +10,19 @@ numbering are arithmetic on one-dimensional arrays that every rank can do for
 every other rank: the whole :class:`~hofem.parallel.ParNumbering` costs
 ``O(local nodes)`` time and a few integers of memory per node, and no messages.
 The contract is that of :func:`~hofem.parallel.numbering.distributed_numbering`
-(owned first, in the owner's lexicographic order; ghosts grouped by owner in the
-owner's order), so everything downstream is shared.
+(owned first; ghosts grouped by owner in the owner's order), so everything
+downstream is shared.
+
+An owner numbers its points as :func:`hofem.meshes.h1_numbering` numbers a
+serial box (:func:`_class_order`): class by class (vertices, edges, faces, cell
+interiors), each class's entities x fastest with their ``(p - 1)^k`` nodes in a
+row, so that a cell's nodes fall on as few cache lines of an L-vector as in a
+serial run (about 31 for the 125 nodes at p = 4, against 37.5 for the lattice's
+own x-fastest order, 25 short rows). The order is arithmetic in the owner's
+cell counts, so ghost holders compute it too.
 """
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -75,6 +84,8 @@ def box_numbering(comm, local_mesh, order):
     me = np.unravel_index(rank, dims[::-1])[::-1]  # this rank's block coordinates, x fastest
     starts = [_lattice_cuts(c, p) for c in cuts]  # owned lattice ranges per block, per direction
     widths = [np.diff(s) for s in starts]  # (k,) owned points per block, per direction
+    cells = [np.diff(c) for c in cuts]  # (k,) cells per block, per direction
+    closed = [np.arange(k) == k - 1 for k in dims]  # (k,) the block owns the box's upper face
     per_block = np.prod(np.meshgrid(*widths, indexing="ij"), axis=0)  # (k_x, k_y, k_z)
     first = np.concatenate([[0], np.cumsum(per_block.ravel(order="F"))])  # by rank, x fastest
 
@@ -92,11 +103,15 @@ def box_numbering(comm, local_mesh, order):
     g_blk = [b[c] for b, c in zip(blk, coords, strict=True)]
     owner = _lexicographic(g_blk, dims)  # (num_ghosts,)
     rel = [a[c] - s[b] for a, c, s, b in zip(axis, coords, starts, g_blk, strict=True)]
-    wid = [w[b] for w, b in zip(widths, g_blk, strict=True)]
-    gid = first[owner] + _lexicographic(rel, wid)  # (num_ghosts,) global ids
+    g_cells = np.array([c[b] for c, b in zip(cells, g_blk, strict=True)]).reshape(dim, -1)
+    g_closed = np.array([c[b] for c, b in zip(closed, g_blk, strict=True)]).reshape(dim, -1)
+    rel = np.array(rel, dtype=np.int64).reshape(dim, -1)  # (dim, num_ghosts)
+    gid = first[owner] + _class_order(rel, g_cells, g_closed, p)  # (num_ghosts,) global ids
     by_owner = np.lexsort((gid, owner))  # by owner, then the owner's order
     ghost, owner, gid = ghost[by_owner], owner[by_owner], gid[by_owner]
-    local_id = _owned_first(shape, owned, index_dtype(num_nodes))  # (num_nodes,)
+    my_cells = np.array([c[m] for c, m in zip(cells, me, strict=True)])  # (dim,)
+    my_closed = np.array([c[m] for c, m in zip(closed, me, strict=True)])  # (dim,)
+    local_id = _owned_first(shape, owned, my_cells, my_closed, p, index_dtype(num_nodes))
     local_id[ghost] = num_owned + np.arange(len(ghost))
     recv_ranks, recv_counts = np.unique(owner, return_counts=True)
 
@@ -111,9 +126,9 @@ def box_numbering(comm, local_mesh, order):
         if q == rank or any(y <= x for x, y in zip(a, b, strict=True)):
             continue
         points = [np.arange(x, y, dtype=np.int64) - l for x, y, l in zip(a, b, my_lo, strict=True)]
-        width = [h - l for l, h in zip(my_lo, my_hi, strict=True)]
-        send_ranks.append(q)
-        send_nodes.append(np.ravel(_lexicographic(_outer(points), width)))  # the order on q
+        send_ranks.append(q)  # q lists its ghosts of mine in my order: ascending local ids
+        mine = _class_order(_points(points), my_cells[:, None], my_closed[:, None], p)
+        send_nodes.append(np.sort(mine))
 
     # offsets: box_block's cells run x fastest over the block, corner 0 lowest, so node
     # (a, b, c) of the cell with corner 0 at local lattice point o is o + (a, b, c)
@@ -159,19 +174,124 @@ def _ghost_points(shape, owned):
     return np.sort(np.concatenate(faces))
 
 
-def _owned_first(shape, owned, dtype):
-    """Local ids of a lattice whose owned box ``[0, owned_d)`` comes first, x fastest.
+def _owned_first(shape, owned, cells, closed, p, dtype):
+    """Local ids of a lattice whose owned box ``[0, owned_d)`` comes first, in class order.
+
+    Each class's owned points are a tensor product of one-dimensional point sets
+    and their places (:func:`_class_order`) sums of one-dimensional terms, so a
+    class is one broadcast assignment: no ``(dim, num_owned)`` coordinates.
+
+    Parameters
+    ----------
+    shape : list of int
+        Local lattice points per direction, x first.
+    owned : list of int
+        Owned lattice points per direction (the box at the start of each).
+    cells : ndarray of int64, shape ``(dim,)``
+        The block's cells per direction.
+    closed : ndarray of bool, shape ``(dim,)``
+        Whether the block owns the box's upper face, per direction.
+    p : int
+    dtype : numpy dtype
 
     Returns
     -------
     ndarray of ``dtype``, shape ``(prod(shape),)``
-        The owned points numbered ``0..prod(owned) - 1`` in x-fastest order;
-        the other entries are left for the caller (they are overwritten).
+        The owned points numbered ``0..prod(owned) - 1`` as :func:`_class_order`
+        numbers them; the other entries are left for the caller (they are overwritten).
     """
     local_id = np.empty(shape[::-1], dtype=dtype)  # (z, y, x)
-    block = tuple(slice(0, w) for w in owned[::-1])
-    local_id[block] = np.arange(int(np.prod(owned)), dtype=dtype).reshape(owned[::-1])
+    dim, first = len(shape), 0
+    for S in _classes(dim):
+        size = (p - 1) ** len(S)
+        points, terms, stride, o_stride = [], [], size, 1
+        for d in range(dim):
+            entity, offset = np.divmod(np.arange(owned[d], dtype=np.int64), p)
+            pick = offset > 0 if d in S else offset == 0  # span nodes or grid planes
+            points.append(np.flatnonzero(pick))
+            terms.append(entity[pick] * stride + (offset[pick] - 1) * o_stride * (d in S))
+            stride *= cells[d] if d in S else cells[d] + closed[d]
+            o_stride *= p - 1 if d in S else 1
+        inner = int(np.prod([len(q) for q in points[:-1]]))
+        chunk = max(1, (1 << 20) // max(1, inner))
+        for a in range(0, len(points[-1]), chunk):  # slowest-axis chunks: small temporaries
+            part = [*terms[:-1], terms[-1][a : a + chunk]]
+            at = np.ix_(points[-1][a : a + chunk], *points[-2::-1])
+            local_id[at] = first + sum(_outer(part))
+        first += stride
     return local_id.ravel()
+
+
+def _points(ranges):
+    """Lattice coordinates ``(dim, m)`` of the tensor product of 1-D ``ranges``, x fastest."""
+    shape = [len(r) for r in ranges][::-1]
+    return np.array([np.broadcast_to(v, shape).ravel() for v in _outer(ranges)], dtype=np.int64)
+
+
+def _classes(dim):
+    """The node classes in :func:`hofem.meshes.h1_numbering`'s order for a box.
+
+    A class is the tuple of directions in which its nodes lie inside a cell span:
+    ``()`` vertices, then edges along x, y, z, faces xy, xz, yz, cell interiors.
+    """
+    return [S for k in range(dim + 1) for S in itertools.combinations(range(dim), k)]
+
+
+def _split(point, p):
+    """Grid plane or cell span index, offset in the span, and class code of lattice points.
+
+    Returns
+    -------
+    entity, offset : ndarray of int64, shape ``(dim, m)``
+    code : ndarray of uint8, shape ``(m,)``
+        Bit ``d`` set where the point is inside a cell span along ``d``.
+    """
+    entity, offset = np.divmod(point, p)
+    code = np.zeros(point.shape[1], dtype=np.uint8)
+    for d in range(point.shape[0]):
+        code |= (offset[d] > 0).astype(np.uint8) << d
+    return entity, offset, code
+
+
+def _class_order(rel, cells, closed, p):
+    """Place of lattice points in their owner's order: the serial box's, on the owned points.
+
+    The owner's points per direction are ``cells`` spans and ``cells + closed``
+    grid planes. A point is a grid plane or a span (with an offset ``1..p - 1``)
+    per direction, which gives its class; classes come in :func:`_classes`'
+    order, each one's entities x fastest, each entity's ``(p - 1)^len(S)``
+    nodes in a row, x fastest (:func:`hofem.meshes.numbering._box_offsets`).
+
+    Parameters
+    ----------
+    rel : ndarray of int64, shape ``(dim, m)``
+        Lattice coordinates from the owner's first point.
+    cells : ndarray of int64, shape ``(dim, m)`` or ``(dim, 1)``
+        The owner's cells per direction.
+    closed : ndarray of bool, shaped as ``cells``
+        Whether the owner owns the box's upper face in that direction.
+    p : int
+
+    Returns
+    -------
+    ndarray of int64, shape ``(m,)``
+    """
+    dim, p = rel.shape[0], int(p)
+    entity, offset, code = _split(rel, p)
+    cells, closed = np.broadcast_arrays(cells, closed)
+    index = np.empty(rel.shape[1], dtype=np.int64)
+    first = np.zeros(cells.shape[1], dtype=np.int64)  # the class's first place, per owner
+    for S in _classes(dim):
+        in_span = np.isin(np.arange(dim), S)[:, None]  # (dim, 1)
+        count = np.where(in_span, cells, cells + closed)  # (dim, m or 1) entities
+        size = (p - 1) ** len(S)
+        hit = np.flatnonzero(code == sum(1 << d for d in S))
+        if hit.size:
+            at = hit if count.shape[1] > 1 else slice(None)  # per-point or shared counts
+            node = _lexicographic(offset[list(S)][:, hit] - 1, [p - 1] * len(S))
+            index[hit] = first[at] + _lexicographic(entity[:, hit], count[:, at]) * size + node
+        first = first + np.prod(count, axis=0) * size
+    return index
 
 
 def _owned_before(c, n, p):
@@ -187,10 +307,13 @@ def _owned_before(c, n, p):
     return layers * inner_points + width * (_owned_before(r, n[:-1], p) if r else 0)
 
 
-def _row_ranges(n, p, lo, hi, rows):
+def _row_ranges(n, p, lo, hi, rows, closed=True):
     """Owned x-ranges ``[a_lo, a_lo + count)`` of the cells ``lo <= C < hi`` on lattice rows.
 
     ``rows`` holds the lattice coordinates after x of each row, ``(dim - 1, num_rows)``.
+    With ``p = 1`` the rows are rows of entities (grid planes or cell spans per
+    direction); ``closed`` says whether a row's x-range ends on the box's upper
+    face (lattice points, grid planes along x) or not (cell spans along x).
     """
     base = np.zeros(rows.shape[1], dtype=np.int64)  # (num_rows,) cell index of x = 0
     stride = n[0]
@@ -199,7 +322,7 @@ def _row_ranges(n, p, lo, hi, rows):
         stride *= n[d]
     k_lo = np.clip(lo - base, 0, n[0])
     k_hi = np.clip(hi - base, 0, n[0])
-    count = np.where(k_hi > k_lo, (k_hi - k_lo) * p + (k_hi == n[0]), 0)
+    count = np.where(k_hi > k_lo, (k_hi - k_lo) * p + (closed & (k_hi == n[0])), 0)
     return k_lo * p, count
 
 
@@ -212,7 +335,8 @@ def range_numbering(comm: Any, local_mesh: Any, order: int) -> ParNumbering:
     along every direction where it lies on a face, the box's upper faces by the
     last cells), so a rank owns only points it holds, and each lattice row's
     owned points are one x-range per rank: owners, counts and the owners'
-    numbering are arithmetic on rows, as for blocks.
+    numbering are arithmetic on rows, as for blocks. The owner's order is the
+    serial box's on its points (:func:`_run_order`).
 
     Parameters
     ----------
@@ -234,8 +358,9 @@ def range_numbering(comm: Any, local_mesh: Any, order: int) -> ParNumbering:
     num_owned = int(np.count_nonzero(is_owned))
     ghost = np.flatnonzero(~is_owned)
     ghost = ghost[np.lexsort((gid[ghost], owner[ghost]))]  # by owner, then the owner's order
+    first_global = _owned_before(int(starts[rank]), n, p)
     local_id = np.empty(num_nodes, dtype=index_dtype(num_nodes))
-    local_id[is_owned] = np.arange(num_owned)
+    local_id[is_owned] = gid[is_owned] - first_global
     local_id[ghost] = num_owned + np.arange(len(ghost))
     per_rank = np.bincount(owner[ghost], minlength=comm.size)  # (size,) ghosts by owner
     recv_ranks = np.flatnonzero(per_rank)
@@ -247,12 +372,12 @@ def range_numbering(comm: Any, local_mesh: Any, order: int) -> ParNumbering:
     for q, v in touching:
         near[q[owned][v[owned]]] = True
     send_ranks = [q for q in np.flatnonzero(near).tolist() if q != rank]
-    send_nodes = []  # ascending: the order on q
+    send_nodes = []  # ascending local ids: the order on q
     for q in send_ranks:
         hit = np.zeros(num_owned, dtype=bool)
         for cell_rank, v in touching:
             hit |= (cell_rank[owned] == q) & v[owned]
-        send_nodes.append(np.flatnonzero(hit))
+        send_nodes.append(np.sort(local_id[owned[hit]].astype(np.int64)))
 
     offsets, node = _range_offsets(n, p, starts[rank], starts[rank + 1], point, z0, local_id)
     weights = ref.corner_weights(local_mesh.mesh.cell_type, p)
@@ -261,7 +386,7 @@ def range_numbering(comm: Any, local_mesh: Any, order: int) -> ParNumbering:
         local=local,
         num_owned=num_owned,
         num_nodes=num_nodes,
-        first_global=_owned_before(int(starts[rank]), n, p),
+        first_global=first_global,
         num_global=_owned_before(int(np.prod(n)), n, p),
         send_ranks=np.array(send_ranks, dtype=np.int32),
         send_nodes=send_nodes,
@@ -318,23 +443,58 @@ def _range_points(n, p, starts, rank):
 
 
 def _range_global_ids(n, p, starts, point, owner):
-    """Global id of each point: its owner's first id, the owner's points on earlier
-    lattice rows, and its place in the owner's x-range on its row."""
-    dim, lattice = len(n), [m * p + 1 for m in n]
-    row_strides = np.cumprod([1, *lattice[1:-1]])
-    row = np.zeros(point.shape[1], dtype=np.int64)  # lattice row (coordinates after x)
-    for d in range(1, dim):
-        row += point[d] * row_strides[d - 1]
-    rows = np.indices(lattice[1:][::-1] or [1]).reshape(max(dim - 1, 1), -1)[::-1]
-    rows = rows[: dim - 1]  # (dim - 1, num_rows); one row in 1D
+    """Global id of each point: its owner's first id and its place in the owner's order."""
     gid = np.empty(point.shape[1], dtype=np.int64)
     for q in np.flatnonzero(np.bincount(owner)).tolist():
-        a_lo, count = _row_ranges(n, p, int(starts[q]), int(starts[q + 1]), rows)
-        before = np.concatenate([[0], np.cumsum(count)])  # owned points of q in earlier rows
         mine = owner == q
-        first = _owned_before(int(starts[q]), n, p)
-        gid[mine] = first + before[row[mine]] + point[0, mine] - a_lo[row[mine]]
+        place = _run_order(n, p, int(starts[q]), int(starts[q + 1]), point[:, mine])
+        gid[mine] = _owned_before(int(starts[q]), n, p) + place
     return gid
+
+
+def _run_order(n, p, lo, hi, point):
+    """Place of lattice points owned by the cells ``lo <= C < hi`` in their order.
+
+    The order of :func:`_class_order` (the serial box's) on the points those
+    cells own: class by class, each class's owned entities x fastest, each
+    entity's ``(p - 1)^len(S)`` nodes in a row. On a row of a class's entities
+    (fixed coordinates after x) the owned ones are one x-range, as lattice
+    points are on lattice rows (:func:`_row_ranges` with ``p = 1``), so a place
+    is the owned entities on earlier rows plus the offset in the row's range.
+
+    Parameters
+    ----------
+    n : list of int
+        Cells per direction of the box.
+    p : int
+    lo, hi : int
+        The owner's cells.
+    point : ndarray of int64, shape ``(dim, m)``
+        Lattice coordinates of points those cells own.
+
+    Returns
+    -------
+    ndarray of int64, shape ``(m,)``
+    """
+    dim, p = len(n), int(p)
+    entity, offset, code = _split(point, p)
+    index = np.empty(point.shape[1], dtype=np.int64)
+    first = 0
+    for S in _classes(dim):
+        in_span = np.isin(np.arange(dim), S)
+        count = [m if s else m + 1 for m, s in zip(n, in_span, strict=True)]  # entities
+        rows = np.indices(count[1:][::-1] or [1]).reshape(max(dim - 1, 1), -1)[::-1][: dim - 1]
+        x_lo, x_count = _row_ranges(n, 1, lo, hi, rows, closed=not in_span[0])
+        before = np.concatenate([[0], np.cumsum(x_count)])  # owned entities on earlier rows
+        size = (p - 1) ** len(S)
+        hit = np.flatnonzero(code == sum(1 << d for d in S))
+        if hit.size:
+            row = _lexicographic(entity[1:, hit], count[1:])
+            place = before[row] + entity[0, hit] - x_lo[row]
+            node = _lexicographic(offset[list(S)][:, hit] - 1, [p - 1] * len(S))
+            index[hit] = first + place * size + node
+        first += int(before[-1]) * size
+    return index
 
 
 def _range_offsets(n, p, c0, c1, point, z0, local_id):
