@@ -1,0 +1,83 @@
+"""Time :func:`hofem.multigrid.smoothed_aggregation` alone on order-1 box Laplacians.
+
+Usage::
+
+    NUMBA_NUM_THREADS=1 python bakeoff/amg_setup_time.py --n 54 73 --repeat 5 \
+        --out /tmp/sa.jsonl
+
+The matrix is the order-1 diffusion operator of ``meshes.box(n, 3)`` on its free
+(interior) DOFs, ``(n - 1)³`` rows, assembled once with ``--ceed`` and kept in
+``--cache`` (``.npz``), so that the runs of two trees (``PYTHONPATH``) alternate on
+the same matrix.  One JSON line per size: the seconds of each run (the first
+warms the caches and is dropped when ``--repeat`` > 1), their median, the level
+sizes and the tree's ``git describe``.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+
+import hofem as hf
+from hofem import meshes
+from hofem.multigrid import smoothed_aggregation
+
+
+def order1_matrix(ceed: str, n: int, cache: Path) -> scipy.sparse.csr_matrix:
+    """The order-1 Laplacian of the ``n³``-cell box on its free DOFs, from ``cache`` if there."""
+    path = cache / f"order1_box_{n}.npz"
+    if path.exists():
+        return scipy.sparse.load_npz(path).tocsr()
+    space = hf.H1Space(hf.Ceed(ceed), meshes.box(n, 3), 1)
+    A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs()).linear_assemble()
+    A = scipy.sparse.csr_matrix(A)
+    cache.mkdir(parents=True, exist_ok=True)
+    scipy.sparse.save_npz(path, A)
+    return A
+
+
+def tree() -> str:
+    """``git describe`` of the imported hofem's checkout (which tree ran)."""
+    root = Path(hf.__file__).resolve().parent.parent
+    run = subprocess.run(
+        ["git", "-C", str(root), "describe", "--always", "--dirty"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return run.stdout.strip() or str(root)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ceed", default="/cpu/self/numba")
+    parser.add_argument("--n", type=int, nargs="+", required=True, help="cells per side")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/hofem-amg-matrices"))
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    for n in args.n:
+        A = order1_matrix(args.ceed, n, args.cache)
+        seconds = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            levels, coarsest = smoothed_aggregation(A.copy())
+            seconds.append(time.perf_counter() - start)
+        timed = seconds[1:] if len(seconds) > 1 else seconds
+        record = dict(
+            n=n, rows=A.shape[0], nnz=A.nnz, seconds=seconds, median_s=statistics.median(timed),
+            levels=[lv.A.shape[0] for lv in levels] + [coarsest.shape[0]],
+            lambdas=[lv.lambda_max for lv in levels], tree=tree(),
+            threads=os.environ.get("NUMBA_NUM_THREADS"), numpy=np.__version__,
+        )  # fmt: skip
+        print(json.dumps(record), flush=True)
+        with open(args.out, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
