@@ -4,16 +4,20 @@ Usage::
 
     NUMBA_NUM_THREADS=1 python bakeoff/amg_setup_time.py --n 54 73 --repeat 5 \
         --out /tmp/sa.jsonl
+    python bakeoff/amg_setup_time.py --xp cupy --n 54 73 --repeat 5 --out /tmp/sa_gpu.jsonl
 
 The matrix is the order-1 diffusion operator of ``meshes.box(n, 3)`` on its free
 (interior) DOFs, ``(n - 1)³`` rows, assembled once with ``--ceed`` and kept in
 ``--cache`` (``.npz``), so that the runs of two trees (``PYTHONPATH``) alternate on
-the same matrix.  One JSON line per size: the seconds of each run (the first
-warms the caches and is dropped when ``--repeat`` > 1), their median, the level
-sizes and the tree's ``git describe``.
+the same matrix.  ``--xp cupy`` puts the levels on the GPU, as ``hf.pmg`` does on a
+GPU backend (the products with cuSPARSE); the call ends with the coarsest matrix
+copied to the host, so the wall clock covers the device's work.  One JSON line per
+size: the seconds of each run (the first warms the caches and is dropped when
+``--repeat`` > 1), their median, the level sizes and the tree's ``git describe``.
 """
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -57,22 +61,24 @@ def main() -> None:
     parser.add_argument("--ceed", default="/cpu/self/numba")
     parser.add_argument("--n", type=int, nargs="+", required=True, help="cells per side")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--xp", default="numpy", choices=("numpy", "cupy"))
     parser.add_argument("--cache", type=Path, default=Path("/tmp/hofem-amg-matrices"))
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    xp = importlib.import_module(args.xp)
     for n in args.n:
         A = order1_matrix(args.ceed, n, args.cache)
         seconds = []
         for _ in range(args.repeat):
             start = time.perf_counter()
-            levels, coarsest = smoothed_aggregation(A.copy())
+            levels, coarsest = smoothed_aggregation(A.copy(), xp)
             seconds.append(time.perf_counter() - start)
         timed = seconds[1:] if len(seconds) > 1 else seconds
         record = dict(
             n=n, rows=A.shape[0], nnz=A.nnz, seconds=seconds, median_s=statistics.median(timed),
             levels=[lv.A.shape[0] for lv in levels] + [coarsest.shape[0]],
             lambdas=[lv.lambda_max for lv in levels], tree=tree(),
-            threads=os.environ.get("NUMBA_NUM_THREADS"), numpy=np.__version__,
+            xp=args.xp, threads=os.environ.get("NUMBA_NUM_THREADS"), numpy=np.__version__,
         )  # fmt: skip
         print(json.dumps(record), flush=True)
         with open(args.out, "a", encoding="utf-8") as out:

@@ -5,8 +5,8 @@ operators of decreasing polynomial order (from ``Operator.multigrid_level``,
 built by the discretization layer, :func:`hofem.forms.multigrid_hierarchy`),
 Chebyshev smoothing of the Jacobi-scaled operator on each level, and on the
 order-1 level an algebraic multigrid V-cycle whose smoothed-aggregation hierarchy
-is built once on the host with pyamg's aggregation (:func:`smoothed_aggregation`;
-:class:`AMGCycle` runs it with the backend's sparse matrices).
+is built once, aggregated on the host by pyamg and multiplied with the backend's
+sparse matrices (:func:`smoothed_aggregation`; :class:`AMGCycle` runs it with them).
 Every piece is symmetric (the same polynomial smoother before and after the
 coarse correction, a symmetric coarse cycle), so the preconditioner is
 symmetric positive definite and CG stays CG.
@@ -321,7 +321,7 @@ class AMGLevel:
 class AMGCycle:
     """Symmetric V-cycles of an algebraic multigrid hierarchy, run with ``xp``'s arrays.
 
-    The hierarchy is built on the host once (:func:`smoothed_aggregation`); the
+    The hierarchy is built once (:func:`smoothed_aggregation`); the
     cycle itself is array expressions and sparse products, so with ``xp = cupy``
     it runs on the GPU (``cupyx.scipy.sparse``) and with NumPy on the host, one
     code for both.  Smoothing is Chebyshev on the Jacobi-scaled level matrix
@@ -439,7 +439,9 @@ def _smoothed_level(A_x, diagonal, aggregates, B, xp, ops, eig_steps, omega):
     lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
     T, B_c = fit_candidates(aggregates, B.reshape(-1, 1))  # T (n, n_c): one entry a row
     T_x = device_matrix(scipy.sparse.csr_matrix(T), xp)
-    jacobi = sparse_module(xp).diags(inv_diag * (omega / lam), format="csr")  # omega/lam D^-1
+    n = inv_diag.shape[0]
+    # omega / lam D^-1, (n, n): diagonals and offsets as lists, the form both libraries document
+    jacobi = sparse_module(xp).diags([inv_diag * (omega / lam)], [0], shape=(n, n), format="csr")
     P = (T_x - jacobi @ (A_x @ T_x)).tocsr()  # (n, n_c)
     return AMGLevel(A_x, inv_diag, lam, P, P.T.tocsr()), B_c
 
