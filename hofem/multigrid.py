@@ -5,8 +5,8 @@ operators of decreasing polynomial order (from ``Operator.multigrid_level``,
 built by the discretization layer, :func:`hofem.forms.multigrid_hierarchy`),
 Chebyshev smoothing of the Jacobi-scaled operator on each level, and on the
 order-1 level an algebraic multigrid V-cycle whose smoothed-aggregation hierarchy
-is built once on the host with pyamg's aggregation (:func:`smoothed_aggregation`;
-:class:`AMGCycle` runs it with the backend's sparse matrices).
+is built once, aggregated on the host by pyamg and multiplied with the backend's
+sparse matrices (:func:`smoothed_aggregation`; :class:`AMGCycle` runs it with them).
 Every piece is symmetric (the same polynomial smoother before and after the
 coarse correction, a symmetric coarse cycle), so the preconditioner is
 symmetric positive definite and CG stays CG.
@@ -321,7 +321,7 @@ class AMGLevel:
 class AMGCycle:
     """Symmetric V-cycles of an algebraic multigrid hierarchy, run with ``xp``'s arrays.
 
-    The hierarchy is built on the host once (:func:`smoothed_aggregation`); the
+    The hierarchy is built once (:func:`smoothed_aggregation`); the
     cycle itself is array expressions and sparse products, so with ``xp = cupy``
     it runs on the GPU (``cupyx.scipy.sparse``) and with NumPy on the host, one
     code for both.  Smoothing is Chebyshev on the Jacobi-scaled level matrix
@@ -389,6 +389,63 @@ class AMGCycle:
         return x
 
 
+def sparse_module(xp: Any) -> Any:
+    """``xp``'s sparse library: ``scipy.sparse`` for NumPy, ``cupyx.scipy.sparse`` for CuPy."""
+    if xp is np:
+        import scipy.sparse
+
+        return scipy.sparse
+    import cupyx.scipy.sparse
+
+    return cupyx.scipy.sparse
+
+
+def _host_coarse_matrix(A_x: Any, xp: Any) -> Any:
+    """A Galerkin product made by ``xp``'s sparse library as the host CSR that the next
+    level's aggregation reads: exact zeros dropped, columns sorted within each row.
+
+    SciPy's product drops exact zeros and leaves each row's columns unsorted, cuSPARSE
+    keeps the zeros and sorts; standard aggregation reads the graph, and its second pass
+    joins a node to the first aggregated neighbour in storage order, so both libraries'
+    products must come to the same graph in the same order to give the same aggregates.
+    """
+    A = A_x if xp is np else A_x.get()  # the NumPy level's own matrix: reordering is harmless
+    A.eliminate_zeros()
+    A.sort_indices()
+    return A
+
+
+def _smoothed_level(A_x, diagonal, aggregates, B, xp, ops, eig_steps, omega):
+    """One level of :func:`smoothed_aggregation` on ``xp`` and the next level's candidate.
+
+    Parameters
+    ----------
+    A_x : xp's sparse matrix (n, n)
+    diagonal : host array (n,)
+    aggregates : host CSR (n, n_c)
+        pyamg's aggregation operator.
+    B : host array (n,) or (n, 1)
+        The near-null-space candidate.
+
+    Returns
+    -------
+    level : AMGLevel
+    B_c : host array (n_c, 1)
+    """
+    import scipy.sparse
+    from pyamg.aggregation import fit_candidates
+
+    inv_diag = xp.asarray(1.0 / diagonal)  # (n,)
+    lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
+    T, B_c = fit_candidates(aggregates, B.reshape(-1, 1))  # T (n, n_c): one entry a row
+    T_x = device_matrix(scipy.sparse.csr_matrix(T), xp)
+    n = inv_diag.shape[0]
+    # omega / lam D^-1, (n, n): diagonals and offsets as lists, the form both libraries document
+    jacobi = sparse_module(xp).diags([inv_diag * (omega / lam)], [0], shape=(n, n), format="csr")
+    P = (T_x - jacobi @ (A_x @ T_x)).tocsr()  # (n, n_c)
+    return AMGLevel(A_x, inv_diag, lam, P, P.T.tocsr()), B_c
+
+
 def smoothed_aggregation(
     A_host: Any,
     xp: Any = np,
@@ -401,9 +458,10 @@ def smoothed_aggregation(
 ) -> tuple[list[AMGLevel], Any]:
     """The levels of a smoothed-aggregation hierarchy of ``A_host`` (SPD, host sparse).
 
-    pyamg's smoothed aggregation with its defaults (symmetric strength, standard
-    aggregation, the constant candidate improved by four symmetric Gauss-Seidel
-    sweeps on the first level), but the tentative prolongator ``T`` is smoothed
+    pyamg's smoothed aggregation with its defaults (standard aggregation of the
+    symmetric strength-of-connection graph with ``theta = 0``, the constant
+    candidate improved by four symmetric Gauss-Seidel sweeps on the first level),
+    but the tentative prolongator ``T`` is smoothed
     as ``P = (I - omega / lambda_max D^-1 A) T`` with each level's Lanczos estimate
     of ``lambda_max`` (:func:`estimate_max_eigenvalue`, run where the cycle runs),
     the same estimate its Chebyshev smoother then uses.  A bound from local row
@@ -412,11 +470,21 @@ def smoothed_aggregation(
     contraction then degrades with the number of levels; pyamg's own estimate
     (``weighting="diagonal"``) is Arnoldi on the host from a random vector.
 
+    With ``theta = 0`` the symmetric strength keeps every stored entry and standard
+    aggregation reads the graph only, so each level's own sparsity pattern is
+    aggregated, without building the strength matrix.  The aggregation, the
+    candidate and ``T`` are made on the host (pyamg); the products ``A T``, ``P``,
+    ``R = P^T`` and the Galerkin ``R A P`` with ``xp``'s sparse matrices
+    (cuSPARSE with CuPy), and only each coarse matrix comes back to the host, for
+    the next aggregation and diagonal (exact zeros dropped and each row's columns
+    sorted, so that SciPy's and cuSPARSE's products give the same aggregates).
+
     Parameters
     ----------
     A_host : scipy.sparse matrix (n, n)
     xp : module
-        Where the levels' matrices go and the estimates run (NumPy or CuPy).
+        Where the levels' matrices go, their products and the estimates run
+        (NumPy or CuPy).
     ops : hofem.vector_ops.VectorOps, optional
         Inner products of the estimates; default ``VectorOps(xp)``.
     max_coarse : int
@@ -435,28 +503,24 @@ def smoothed_aggregation(
     """
     import_pyamg()
     import scipy.sparse
-    from pyamg.aggregation import fit_candidates, standard_aggregation
+    from pyamg.aggregation import standard_aggregation
     from pyamg.relaxation.relaxation import gauss_seidel
-    from pyamg.strength import symmetric_strength_of_connection
 
     ops = VectorOps(xp) if ops is None else ops
-    A = scipy.sparse.csr_matrix(A_host)
+    A = scipy.sparse.csr_matrix(A_host)  # host: the aggregation's graph and the diagonal
+    A_x = device_matrix(A, xp)  # (n, n) where the products run
     B = np.ones(A.shape[0])  # (n,) near-null-space candidate
     levels = []
     while A.shape[0] > max_coarse and len(levels) < max_levels - 1:
         if not levels:  # pyamg's improve_candidates: B relaxed on A B = 0
             gauss_seidel(A, B, np.zeros_like(B), iterations=4, sweep="symmetric")
-        aggregates = standard_aggregation(symmetric_strength_of_connection(A))[0]
+        aggregates = standard_aggregation(A)[0]  # (n, n_c)
         if not 0 < aggregates.shape[1] < A.shape[0]:  # nothing left to coarsen
             break
-        A_x, diagonal = device_matrix(A, xp), A.diagonal()
-        inv_diag = xp.asarray(1.0 / diagonal)
-        lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
-        T, B = fit_candidates(aggregates, B.reshape(-1, 1))  # T (n, n_c), B (n_c, 1)
-        P = scipy.sparse.csr_matrix(T - scipy.sparse.diags(omega / lam / diagonal) @ (A @ T))
-        R = P.T.tocsr()  # (n_c, n)
-        levels.append(AMGLevel(A_x, inv_diag, lam, device_matrix(P, xp), device_matrix(R, xp)))
-        A = scipy.sparse.csr_matrix(R @ A @ P)
+        level, B = _smoothed_level(A_x, A.diagonal(), aggregates, B, xp, ops, eig_steps, omega)
+        levels.append(level)
+        A_x = level.R @ A_x @ level.P  # (n_c, n_c)
+        A = _host_coarse_matrix(A_x, xp)
     return levels, A
 
 

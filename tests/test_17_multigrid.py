@@ -175,6 +175,53 @@ def test_smoothed_aggregation_estimates_and_contraction():
     assert contraction[0] <= 0.11, contraction
 
 
+def host_hierarchy(A, lambdas, omega=4.0 / 3.0):
+    """pyamg's steps one by one on the host with SciPy, each level's prolongator smoothed
+    with the given estimate: ``(P per level, coarsest)``, the reference of
+    :func:`smoothed_aggregation` (which skips the strength matrix)."""
+    from pyamg.aggregation import fit_candidates, standard_aggregation
+    from pyamg.relaxation.relaxation import gauss_seidel
+    from pyamg.strength import symmetric_strength_of_connection
+
+    B = np.ones(A.shape[0])
+    gauss_seidel(A, B, np.zeros_like(B), iterations=4, sweep="symmetric")
+    prolongators = []
+    for lam in lambdas:
+        aggregates = standard_aggregation(symmetric_strength_of_connection(A, 0.0))[0]
+        T, B = fit_candidates(aggregates, B.reshape(-1, 1))
+        T = scipy.sparse.csr_matrix(T)
+        P = scipy.sparse.csr_matrix(T - scipy.sparse.diags(omega / lam / A.diagonal()) @ (A @ T))
+        prolongators.append(P)
+        A = scipy.sparse.csr_matrix(P.T @ A @ P)
+        A.sort_indices()  # the aggregation's order, whichever library multiplied
+    return prolongators, A
+
+
+def test_smoothed_aggregation_is_pyamgs_steps_with_xps_products(ceed):
+    """On the backend's arrays (SciPy's or cuSPARSE's products, its Lanczos estimates)
+    the hierarchy is the host one of pyamg's strength, aggregation and candidate with
+    SciPy's products, given the same estimates: same sizes, P and coarse matrices to
+    1e-12."""
+    xp = ceed.xp
+    A = trilinear_laplacian(20)  # 8000, 343, 8 rows
+    levels, coarsest = smoothed_aggregation(A, xp, max_coarse=10)
+    prolongators, expected = host_hierarchy(A, [level.lambda_max for level in levels])
+    assert len(levels) == len(prolongators) == 2
+
+    def host(M):
+        return M if xp is np else M.get()
+
+    def assert_close(M, N):
+        assert M.shape == N.shape
+        assert abs(host(M) - N).max() <= 1e-12 * abs(N).max()
+
+    for level, P in zip(levels, prolongators, strict=True):
+        assert_close(level.P, P)
+        assert_close(level.R, P.T)
+    assert_close(levels[1].A, prolongators[0].T @ A @ prolongators[0])
+    assert_close(coarsest, expected)
+
+
 def test_order_schedules():
     assert coarse_orders(8) == [8, 4, 2, 1]
     assert coarse_orders(6) == [6, 3, 1]
