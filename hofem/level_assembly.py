@@ -41,6 +41,11 @@ __all__ = ["DENSE_ENTRIES", "LevelAssembly", "basis_rows"]
 # beat sum factorization on tensor bases: its products are then too small to pay for
 # their launches and loops (the order-1 matrix of a low-order level)
 DENSE_ENTRIES = 4096
+# on the host the contraction of every entry at once runs this many values of its largest
+# temporary at a time (8 MB): whole chunks' temporaries (tens of MB) are fresh memory at each
+# product, page faults and cache misses, and cost more than the products; a device runs
+# whole chunks, fewer launches
+HOST_CONTRACT_ENTRIES = 1 << 20
 
 
 def basis_rows(basis: Basis, eval_mode: EvalMode) -> list:
@@ -175,7 +180,16 @@ class LevelAssembly:
         if weights.diag is not None:  # one product for every entry: (n, size * Q) @ (size * Q, P)
             self.diag[start:stop] += q.reshape(n, -1) @ weights.diag
         else:
-            self.diag[start:stop] += _contract(xp, q, *weights.diag_factors).sum(axis=1)
+            size, Q_1d = q.shape[1], weights.diag_factors[1].shape[1]
+            per_cell = size * Q_1d ** (len(weights.diag_factors[0]) + 1)  # values of q and more
+            slab = n if xp is not np else max(1, HOST_CONTRACT_ENTRIES // per_cell)
+            for a, b in ((a, min(a + slab, n)) for a in range(0, n, slab)):
+                # (b - a, size, P) summed over the entries; no name holds it into the next
+                # slab's products, whose temporaries then reuse its memory (held, the host
+                # allocator maps fresh pages for them: twice the time)
+                self.diag[start + a : start + b] += _contract(
+                    xp, q[a:b], *weights.diag_factors
+                ).sum(axis=1)
         if self.matrices is None:
             return
         if weights.matrices is not None:
