@@ -181,7 +181,8 @@ class LevelAssembly:
             self.diag[start:stop] += q.reshape(n, -1) @ weights.diag
         else:
             size, Q_1d = q.shape[1], weights.diag_factors[1].shape[1]
-            per_cell = size * Q_1d ** (len(weights.diag_factors[0]) + 1)  # values of q and more
+            # a cell's q values, no fewer than any temporary's while K <= Q_1d
+            per_cell = size * Q_1d ** (len(weights.diag_factors[0]) + 1)
             slab = n if xp is not np else max(1, HOST_CONTRACT_ENTRIES // per_cell)
             for a, b in ((a, min(a + slab, n)) for a in range(0, n, slab)):
                 # (b - a, size, P) summed over the entries; no name holds it into the next
