@@ -448,7 +448,8 @@ def multigrid_hierarchy(
     The levels' diagonals and the coarsest matrix (``Hierarchy.assembly``) come
     from the forms' pointwise matrices, their q-data, computed in chunks of cells
     and shared by the levels on the same quadrature
-    (:class:`hofem.level_assembly.LevelAssembly`).
+    (:class:`hofem.level_assembly.LevelAssembly`), all in one pass over the cells
+    at the first use of any: the levels on one coordinate space share its coordinates.
 
     Parameters
     ----------
@@ -507,29 +508,21 @@ def multigrid_hierarchy(
 
 
 def _level_assemblies(levels, sources, args, coarsest_matrix=True):
-    """A :class:`LevelAssembly` per level (the coarsest's with its matrix), filled on first
-    use from one pass over the q-data of each space in ``sources`` (the one each level's
-    quadrature and geometry are of): levels of one space share its pass."""
+    """A :class:`LevelAssembly` per level (the coarsest's with its matrix), all filled on the
+    first use of any by one pass over the cells (:func:`_fill_levels`): the q-data of each
+    space in ``sources`` (the one each level's quadrature and geometry are of), chunk by
+    chunk; levels of one space share its chunks, and spaces of one coordinate space share
+    the coordinates of each block of cells."""
     form, _, coefficient, q_extra, quad_mode, _ = args
-    kind = "Mass" if form == "mass" else "Poisson"
-    # passes: id(space) -> (weak references to the levels it fills, done); weak, since each
-    # level holds its fill: a cycle would keep the element diagonals and matrices (E-vectors)
+    # id(space) -> (space, weak references to the levels it fills); weak, since each level
+    # holds the fill: a cycle would keep the element diagonals and matrices (E-vectors)
     # alive until the garbage collector's next pass, in device memory too
-    out, passes = [], {}
+    out, targets = [], {}
 
-    def filler(space):
-        def fill():
-            targets, done = passes[id(space)]
-            if not done:
-                rule = form_quadrature(space, form, q_extra, quad_mode)
-                pairs = _QDATA_PAIRS[kind][space.dim]
-                levels = [level for level in (ref() for ref in targets) if level is not None]
-                for start, stop, q in _pointwise_chunks(space, kind, rule, coefficient):
-                    for level in levels:
-                        level.add(start, stop, q, pairs)
-                passes[id(space)] = (targets, True)
-
-        return fill
+    def fill():
+        if targets:  # emptied once every level is filled
+            _fill_levels(list(targets.values()), form, coefficient, q_extra, quad_mode)
+            targets.clear()
 
     for k, (level, space) in enumerate(zip(levels, sources, strict=True)):
         sub = isinstance(level, SubOperator)
@@ -537,39 +530,79 @@ def _level_assemblies(levels, sources, args, coarsest_matrix=True):
         free = level.free_dofs if sub else None
         out.append(
             LevelAssembly(field.restriction, field.basis, field.eval_mode, free,
-                          matrix=coarsest_matrix and k == len(levels) - 1, fill=filler(space))
+                          matrix=coarsest_matrix and k == len(levels) - 1, fill=fill)
         )  # fmt: skip
-        passes.setdefault(id(space), ([], False))[0].append(weakref.ref(out[-1]))
+        targets.setdefault(id(space), (space, []))[1].append(weakref.ref(out[-1]))
     return out
 
 
-def _pointwise_chunks(space, kind, rule, coefficient):
-    """``(start, stop, q)``: the q-data ``(stop - start, size, Q)`` of the form ``kind``, the
-    distinct entries of its symmetric pointwise matrix (:data:`_QDATA_PAIRS`), on chunks of
-    cells, on the backend.
+def _fill_levels(targets, form, coefficient, q_extra, quad_mode):
+    """Add the q-data of every ``(space, level references)`` of ``targets`` to its levels.
 
-    Each chunk is built as :func:`_qdata` builds the stored q-data, in the
-    layout ``(cells, size, Q)``; no chunk outlives its use, so every chunk of one
-    length is written into the same array (fresh host memory costs a page fault per
-    page at its first write).
+    Each space's chunks of cells (:meth:`H1Space.cell_chunks` of its quadrature) are
+    taken in the order of their first cell, all spaces' together, so that one coordinate
+    block (:class:`_CoordinateBlocks`) per coordinate space serves the chunks of every
+    space on it: the coordinates are interpolated and uploaded about once, not once per
+    level.  The chunks are built one after the other into one buffer.
     """
-    ceed, dim = space.ceed, space.dim
-    size = _QDATA_SIZE[kind][dim]
-    coords, geo = _coordinate_basis(space, rule)
-    Q = geo.num_qpts
-    builds = {}  # chunk length -> (its set-up operator, its output array); at most two
-    blocks = _CoordinateBlocks(coords)
-    for a, b in space.cell_chunks(Q):
-        if b - a not in builds:
-            build = build_operator(coords, kind, geo, size, b - a, (1, Q, Q * size))
-            builds[b - a] = build, ceed.xp.empty((b - a) * size * Q)  # (chunk * size * Q,)
-        build, q = builds[b - a]
-        x = blocks.cells(a, b)  # (chunk * dim * P_x,)
-        build.apply(x, q)
+    kind = "Mass" if form == "mass" else "Poisson"
+    passes = []
+    for space, refs in targets:
+        levels = [level for level in (ref() for ref in refs) if level is not None]
+        if levels:
+            rule = form_quadrature(space, form, q_extra, quad_mode)
+            passes.append(_PointwisePass(space, kind, rule, coefficient, levels))
+    chunks = sorted((a, k, b) for k, p in enumerate(passes) for a, b in p.space.cell_chunks(p.Q))
+    if not chunks:
+        return
+    size = max((b - a) * passes[k].size * passes[k].Q for a, k, b in chunks)
+    buffer = passes[0].space.ceed.xp.empty(size)  # (largest chunk's size * Q,)
+    # a coordinate space's numbering and first cell (what its values are of) -> its blocks
+    blocks = {}
+    for a, k, b in chunks:
+        chunk = passes[k]
+        coords = chunk.coords
+        key = (id(coords.numbering), coords.first_cell)
+        if key not in blocks:
+            blocks[key] = _CoordinateBlocks(coords)
+        x = blocks[key].cells(a, b)  # (chunk * dim * P_x,)
+        q = chunk.build(a, b, x, buffer)  # (b - a, size, Q)
+        for level in chunk.levels:
+            level.add(a, b, q, chunk.pairs)
+
+
+class _PointwisePass:
+    """The q-data of the form ``kind`` on ``space``'s quadrature ``rule``, the distinct entries
+    of its symmetric pointwise matrix (:data:`_QDATA_PAIRS`), cells ``a:b`` at a time, and the
+    levels it fills.
+
+    Each chunk is built as :func:`_qdata` builds the stored q-data, in the layout
+    ``(cells, size, Q)``, into the caller's buffer: no chunk outlives its use (fresh host
+    memory costs a page fault per page at its first write).
+    """
+
+    def __init__(self, space, kind, rule, coefficient, levels):
+        self.space, self.kind, self.coefficient, self.levels = space, kind, coefficient, levels
+        self.size = _QDATA_SIZE[kind][space.dim]
+        self.pairs = _QDATA_PAIRS[kind][space.dim]
+        self.coords, self.geo = _coordinate_basis(space, rule)
+        self.Q = self.geo.num_qpts
+        self.builds = {}  # chunk length -> its set-up operator; at most two
+
+    def build(self, a, b, x, buffer):
+        """The q-data ``(b - a, size, Q)`` of cells ``a:b`` from their coordinates ``x``
+        (flat E-vector), a view of ``buffer``."""
+        size, Q = self.size, self.Q
+        if b - a not in self.builds:
+            self.builds[b - a] = build_operator(
+                self.coords, self.kind, self.geo, size, b - a, (1, Q, Q * size)
+            )
+        q = buffer[: (b - a) * size * Q]  # (chunk * size * Q,)
+        self.builds[b - a].apply(x, q)
         q = q.reshape(b - a, size, Q)
-        if coefficient is not None:
-            q *= _coefficient(coords, a, b, coefficient, geo)
-        yield a, b, q
+        if self.coefficient is not None:
+            q *= _coefficient(self.coords, a, b, self.coefficient, self.geo)
+        return q
 
 
 def _coarse_free(fine, coarse, fine_free):

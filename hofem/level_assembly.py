@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import scipy.sparse
@@ -41,6 +41,11 @@ __all__ = ["DENSE_ENTRIES", "LevelAssembly", "basis_rows"]
 # beat sum factorization on tensor bases: its products are then too small to pay for
 # their launches and loops (the order-1 matrix of a low-order level)
 DENSE_ENTRIES = 4096
+# on the host the contraction of every entry at once runs this many values of its largest
+# temporary at a time (8 MB): whole chunks' temporaries (tens of MB) are fresh memory at each
+# product, page faults and cache misses, and cost more than the products; a device runs
+# whole chunks, fewer launches
+HOST_CONTRACT_ENTRIES = 1 << 20
 
 
 def basis_rows(basis: Basis, eval_mode: EvalMode) -> list:
@@ -68,25 +73,55 @@ def basis_rows(basis: Basis, eval_mode: EvalMode) -> list:
     return [basis.grad[a] for a in range(dim)]
 
 
-def _contract(xp, t, mats):
-    """``sum_q t[n, q] prod_d mats[d][q_d, j_d]``: ``t (n, Q_1d**dim)`` -> ``(n, K**dim)``.
+def _contract(xp, t, left, right):
+    """Every entry's ``sum_q t[n, k, q] prod_d F_d[k][q_d, j_d]``: ``t (n, size, Q_1d**dim)``
+    -> ``(n, size, K**dim)``.
 
-    ``mats[d]`` is ``(Q_1d, K)``, direction 0 the fastest axis of ``q`` and of the result.
-    Every product is a batch of small ones (``matmul`` over a leading axis), never one
-    tall GEMM of inner dimension ``Q_1d``: a threaded BLAS splits such a product over its
-    threads, which on a loaded machine wait for each other far longer than it takes.
+    ``F_d[k]`` ``(Q_1d, K)`` is entry ``k``'s factor in direction ``d``, direction 0 the
+    fastest axis of ``q`` and of the result: ``right`` is ``F_0`` ``(size, Q_1d, K)`` and
+    ``left[d - 1]`` is ``F_d`` transposed, ``(size, K, Q_1d)``, for ``d >= 1``.  Each
+    direction is one ``matmul`` for every entry, its matrices broadcast over the cells
+    (NumPy loops over the batch, CuPy makes it one batched GEMM; neither copies them):
+    ``dim`` calls a chunk, not ``dim`` per entry.  Every product is a batch of small ones,
+    never one tall GEMM of inner dimension ``Q_1d``: a threaded BLAS splits such a product
+    over its threads, which on a loaded machine wait for each other far longer than it takes.
     """
-    n, dim = t.shape[0], len(mats)
-    Q_1d = mats[0].shape[0]
-    for d in range(dim - 1, 0, -1):  # slowest direction first: (., Q_d, Q_1d**d) from the left
-        t = xp.matmul(mats[d].T, t.reshape(-1, Q_1d, Q_1d**d))  # (., K, Q_1d**d)
-    t = xp.matmul(t.reshape(n, -1, Q_1d), mats[0])  # (n, K**(dim - 1), K): x from the right
-    return t.reshape(n, -1)
+    n, size = t.shape[:2]
+    Q_1d = right.shape[1]
+    for d in range(len(left), 0, -1):  # slowest direction first, from the left
+        t = t.reshape(n, size, -1, Q_1d, Q_1d**d)  # (n, size, K**(dim-1-d), Q_1d, Q_1d**d)
+        t = xp.matmul(left[d - 1][:, None], t)  # (n, size, K**(dim-1-d), K, Q_1d**d)
+    t = xp.matmul(t.reshape(n, size, -1, Q_1d), right)  # (n, size, K**(dim-1), K): x last
+    return t.reshape(n, size, -1)
+
+
+def _factors(xp, per_entry):
+    """``(left, right)`` of :func:`_contract` from ``per_entry[k][d]`` ``(Q_1d, K)`` host arrays."""
+    dim = len(per_entry[0])
+    stack = [np.stack([factors[d] for factors in per_entry]) for d in range(dim)]  # (size, Q, K)
+    left = [xp.asarray(np.ascontiguousarray(s.transpose(0, 2, 1))) for s in stack[1:]]
+    return left, xp.asarray(stack[0])
 
 
 def _outer(m_a, m_b):
     """``(Q, P, P)`` products ``m_a[q, i] m_b[q, k]`` flattened to ``(Q, P * P)``."""
     return (m_a[:, :, None] * m_b[:, None, :]).reshape(m_a.shape[0], -1)
+
+
+class _Weights(NamedTuple):
+    """What :meth:`LevelAssembly.add` multiplies one chunk's entries by, for one list of pairs.
+
+    Dense weights (``diag``, ``matrices``: ``(size * Q, P)``, ``(size * Q, P * P)``) where
+    they are cheaper than sum factorization, else None and the :func:`_contract` factors:
+    ``diag_factors`` of every entry at once (its weight, 2 off the diagonal, in direction
+    0), ``matrix_factors`` one entry at a time (an entry's element matrices are
+    ``(P P')^dim`` values a cell: all entries at once would hold ``size`` times that).
+    """
+
+    diag: Array | None
+    matrices: Array | None
+    diag_factors: tuple | None
+    matrix_factors: list | None
 
 
 class LevelAssembly:
@@ -123,10 +158,8 @@ class LevelAssembly:
         xp = self.ceed.xp
         self.xp = xp
         self.tensor = basis.is_tensor
-        self.host_rows = basis_rows(basis, eval_mode)
-        self.rows = [[xp.asarray(m) for m in row] if self.tensor else xp.asarray(row)
-                     for row in self.host_rows]  # fmt: skip
-        self._weights = {}  # pairs -> dense weights (see _dense)
+        self.host_rows = basis_rows(basis, eval_mode)  # the weights are made from them
+        self._weights = {}  # pairs -> their _Weights (see _weights_of)
         P, E = restriction.elem_size, restriction.num_elem
         self.diag = xp.zeros((E, P))  # (num_elem, P) element diagonals, one component's
         self.matrices = xp.zeros((E, P, P)) if matrix else None  # (num_elem, P, P)
@@ -138,64 +171,83 @@ class LevelAssembly:
         ----------
         start, stop : int
         q : array (stop - start, size, Q)
-            The pointwise matrix's distinct entries (the q-data's layout).
+            The pointwise matrix's distinct entries (the q-data's layout), C-contiguous.
         pairs : list of (int, int)
             ``pairs[k] = (a, b)``, ``a <= b``: entry ``k`` is ``D_ab = D_ba``.
         """
         xp, n = self.xp, stop - start
-        dense = self._dense(tuple(pairs))
-        if dense[0] is not None:  # one product for every entry: (n, size * Q) @ (size * Q, P)
-            self.diag[start:stop] += q.reshape(n, -1) @ dense[0]
+        weights = self._weights_of(tuple(pairs))
+        if weights.diag is not None:  # one product for every entry: (n, size * Q) @ (size * Q, P)
+            self.diag[start:stop] += q.reshape(n, -1) @ weights.diag
         else:
-            for k, (a, b) in enumerate(pairs):
-                factors = [x * y for x, y in zip(self.rows[a], self.rows[b], strict=True)]
-                self.diag[start:stop] += (1.0 if a == b else 2.0) * _contract(xp, q[:, k], factors)
+            size, Q_1d = q.shape[1], weights.diag_factors[1].shape[1]
+            # a cell's q values, no fewer than any temporary's while K <= Q_1d
+            per_cell = size * Q_1d ** (len(weights.diag_factors[0]) + 1)
+            slab = n if xp is not np else max(1, HOST_CONTRACT_ENTRIES // per_cell)
+            for a, b in ((a, min(a + slab, n)) for a in range(0, n, slab)):
+                # (b - a, size, P) summed over the entries; no name holds it into the next
+                # slab's products, whose temporaries then reuse its memory (held, the host
+                # allocator maps fresh pages for them: twice the time)
+                self.diag[start + a : start + b] += _contract(
+                    xp, q[a:b], *weights.diag_factors
+                ).sum(axis=1)
         if self.matrices is None:
             return
-        if dense[1] is not None:
-            self.matrices[start:stop] += (q.reshape(n, -1) @ dense[1]).reshape(n, *dense[2])
+        if weights.matrices is not None:
+            P = self.matrices.shape[1]
+            self.matrices[start:stop] += (q.reshape(n, -1) @ weights.matrices).reshape(n, P, P)
             return
+        dim, P_1d = len(self.host_rows[0]), self.host_rows[0][0].shape[1]
         for k, (a, b) in enumerate(pairs):
-            m_a, m_b = self.rows[a], self.rows[b]
-            mats = _contract(xp, q[:, k], [_outer(x, y) for x, y in zip(m_a, m_b, strict=True)])
-            mats = self._node_order(mats, len(m_a), m_a[0].shape[1])
+            mats = _contract(xp, q[:, k : k + 1], *weights.matrix_factors[k])  # (n, 1, .)
+            mats = self._node_order(mats.reshape(n, -1), dim, P_1d)
             self.matrices[start:stop] += mats
             if a != b:  # D_ba's part
                 self.matrices[start:stop] += mats.transpose(0, 2, 1)
 
-    def _dense(self, pairs):
-        """``(W_diag, W_matrix, (P, P))`` of ``pairs``, made once: each ``(size * Q, ...)``
-        with row ``(k, q)`` the products of the dense basis rows of ``pairs[k]``
-        (both orders), or None where sum factorization is cheaper.
+    def _weights_of(self, pairs):
+        """The :class:`_Weights` of ``pairs``, made once.
 
         Dense: simplex bases, and tensor bases whose dense weights have at most
         :data:`DENSE_ENTRIES` entries per pointwise value (the order-1 and low-order
         levels, where the many tiny products of sum factorization cost more than
-        their flops).
+        their flops).  Each dense row ``(k, q)`` holds the products of the dense basis
+        rows of ``pairs[k]`` (both orders).
         """
-        if pairs not in self._weights:
-            rows = self.host_rows
-            first = rows[0]
-            Q, P = np.prod([m.shape for m in first], axis=0) if self.tensor else first.shape
-            dense = not self.tensor or Q * P <= DENSE_ENTRIES
-            dense_mats = self.matrices is not None and (
-                not self.tensor or Q * P * P <= DENSE_ENTRIES
-            )
-            if self.tensor and dense:  # x first -> kron(z, kron(y, x)): slowest first
-                rows = [functools.reduce(lambda acc, m: np.kron(m, acc), row) for row in rows]
-            diag, mats = [], []
-            for a, b in pairs if dense or dense_mats else ():
-                m_a, m_b = rows[a], rows[b]
-                diag.append(m_a * m_b * (1.0 if a == b else 2.0))  # (Q, P)
-                if dense_mats:
-                    both = m_a[:, :, None] * m_b[:, None, :]  # (Q, P, P)
-                    mats.append(both if a == b else both + both.transpose(0, 2, 1))
-            xp = self.xp
-            self._weights[pairs] = (
-                xp.asarray(np.concatenate(diag)) if dense else None,  # (size * Q, P)
-                xp.asarray(np.concatenate(mats).reshape(-1, P * P)) if dense_mats else None,
-                (P, P),
-            )
+        if pairs in self._weights:
+            return self._weights[pairs]
+        rows, xp = self.host_rows, self.xp
+        first = rows[0]
+        Q, P = np.prod([m.shape for m in first], axis=0) if self.tensor else first.shape
+        dense = not self.tensor or Q * P <= DENSE_ENTRIES
+        dense_mats = self.matrices is not None and (not self.tensor or Q * P * P <= DENSE_ENTRIES)
+        diag_factors = matrix_factors = None
+        if self.tensor and not dense:  # entry k's factors per direction, its weight in x's
+            diag_factors = _factors(xp, [
+                [m_a * m_b * (1.0 if d or a == b else 2.0)
+                 for d, (m_a, m_b) in enumerate(zip(rows[a], rows[b], strict=True))]
+                for a, b in pairs
+            ])  # fmt: skip
+        if self.matrices is not None and self.tensor and not dense_mats:
+            matrix_factors = [
+                _factors(xp, [[_outer(x, y) for x, y in zip(rows[a], rows[b], strict=True)]])
+                for a, b in pairs
+            ]
+        if self.tensor and dense:  # x first -> kron(z, kron(y, x)): slowest first
+            rows = [functools.reduce(lambda acc, m: np.kron(m, acc), row) for row in rows]
+        diag, mats = [], []
+        for a, b in pairs if dense or dense_mats else ():
+            m_a, m_b = rows[a], rows[b]
+            diag.append(m_a * m_b * (1.0 if a == b else 2.0))  # (Q, P)
+            if dense_mats:
+                both = m_a[:, :, None] * m_b[:, None, :]  # (Q, P, P)
+                mats.append(both if a == b else both + both.transpose(0, 2, 1))
+        self._weights[pairs] = _Weights(
+            xp.asarray(np.concatenate(diag)) if dense else None,  # (size * Q, P)
+            xp.asarray(np.concatenate(mats).reshape(-1, P * P)) if dense_mats else None,
+            diag_factors,
+            matrix_factors,
+        )
         return self._weights[pairs]
 
     def _node_order(self, mats, dim, P_1d):

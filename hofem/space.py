@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -402,18 +403,39 @@ class H1Space:
         ndarray (stop - start, dim, P), float64
             The layout of a ``dim``-component E-vector of :meth:`make_restriction`.
         """
-        x = self._component_coordinates(start, stop)  # (dim, stop - start, P)
-        return np.ascontiguousarray(x.transpose(1, 0, 2))
+        return self._interpolated_coordinates(start, stop, (0, 2, 1))
 
     def _component_coordinates(self, start=0, stop=None):
         """:meth:`element_coordinates` one coordinate at a time: ``(dim, stop - start, P)``."""
+        return self._interpolated_coordinates(start, stop, (2, 0, 1))
+
+    def _interpolated_coordinates(self, start, stop, axes):
+        """Coordinates of cells ``start:stop`` at this space's nodes, the mesh's
+        ``(cells, G, dim)`` axes in the order ``axes``, with nodes last.
+
+        The geometry is put in that layout first and then interpolated (``G`` values a
+        cell and coordinate, against ``P`` after), in one BLAS product; none where the
+        nodes are the geometry's own (the tensor space of the geometry's order, the
+        coordinate space of a straight-sided mesh).
+        """
         stop = self.num_elem if stop is None else stop
         first = self.first_cell
         cell_x = self.mesh.cell_coordinates(first + start, first + stop)  # (n, G, dim)
-        n, G, dim = cell_x.shape
-        cell_x = np.ascontiguousarray(cell_x.transpose(2, 0, 1)).reshape(dim * n, G)
-        x = cell_x @ self._geometry_interp().T  # (dim * n, P): one BLAS product
-        return x.reshape(dim, n, self.elem_size)
+        cell_x = np.ascontiguousarray(cell_x.transpose(axes))  # (., ., G)
+        interp = self._node_interp  # (P, G) or None
+        if interp is None:
+            return cell_x
+        x = cell_x.reshape(-1, cell_x.shape[-1]) @ interp.T  # (. * ., P)
+        return x.reshape(*cell_x.shape[:-1], self.elem_size)
+
+    @functools.cached_property
+    def _node_interp(self):
+        """:meth:`_geometry_interp`, or None where it is exactly the identity (tensor cells
+        of the geometry's order): the coordinates are then the geometry's values."""
+        interp = self._geometry_interp()  # (P, G)
+        if interp.shape[0] == interp.shape[1] and np.array_equal(interp, np.eye(len(interp))):
+            return None
+        return interp
 
     def _node_coordinates(self, ceed=None):
         """(dim * num_nodes,) physical node coordinates, component-major like the L-vector.

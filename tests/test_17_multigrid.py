@@ -435,6 +435,55 @@ def test_level_assembly_is_the_operators_assembly(
         np.testing.assert_allclose(got.toarray(), expected, atol=1e-13 * abs(expected).max())
 
 
+def test_level_assembly_in_chunks_is_the_one_chunk_assembly(ceed, monkeypatch):
+    """The hierarchy's diagonals and coarsest matrix filled in many chunks per level (each
+    level's own lengths, taken together in cell order, coordinate blocks that chunks
+    straddle; levels 4 and 2 share a curved coordinate space, level 1 has its own) equal
+    the one-chunk fill."""
+    from hofem import forms, level_assembly
+
+    mesh = meshes.box((3, 2, 3), order=2, distort=0.1)
+
+    def assemble():
+        space = hf.H1Space(ceed, mesh, 4)
+        A = hf.restrict_dofs(hf.diffusion(space, geometry="stored"), space.free_dofs())
+        levels = multigrid_hierarchy(A)
+        assert levels.orders == [4, 2, 1]
+        diagonals = [ceed.to_numpy(a.linear_assemble_diagonal()) for a in levels.assembly]
+        return diagonals, levels.assembly[-1].linear_assemble().toarray()
+
+    whole = assemble()
+    # chunks of 2 (Q = 6^3), 7 (4^3) and 18 (3^3) cells; blocks of 3 and 12 cells; the
+    # host contracts the p = 4 level's 6 entries a cell at a time
+    monkeypatch.setattr(hf.H1Space, "CHUNK_POINTS", 500)
+    monkeypatch.setattr(forms._CoordinateBlocks, "VALUES", 300)
+    monkeypatch.setattr(level_assembly, "HOST_CONTRACT_ENTRIES", 6 * 6**3)
+    chunked = assemble()
+    for got, expected in zip(chunked[0], whole[0], strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15 * abs(expected).max())
+    np.testing.assert_allclose(chunked[1], whole[1], rtol=0, atol=1e-13 * abs(whole[1]).max())
+
+
+@pytest.mark.parametrize(
+    ("dim", "p", "form"), [(3, 2, "diffusion"), (3, 3, "mass"), (2, 4, "diffusion")]
+)
+def test_sum_factorized_element_matrices_are_the_operators_matrix(ceed, dim, p, form):
+    """form_assembly's matrix where its dense weights would be too large (sum factorization
+    one q-data entry at a time, both orders of the off-diagonal ones) against the backend's
+    linear_assemble."""
+    from hofem.forms import _QDATA_PAIRS, form_assembly
+
+    space = hf.H1Space(ceed, meshes.box(2, dim, distort=0.1), p)
+    A = getattr(hf, form)(space, geometry="stored")
+    assembly = form_assembly(A, matrix=True)
+    pairs = _QDATA_PAIRS["Mass" if form == "mass" else "Poisson"][dim]
+    assert assembly._weights_of(tuple(pairs)).matrices is None
+    expected = A.linear_assemble()
+    expected = (expected if ceed.xp is np else expected.get()).toarray()
+    got = assembly.linear_assemble().toarray()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13 * abs(expected).max())
+
+
 @pytest.mark.parametrize(("cells", "p"), [("hex", 4), ("tet", 3)])
 def test_whole_vector_cycle_is_the_cycle_on_the_free_dofs(ceed, cells, p):
     """The V-cycle of a restrict_dofs hierarchy, run on whole L-vectors, against the same

@@ -245,7 +245,8 @@ class Mesh:
         """
         if self.geometry is not None:
             return self.geometry[start:stop]
-        return self.points[self.cells[start:stop]]
+        # take, not fancy indexing: a row gather along one axis, 2-3 times faster
+        return np.take(self.points, self.cells[start:stop], axis=0)
 
     def permute_cells(self, order: ArrayLike) -> Mesh:
         """The same mesh with its cells in the order ``order`` (a permutation).

@@ -191,6 +191,10 @@ def _box_offsets(mesh, p):
     ``c_d`` per direction) times ``(p - 1)^len(S)`` plus the x-fastest index of
     the offsets: vertices get their vertex ids and interiors come cell by cell.
 
+    Every local node's id is therefore affine in the cell's grid position,
+    ``first[i] + sum_d c_d weights[d, i]``, and the offsets are one broadcast sum
+    of a term per direction, written whole rows at a time.
+
     Parameters
     ----------
     mesh : Mesh
@@ -217,26 +221,32 @@ def _box_offsets(mesh, p):
         key=len,
     )  # classes S, by the number of their interior directions
     node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
-    classes, num_nodes = [], 0
+    first = np.empty(len(node), dtype=np.int64)  # (P,) ids in cell 0
+    weights = np.empty((dim, len(node)), dtype=np.int64)  # (dim, P) per cell step along d
+    num_nodes = 0
     for S in subsets:
-        nodes, weights, first = _box_class(n, p, S, node)
-        if nodes.size:
-            classes.append((nodes, weights, num_nodes + first))
+        nodes, class_weights, class_first = _box_class(n, p, S, node)
+        first[nodes] = num_nodes + class_first
+        weights[:, nodes] = class_weights[:, None]
         num_nodes += math.prod(int(n[d]) if d in S else int(n[d]) + 1 for d in range(dim)) * (
             p - 1
         ) ** len(S)
-    offsets = np.empty((mesh.num_cells, len(node)), dtype=index_dtype(num_nodes))
+    dtype = index_dtype(num_nodes)
+    offsets = np.empty((mesh.num_cells, len(node)), dtype=dtype)
+    # cells x fastest: (n_{dim-1}, ..., n_0, P), the direction-d term along axis dim - 1 - d
+    grid = offsets.reshape(*n[::-1], len(node))
+    slow = first.astype(dtype)  # the directions but x summed: a small (n_{dim-1}, ..., 1, P)
+    for d in range(1, dim):
+        shape = [1] * dim + [len(node)]
+        shape[dim - 1 - d] = int(n[d])
+        slow = slow + (np.arange(n[d])[:, None] * weights[d]).astype(dtype).reshape(shape)
+    np.add(slow, (np.arange(n[0])[:, None] * weights[0]).astype(dtype), out=grid)
     corners = ref.corner_nodes(mesh.cell_type, p)  # (num_corners,)
-    for start, stop in chunk_ranges(mesh.num_cells, len(node)):  # no (num_cells, P) int64
-        e = np.arange(start, stop, dtype=np.int64)
-        cell = np.stack(np.unravel_index(e, n[::-1])[::-1], axis=1)  # (chunk, dim), x first
-        for nodes, weights, first in classes:
-            offsets[start:stop, nodes] = (cell @ weights)[:, None] + first[None, :]
-        if not np.array_equal(offsets[start:stop, corners], mesh.cells[e]):
-            raise ValueError(
-                f"mesh.box_shape {mesh.box_shape} does not match its cells: the cells "
-                "are not in box grid order; build the mesh without box_shape"
-            )
+    if not np.array_equal(offsets[:, corners], mesh.cells):
+        raise ValueError(
+            f"mesh.box_shape {mesh.box_shape} does not match its cells: the cells "
+            "are not in box grid order; build the mesh without box_shape"
+        )
     return offsets, num_nodes
 
 
