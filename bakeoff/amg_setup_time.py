@@ -20,7 +20,6 @@ the tree's ``git describe``.
 
 import argparse
 import importlib
-import json
 import os
 import statistics
 import subprocess
@@ -32,6 +31,7 @@ import scipy.sparse
 
 import hofem as hf
 from hofem import meshes
+from hofem.bakeoff.common import emit_line
 from hofem.multigrid import smoothed_aggregation
 
 
@@ -85,9 +85,7 @@ def main() -> None:
             lambdas=[lv.lambda_max for lv in levels], tree=tree(),
             xp=args.xp, threads=os.environ.get("NUMBA_NUM_THREADS"), numpy=np.__version__,
         )  # fmt: skip
-        print(json.dumps(record), flush=True)
-        with open(args.out, "a", encoding="utf-8") as out:
-            out.write(json.dumps(record) + "\n")
+        emit_line(args.out, record)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ with the prolongator smoothed by local row sums, ``weighting="local"``, as befor
 """
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ import scipy.sparse.linalg
 import hofem as hf
 import hofem.multigrid as mg
 from hofem import meshes
+from hofem.bakeoff.common import emit_line
 from hofem.bakeoff.problems import setup
 from hofem.vector_ops import VectorOps
 
@@ -93,9 +93,7 @@ def main():
             amg_bounds=list(args.amg_bounds), iterations=info.iterations, converged=info == 0,
             precond_setup_s=setup_s, solve_s=time.perf_counter() - start,
         )  # fmt: skip
-        print(json.dumps(record), flush=True)
-        with open(args.out, "a", encoding="utf-8") as out:
-            out.write(json.dumps(record) + "\n")
+        emit_line(args.out, record)
 
 
 if __name__ == "__main__":

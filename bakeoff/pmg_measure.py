@@ -12,14 +12,13 @@ seconds (on a shared machine the process seconds are the uncontended single-core
 """
 
 import argparse
-import json
 import time
 
 import numpy as np
 
 import hofem as hf
 from hofem import meshes
-from hofem.bakeoff.common import box_side, threads
+from hofem.bakeoff.common import box_side, emit_line, threads
 from hofem.bakeoff.problems import setup
 
 
@@ -48,7 +47,7 @@ def iterations(args):
                     converged=info == 0, precond_setup_s=setup_s,
                     solve_s=time.perf_counter() - start,
                 )  # fmt: skip
-                emit(args.out, record)
+                emit_line(args.out, record)
 
 
 _PRECONDITIONERS = (("none", None), ("jacobi", hf.jacobi), ("pmg", hf.pmg))
@@ -87,7 +86,7 @@ def time_to_solution(args):
                 if name == "pmg":
                     record.update(vcycle_over_apply=vcycle_cost(A, M))
                     record.update(setup_split_s=M.hierarchy.info["setup_seconds"])
-                emit(args.out, record)
+                emit_line(args.out, record)
 
 
 def vcycle_cost(A, M, repeat=5):
@@ -106,12 +105,6 @@ def vcycle_cost(A, M, repeat=5):
         return float(np.median(times))
 
     return median(lambda: M(r)) / median(lambda: A.apply(r, v))
-
-
-def emit(path, record):
-    print(json.dumps(record), flush=True)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record) + "\n")
 
 
 def profile_setup(A, lines):

@@ -18,12 +18,12 @@ appended to ``--out``.
 
 import argparse
 import cProfile
-import json
 import pstats
 import time
 
 import hofem as hf
 from hofem import meshes
+from hofem.bakeoff.common import emit_line
 from hofem.forms import multigrid_hierarchy
 
 # (file name end, function) pairs whose calls and cumulative seconds are reported
@@ -89,9 +89,7 @@ def main():
         fill_s=[[round(s, 4) for s in run[1]] for run in runs],
         calls=watched_calls(A),
     )  # fmt: skip
-    print(json.dumps(record), flush=True)
-    with open(args.out, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record) + "\n")
+    emit_line(args.out, record)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ exit status 2.
 import argparse
 import datetime
 import functools
+import json
 import os
 import platform
 import subprocess
@@ -284,6 +285,14 @@ def git_hash():
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+def emit_line(path, record):
+    """Print ``record`` as one JSON line and append that line to the file ``path``."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
 
 
 def utc_now():
