@@ -6,7 +6,9 @@ neighbour rank. An MPI channel posts persistent requests (``Send_init``/``Recv_i
 restarts them every exchange; on a GPU it stages through pinned host buffers
 (the MPI of many sites, and of the lent GPU machines, is not CUDA-aware). A
 NCCL channel sends device buffers directly, on its own stream, so the interior
-elements run while the halo moves.
+elements run while the halo moves. The device CG's exchange in place on L-vectors
+(``*_l`` methods) takes two more NCCL channels over the same buffers, which move each
+component's ghosts straight to or from their places (:func:`l_path_segments`).
 """
 
 from __future__ import annotations
