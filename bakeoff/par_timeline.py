@@ -63,7 +63,7 @@ ORDERS = {
 def prioritize(exchange):
     """Give the exchange's NCCL side streams the device's highest priority, so that their
     blocks are scheduled before the waiting blocks of a kernel that fills the GPU."""
-    for channel in (exchange._forward, exchange._reverse):  # CUDA clamps to its highest
+    for channel in (exchange._forward_l, exchange._reverse_l):  # CUDA clamps to its highest
         channel._stream = cupy.cuda.Stream(non_blocking=True, priority=-(1 << 20))
 
 
