@@ -178,6 +178,16 @@ def h1_numbering(mesh: Mesh, order: int) -> H1Numbering:
     return H1Numbering(mesh, order, offsets, num_nodes, lattice, weights)
 
 
+def box_node_classes(dim: int) -> list[tuple[int, ...]]:
+    """The node classes of a box's numbering, in the order :func:`h1_numbering` numbers
+    them (and a distributed box's owners number their points).
+
+    A class is the tuple of directions in which its nodes lie inside a cell span:
+    ``()`` vertices, then edges along x, y, z, faces xy, xz, yz, cell interiors.
+    """
+    return [S for k in range(dim + 1) for S in itertools.combinations(range(dim), k)]
+
+
 def _box_offsets(mesh, p):
     """Closed-form offsets of the order-``p`` nodes of a tensor-cell box grid.
 
@@ -214,12 +224,7 @@ def _box_offsets(mesh, p):
     """
     n = np.array(mesh.box_shape, dtype=np.int64)  # (dim,) cells per direction
     dim = len(n)
-    subsets = sorted(
-        itertools.chain.from_iterable(
-            itertools.combinations(range(dim), k) for k in range(dim + 1)
-        ),
-        key=len,
-    )  # classes S, by the number of their interior directions
+    subsets = box_node_classes(dim)
     node = ref.tensor_lattice(p, dim)  # (P, dim), x fastest
     first = np.empty(len(node), dtype=np.int64)  # (P,) ids in cell 0
     weights = np.empty((dim, len(node)), dtype=np.int64)  # (dim, P) per cell step along d

@@ -14,7 +14,8 @@ The contract is that of :func:`~hofem.parallel.numbering.distributed_numbering`
 downstream is shared.
 
 An owner numbers its points as :func:`hofem.meshes.h1_numbering` numbers a
-serial box (:func:`_class_order`): class by class (vertices, edges, faces, cell
+serial box (:func:`_class_order`, the classes of
+:func:`~hofem.meshes.numbering.box_node_classes`): class by class (vertices, edges, faces, cell
 interiors), each class's entities x fastest with their ``(p - 1)^k`` nodes in a
 row, so that a cell's nodes fall on as few cache lines of an L-vector as in a
 serial run (about 31 for the 125 nodes at p = 4, against 37.5 for the lattice's
@@ -22,13 +23,12 @@ own x-fastest order, 25 short rows). The order is arithmetic in the owner's
 cell counts, so ghost holders compute it too.
 """
 
-import itertools
 from typing import Any
 
 import numpy as np
 
 from ..meshes import reference as ref
-from ..meshes.numbering import H1Numbering
+from ..meshes.numbering import H1Numbering, box_node_classes
 from ..restriction import index_dtype
 from .layout import ParNumbering
 
@@ -202,7 +202,7 @@ def _owned_first(shape, owned, cells, closed, p, dtype):
     """
     local_id = np.empty(shape[::-1], dtype=dtype)  # (z, y, x)
     dim, first = len(shape), 0
-    for S in _classes(dim):
+    for S in box_node_classes(dim):
         size = (p - 1) ** len(S)
         points, terms, stride, o_stride = [], [], size, 1
         for d in range(dim):
@@ -228,15 +228,6 @@ def _points(ranges):
     return np.array([np.broadcast_to(v, shape).ravel() for v in _outer(ranges)], dtype=np.int64)
 
 
-def _classes(dim):
-    """The node classes in :func:`hofem.meshes.h1_numbering`'s order for a box.
-
-    A class is the tuple of directions in which its nodes lie inside a cell span:
-    ``()`` vertices, then edges along x, y, z, faces xy, xz, yz, cell interiors.
-    """
-    return [S for k in range(dim + 1) for S in itertools.combinations(range(dim), k)]
-
-
 def _split(point, p):
     """Grid plane or cell span index, offset in the span, and class code of lattice points.
 
@@ -258,8 +249,9 @@ def _class_order(rel, cells, closed, p):
 
     The owner's points per direction are ``cells`` spans and ``cells + closed``
     grid planes. A point is a grid plane or a span (with an offset ``1..p - 1``)
-    per direction, which gives its class; classes come in :func:`_classes`'
-    order, each one's entities x fastest, each entity's ``(p - 1)^len(S)``
+    per direction, which gives its class; classes come in the order of
+    :func:`~hofem.meshes.numbering.box_node_classes`, each one's entities x
+    fastest, each entity's ``(p - 1)^len(S)``
     nodes in a row, x fastest (:func:`hofem.meshes.numbering._box_offsets`).
 
     Parameters
@@ -281,7 +273,7 @@ def _class_order(rel, cells, closed, p):
     cells, closed = np.broadcast_arrays(cells, closed)
     index = np.empty(rel.shape[1], dtype=np.int64)
     first = np.zeros(cells.shape[1], dtype=np.int64)  # the class's first place, per owner
-    for S in _classes(dim):
+    for S in box_node_classes(dim):
         in_span = np.isin(np.arange(dim), S)[:, None]  # (dim, 1)
         count = np.where(in_span, cells, cells + closed)  # (dim, m or 1) entities
         size = (p - 1) ** len(S)
@@ -480,7 +472,7 @@ def _run_order(n, p, lo, hi, point):
     entity, offset, code = _split(point, p)
     index = np.empty(point.shape[1], dtype=np.int64)
     first = 0
-    for S in _classes(dim):
+    for S in box_node_classes(dim):
         in_span = np.isin(np.arange(dim), S)
         count = [m if s else m + 1 for m, s in zip(n, in_span, strict=True)]  # entities
         rows = np.indices(count[1:][::-1] or [1]).reshape(max(dim - 1, 1), -1)[::-1][: dim - 1]
