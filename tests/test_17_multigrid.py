@@ -546,8 +546,8 @@ def test_pmg_holds_few_fine_vectors(ref):
     """What ``hf.pmg`` of a restricted form keeps after its set-up and a solve, counted by
     tracemalloc in vectors of the fine L-vector: the smoothers, the whole-vector cycle and
     the transfers, not the set-up's element diagonals and matrices nor the free-DOF
-    transfers' buffers that the whole-vector cycle never uses (23.7 vectors before both
-    were released, 15.7 after, on this 12^3 box at p = 4)."""
+    transfers' buffers that the whole-vector cycle never uses (holding those would pass
+    the bound on this 12^3 box at p = 4)."""
     import tracemalloc
 
     space = hf.H1Space(ref, meshes.box(12, 3), 4)

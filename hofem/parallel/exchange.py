@@ -337,7 +337,7 @@ class Exchange:
         """The channels of the in-place L-vector exchange (a device CG's): the segments of
         :func:`l_path_segments`; the send and receive buffers are the T-vector channels'."""
         send_l, buffer_segments, ghost_segments = l_path_segments(numbering, self.num_comp)
-        # (t_size-ish,) L indices of what is sent, in the send buffer's order
+        # (sum of the send sizes,) L indices of what is sent, in the send buffer's order
         self._send_l = self._send_t if self.num_comp == 1 else self.xp.asarray(send_l)
         self._forward_l = NcclChannel.over(
             self.comm, buffer_segments, ghost_segments, send_buf=self._forward.send_buf
