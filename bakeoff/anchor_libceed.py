@@ -1,4 +1,4 @@
-"""libCEED anchor for the CPU benchmark: BP1/BP3 operator apply on the same hex boxes.
+"""libCEED anchor for the CPU benchmark: BP1-BP6 operator apply on the same hex boxes.
 
 Usage::
 
@@ -6,9 +6,11 @@ Usage::
         [--problems bp1 bp3] [--orders 1 ... 8] [--dofs 3e5 2e6] [--repeat N]
         [--ceed /cpu/self/avx/blocked]
 
-Builds BP1 (mass) and BP3 (Poisson) with libCEED's own gallery QFunctions
-on the box of :func:`bakeoff.common.box_space` (the same offsets and node
-coordinates as hofem's operators, p + 2 Gauss points) and prints one JSON line
+Builds the bake-off problems with libCEED's own gallery QFunctions (``MassApply``,
+``Poisson3DApply`` and their three-component ``Vector3`` forms) on the box of
+:func:`bakeoff.common.box_space` (the same offsets and node coordinates as hofem's
+operators and the problem's rule: p + 2 Gauss points, p + 1 Gauss-Lobatto points for
+BP5/BP6) and prints one JSON line
 per case with the apply DOFs/s (median of ``--repeat`` timed applies after a
 warm-up), in the format of ``python -m bakeoff bench-cpu``.  The resource falls back to
 ``/cpu/self/opt/blocked`` when AVX is unavailable; the line reports the one used.
@@ -26,11 +28,17 @@ import numpy as np
 
 import hofem as hf
 from hofem.bakeoff.common import Parser, box_side, median_seconds
+from hofem.bakeoff.problems import PROBLEMS
 
 from .common import add_case_arguments, box_space
 
-_QFUNCTIONS = {"bp1": ("Mass3DBuild", "MassApply", 1, "u", "v"),
-               "bp3": ("Poisson3DBuild", "Poisson3DApply", 6, "du", "dv")}  # fmt: skip
+# the gallery's (build, apply, q-data size, input, output) of each form and component count
+_QFUNCTIONS = {
+    ("mass", 1): ("Mass3DBuild", "MassApply", 1, "u", "v"),
+    ("mass", 3): ("Mass3DBuild", "Vector3MassApply", 1, "u", "v"),
+    ("diffusion", 1): ("Poisson3DBuild", "Poisson3DApply", 6, "du", "dv"),
+    ("diffusion", 3): ("Poisson3DBuild", "Vector3Poisson3DApply", 6, "du", "dv"),
+}
 RESOURCES = ("/cpu/self/avx/blocked", "/cpu/self/opt/blocked")
 
 
@@ -79,26 +87,29 @@ def vector(ceed, array):
     return vec
 
 
-def _bases(ceed, space, basis):
+def _bases(ceed, bp, space, basis):
     """libCEED's ``(geometry basis (3 components), solution basis, Q)`` on ``space``:
-    tensor Lagrange with ``p + 2`` Gauss points on hexes, else ``basis``'s matrices (a
+    tensor Lagrange with problem ``bp``'s rule on hexes, else ``basis``'s matrices (a
     hofem non-tensor :class:`hofem.Basis` of ``space``'s nodes: the same rule)."""
     libceed = _libceed()
+    problem = PROBLEMS[bp]
     if basis is None:
-        p, q = space.order, space.order + 2
-        return (ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, libceed.GAUSS),
-                ceed.BasisTensorH1Lagrange(3, 1, p + 1, q, libceed.GAUSS), q**3)  # fmt: skip
+        p, q = space.order, space.order + 1 + problem.q_extra
+        mode = libceed.GAUSS_LOBATTO if problem.quad_mode is hf.GAUSS_LOBATTO else libceed.GAUSS
+        return (ceed.BasisTensorH1Lagrange(3, 3, p + 1, q, mode),
+                ceed.BasisTensorH1Lagrange(3, problem.num_comp, p + 1, q, mode), q**3)  # fmt: skip
     if basis.is_tensor or basis.topology is not hf.TET:
         raise ValueError(f"the libCEED anchor takes a tet basis, got {basis.topology}")
     Q, P = basis.interp.shape
     matrices = [np.ascontiguousarray(a, dtype=np.float64).ravel()
                 for a in (basis.interp, basis.grad, basis.q_ref.T, basis.q_weight)]  # fmt: skip
     return (ceed.BasisH1(libceed.TET, 3, P, Q, *matrices),
-            ceed.BasisH1(libceed.TET, 1, P, Q, *matrices), Q)  # fmt: skip
+            ceed.BasisH1(libceed.TET, problem.num_comp, P, Q, *matrices), Q)  # fmt: skip
 
 
 def bp_operator(ceed, bp, space, basis=None):
-    """libCEED operator of BP1 or BP3 on the scalar ``space`` (an ``H1Space``), and its size.
+    """libCEED operator of problem ``bp`` on the scalar ``space`` (an ``H1Space``), and the
+    L-vector's size (``num_comp`` times the nodes, component-major as hofem's).
 
     The restriction reads ``space.offsets`` and the q-data is built from
     ``space.node_coordinates()``: the operator is the matrix of hofem's on ``space``.
@@ -106,13 +117,15 @@ def bp_operator(ceed, bp, space, basis=None):
     matrices at the same points (its non-tensor path).
     """
     libceed = _libceed()
-    build_name, apply_name, qdata_size, name_in, name_out = _QFUNCTIONS[bp]
+    problem = PROBLEMS[bp]
+    num_comp = problem.num_comp
+    build_name, apply_name, qdata_size, name_in, name_out = _QFUNCTIONS[problem.form, num_comp]
     num_nodes = space.num_nodes
     offsets = space.offsets.astype(np.int32)  # (num_elem, P)
     num_elem, P = offsets.shape
-    geo, basis, Q = _bases(ceed, space, basis)
+    geo, basis, Q = _bases(ceed, bp, space, basis)
     r_x = ceed.ElemRestriction(num_elem, P, 3, num_nodes, 3 * num_nodes, offsets)
-    r_u = ceed.ElemRestriction(num_elem, P, 1, 1, num_nodes, offsets)
+    r_u = ceed.ElemRestriction(num_elem, P, num_comp, num_nodes, num_comp * num_nodes, offsets)
     strides = np.array([1, Q, Q * qdata_size], dtype=np.int32)
     r_q = ceed.StridedElemRestriction(num_elem, Q, qdata_size, num_elem * Q * qdata_size, strides)
     build = ceed.Operator(ceed.QFunctionByName(build_name))
@@ -128,7 +141,7 @@ def bp_operator(ceed, bp, space, basis=None):
     op.set_field("qdata", r_q, libceed.BASIS_NONE, qdata)
     op.set_field(name_out, r_u, basis, libceed.VECTOR_ACTIVE)
     # keep the restrictions, bases and qdata alive with the operator
-    return op, num_nodes, num_elem, (r_x, r_u, r_q, geo, basis, qdata)
+    return op, num_comp * num_nodes, num_elem, (r_x, r_u, r_q, geo, basis, qdata)
 
 
 def bp_apply(ceed, bp, space, u, basis=None):
@@ -140,8 +153,8 @@ def bp_apply(ceed, bp, space, u, basis=None):
     bp : str
     space : H1Space
         Scalar, on a hex or tet box (:func:`bakeoff.common.box_space`).
-    u : ndarray (space.num_nodes,), float64
-        Input of every apply (copied into a libCEED vector).
+    u : ndarray (num_comp * space.num_nodes,), float64
+        Input of every apply (copied into a libCEED vector), component-major.
     basis : hofem.Basis, optional
         Tets: the basis (and so the rule) of hofem's operator (:func:`bp_operator`).
 
@@ -150,10 +163,10 @@ def bp_apply(ceed, bp, space, u, basis=None):
     apply : callable
         ``apply()`` applies the operator to ``u``.
     output : callable
-        ``output()``: the last result, a NumPy array (space.num_nodes,).
+        ``output()``: the last result, a NumPy array shaped as ``u``.
     """
-    op, num_nodes, _, keep = bp_operator(ceed, bp, space, basis)
-    u_lc, v_lc = vector(ceed, u), ceed.Vector(num_nodes)
+    op, size, _, keep = bp_operator(ceed, bp, space, basis)
+    u_lc, v_lc = vector(ceed, u), ceed.Vector(size)
 
     def apply(keep=keep):  # holds the restrictions, bases and q-data with the operator
         op.apply(u_lc, v_lc)

@@ -39,14 +39,16 @@ def add_case_arguments(parser):
     parser.add_argument("--repeat", type=positive_int, default=10, help="timed calls per case")
 
 
-def box_space(ceed, n, p, dim=3, distort=0.0, simplex=False):
-    """The order-``p`` scalar :class:`hofem.H1Space` on ``meshes.box(n, dim)``: hexes in 3D
-    (with ``simplex``: 6 Kuhn tets per cube, the same nodes).
+def box_space(ceed, n, p, dim=3, distort=0.0, simplex=False, num_comp=1):
+    """The order-``p`` :class:`hofem.H1Space` of ``num_comp`` components on
+    ``meshes.box(n, dim)``: hexes in 3D (with ``simplex``: 6 Kuhn tets per cube, the same
+    nodes).
 
     ``distort`` bends the interior (:func:`hofem.meshes.box`), so that Jacobians
     vary from point to point; 0 keeps the cells affine.
     """
-    return hf.H1Space(ceed, meshes.box(n, dim, distort=distort, simplex=simplex), p)
+    mesh = meshes.box(n, dim, distort=distort, simplex=simplex)
+    return hf.H1Space(ceed, mesh, p, num_comp=num_comp)
 
 
 def box_form(space, form, geometry="auto", q=None, quad_mode=hf.GAUSS):

@@ -16,14 +16,14 @@ from .common import STRUCTURED
 __all__ = ["add_compare_arguments", "alternate", "summarize"]
 
 
-def add_compare_arguments(parser, dofs, rounds, batch, geometries):
+def add_compare_arguments(parser, dofs, rounds, batch, geometries, problems=STRUCTURED):
     """The options both commands share, with their defaults.
 
-    ``--problems`` (BP1 and BP3), ``--orders`` (default 2..8), ``--dofs`` (default ``[dofs]``),
-    ``--rounds``, ``--batch``, ``--geometry`` (choices ``geometries``; default
-    stored and on the fly) and ``--cells``.
+    ``--problems`` (among ``problems``; default BP1 and BP3), ``--orders`` (default 2..8),
+    ``--dofs`` (default ``[dofs]``), ``--rounds``, ``--batch``, ``--geometry`` (choices
+    ``geometries``; default stored and on the fly) and ``--cells``.
     """
-    add_problem_arguments(parser, STRUCTURED, range(2, MAX_ORDER + 1), choices=STRUCTURED)
+    add_problem_arguments(parser, STRUCTURED, range(2, MAX_ORDER + 1), choices=problems)
     parser.add_argument(
         "--dofs", type=positive_float, nargs="+", default=[dofs], help=f"target DOFs ({dofs:g})"
     )

@@ -3,12 +3,13 @@
 Usage::
 
     PYTHONPATH=/path/to/libceed-with-cuda python -m bakeoff compare-gpu
-        [--problems bp1 bp3] [--orders 2 ... 8] [--dofs 1e7] [--rounds 5] [--batch 5]
+        [--problems bp1 ... bp6] [--orders 2 ... 8] [--dofs 1e7] [--rounds 5] [--batch 5]
         [--ceed /gpu/cuda/gen /gpu/cuda/batched] [--geometry stored on_the_fly]
         [--anchors /gpu/cuda/gen /gpu/cuda/shared] [--cg-iters 50]
 
-For each problem, order and size: hofem's operators on the box
-(:func:`bakeoff.common.box_operator`), one per backend of ``--ceed`` and
+For each problem, order and size: hofem's operators on the box (the problem's form,
+components and rule, :data:`hofem.bakeoff.problems.PROBLEMS`; no boundary conditions),
+one per backend of ``--ceed`` and
 ``--geometry`` (:func:`operator_pairs`: on-the-fly geometry only where the
 backend computes it in its kernel, ``/gpu/cuda/gen``), and libCEED's BP operators
 (:mod:`.anchor_libceed`: its gallery QFunctions, stored q-data) on the same
@@ -29,6 +30,7 @@ import numpy as np
 
 import hofem as hf
 from hofem.bakeoff.common import Parser, box_side, positive_int
+from hofem.bakeoff.problems import PROBLEMS
 from hofem.geometry import MACHINE_BALANCE
 
 from .common import box_form, box_space, event_seconds
@@ -48,8 +50,8 @@ def libceed_applies(resources, bp, space, u, basis=None):
     bp : str
     space : H1Space
         The box: its offsets and node coordinates.
-    u : ndarray (num_nodes,), float64
-        Input of every apply.
+    u : ndarray (num_comp * space.num_nodes,), float64
+        Input of every apply, component-major.
     basis : hofem.Basis, optional
         Tets: hofem's operator's basis, whose matrices and rule libCEED applies.
 
@@ -57,7 +59,7 @@ def libceed_applies(resources, bp, space, u, basis=None):
     -------
     dict, ``"libceed RES"`` -> (apply, output)
         ``apply()`` applies the operator to ``u``; ``output()`` is the last
-        result as a NumPy array (num_nodes,).
+        result as a NumPy array shaped as ``u``.
     """
     from . import anchor_libceed as lc
 
@@ -108,17 +110,19 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters, cells="hex"):
     """
     import cupy
 
-    n = box_side(dofs, p)
-    form = "mass" if bp == "bp1" else "diffusion"
+    problem = PROBLEMS[bp]
+    n = box_side(dofs / problem.num_comp, p)
     spaces = {}  # one box per backend
     for ceed, _ in pairs:
-        spaces.setdefault(ceed.resource, box_space(ceed, n, p, simplex=cells == "tet"))
-    num_nodes = next(iter(spaces.values())).num_dofs
-    u_host = np.random.default_rng(0).standard_normal(num_nodes)  # (num_nodes,)
+        space = box_space(ceed, n, p, simplex=cells == "tet", num_comp=problem.num_comp)
+        spaces.setdefault(ceed.resource, space)
+    num_dofs = next(iter(spaces.values())).num_dofs
+    u_host = np.random.default_rng(0).standard_normal(num_dofs)  # (num_dofs,)
     u = cupy.asarray(u_host)
     applies, outputs, cgs, bases = {}, {}, {}, []
+    q = p + 1 + problem.q_extra
     for ceed, g in pairs:
-        op, _ = box_form(spaces[ceed.resource], form, geometry=g)
+        op, _ = box_form(spaces[ceed.resource], problem.form, g, q, problem.quad_mode)
         bases.append(active_basis(op))
         v = cupy.empty_like(u)
         b = op(u)
@@ -133,9 +137,9 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters, cells="hex"):
         applies[name], outputs[name] = apply, output
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, event_seconds)
     result = {"bp": bp, "p": p, "cells": cells, "points": bases[0].num_qpts}
-    result.update(dofs=num_nodes, elements=space.num_elem)
+    result.update(dofs=num_dofs, elements=space.num_elem)
     result.update(rounds=rounds, batch=batch, cg_iters=cg_iters)
-    result.update(summarize(num_nodes, apply_times, solve_times, ours, cg_iters))
+    result.update(summarize(num_dofs, apply_times, solve_times, ours, cg_iters))
     reference = outputs[ours[0]]()
     scale = np.abs(reference).max()
     result["max_rel_diff"] = {
@@ -148,7 +152,7 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters, cells="hex"):
 
 def main(argv=None):
     parser = Parser(prog="python -m bakeoff compare-gpu", description=__doc__)
-    add_compare_arguments(parser, 1e7, 5, 5, ("stored", "on_the_fly"))
+    add_compare_arguments(parser, 1e7, 5, 5, ("stored", "on_the_fly"), tuple(PROBLEMS))
     parser.add_argument("--cg-iters", type=positive_int, default=50, help="CG iterations (50)")
     parser.add_argument(
         "--ceed",

@@ -14,10 +14,12 @@ and order p, four operators on boxes of about ``--dofs`` DOFs (the same lattice 
   Jacobian per affine tet).
 
 They are timed in turn (``hofem.bakeoff.compare.alternate``: a warm-up, then each round
-times ``--batch`` applies of each), and the median over rounds is reported.  One JSON
+times ``--batch`` applies of each: wall clock on the CPU, CUDA events on a GPU), and the
+median over rounds is reported.  One JSON
 line per case on stdout.
 
-Usage (one thread, as in docs/simplices.md)::
+Usage (one thread, as in docs/simplices.md; on a GPU ``--resource /gpu/cuda/gen
+--dofs 3e6``)::
 
     NUMBA_NUM_THREADS=1 PYTHONPATH=$PWD python bakeoff/simplex_rules.py \\
         --resource /cpu/self/numba --dofs 1.2e5 --orders 2 4 6 --rounds 5
@@ -30,6 +32,7 @@ import statistics
 import numpy as np
 
 import hofem as hf
+from bakeoff.common import event_seconds
 from bakeoff.compare import alternate
 from hofem.bakeoff.common import box_side
 from hofem.bakeoff.problems import median_seconds
@@ -62,7 +65,8 @@ def case(ceed, bp, p, dofs, rounds, batch):
     u = ceed.asarray(np.random.default_rng(0).standard_normal(num_dofs))
     v = ceed.xp.empty_like(u)
     applies = {name: (lambda op=op: op.apply(u, v)) for name, (op, *_) in ops.items()}
-    times, _ = alternate(applies, {}, rounds, batch, median_seconds)
+    timer = median_seconds if ceed.xp is np else event_seconds
+    times, _ = alternate(applies, {}, rounds, batch, timer)
     rate = {name: num_dofs / statistics.median(t) for name, t in times.items()}
     return {
         "bp": bp,

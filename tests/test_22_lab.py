@@ -31,6 +31,7 @@ BAD = [
     ["tune-gemm", "--repeat", "0"],
     ["anchor-libceed", "--orders", "10"],
     ["compare-cpu", "--rounds", "0"],
+    ["compare-cpu", "--problems", "bp4"],  # libCEED's and MFEM's CPU anchors: BP1 and BP3
     ["compare-gpu", "--ceed", "/gpu/cuda/fast"],
     ["compare-gpu", "--batch", "0"],
     ["compare-gpu", "--geometry", "auto"],
@@ -117,3 +118,30 @@ def test_compare_gpu_operators_agree(capsys):
     assert "batched on_the_fly" not in result["mdofs"]
     assert set(result["cg_over_apply"]) == {"gen stored", "gen on_the_fly", "batched stored"}
     assert result["max_rel_diff"] and max(result["max_rel_diff"].values()) < 1e-12
+
+
+@pytest.mark.parametrize("cells", ["hex", "tet"])
+@pytest.mark.parametrize("bp", ["bp1", "bp2", "bp3", "bp4", "bp5", "bp6"])
+def test_libceed_anchor_is_hofems_matrix(bp, cells):
+    """libCEED's operator of the anchor (its gallery QFunctions, its tensor or non-tensor
+    basis) applies the matrix of hofem's reference operator of the same problem, on the
+    same nodes, rule and component layout."""
+    pytest.importorskip("libceed")
+    import numpy as np
+
+    from bakeoff import anchor_libceed
+    from bakeoff.common import box_form, box_space
+    from bakeoff.compare import active_basis
+    from hofem.bakeoff.problems import PROBLEMS
+
+    problem, p = PROBLEMS[bp], 2
+    ceed = anchor_libceed.open_ceed(anchor_libceed.RESOURCES)
+    space = box_space(hf.Ceed("/cpu/self/ref"), 2, p, simplex=cells == "tet",
+                      num_comp=problem.num_comp)  # fmt: skip
+    op, _ = box_form(space, problem.form, "stored", p + 1 + problem.q_extra, problem.quad_mode)
+    basis = active_basis(op) if cells == "tet" else None
+    u = np.random.default_rng(0).standard_normal(space.num_dofs)
+    apply, output = anchor_libceed.bp_apply(ceed, bp, space, u, basis)
+    apply()
+    expected = op(u)
+    assert np.abs(output() - expected).max() <= 1e-13 * np.abs(expected).max()

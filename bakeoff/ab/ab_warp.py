@@ -1,6 +1,6 @@
 """Side by side on /gpu/cuda/gen: one warp per element (``operator_warp``) against the
 column-per-thread slab (``operator_fuse``), and the warp kernel's register budgets and warps
-per block, for BP1, BP2 or BP3.
+per block, for BP1 to BP6.
 
 Usage (on a GPU)::
 
@@ -10,13 +10,15 @@ Usage (on a GPU)::
     python -m bakeoff.ab.ab_warp --variants warps 2 3 4 5 6
 
 ``--form``: ``mass`` (BP1, the default), ``vector-mass`` (BP2, three components),
-``diffusion`` (BP3) or ``diffusion-gll`` (BP5: ``p + 1`` Gauss-Lobatto points), with
+``diffusion`` (BP3), ``diffusion-gll`` (BP5: ``p + 1`` Gauss-Lobatto points),
+``vector-diffusion`` (BP4) or ``vector-diffusion-gll`` (BP6), with
 stored q-data or the geometry on the fly (``--geometry``; on the box's affine cells the
 Jacobian once per element).  ``--variants``:
 
 - ``budgets`` (the default): the slab, then the warp kernel with ``__launch_bounds__``
-  asking registers for ``mbN`` blocks of 4 warps per SM (4 to 8 for the mass forms, 3 to 6
-  for diffusion);
+  asking registers for ``mbN`` blocks per SM (of 4 warps; 4 to 8 for the mass forms, 3 to
+  6 for diffusion; of 2 warps for the vector diffusion forms, whose warps hold three buffer
+  slots each: 4 to 10);
 - ``table``: the slab and the warp kernel at the budget of gen's tables;
 - ``warps``: the warp kernel at the tables' budget with 4 warps per block, then with 2 and
   8 at equal registers per SM (twice and half the blocks);
@@ -43,6 +45,7 @@ from hofem.backends.cuda import operator_fuse as of
 from hofem.backends.cuda import operator_warp as ow
 
 FORMS = ("mass", "vector-mass", "diffusion", "diffusion-gll")
+FORMS += ("vector-diffusion", "vector-diffusion-gll")
 # the module attributes a variant sets: PREFETCH_SIZE, the blocks per SM in every table,
 # WARPS, and operand_registers (a function of op and shape)
 SHAPE_TABLES = ("WARP_SHAPES", "WARP_CELL_SHAPES", "WARP_VECTOR_SHAPES", "WARP_GRAD_SHAPES")
@@ -52,11 +55,15 @@ TABLES = ("PREFETCH_SIZE", *SHAPE_TABLES, "WARPS", "operand_registers")
 
 def operator(ceed, form, geometry, p, dofs=1e7):
     """The form's operator on a box of about ``dofs`` DOFs."""
-    if form == "vector-mass":
+    # BP5 and BP6: p + 1 Gauss-Lobatto points, collocated with the nodes
+    rule = {"q_extra": 0, "quad_mode": hf.GAUSS_LOBATTO} if form.endswith("-gll") else {}
+    if form.startswith("vector"):
         n = max(1, math.ceil(((dofs / 3) ** (1 / 3) - 1) / p))
-        return hf.mass(hf.H1Space(ceed, meshes.box(n), p, num_comp=3), geometry=geometry)
+        space = hf.H1Space(ceed, meshes.box(n), p, num_comp=3)
+        make = hf.mass if form == "vector-mass" else hf.diffusion
+        return make(space, geometry=geometry, **rule)
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
-    if form == "diffusion-gll":  # BP5: p + 1 Gauss-Lobatto points, collocated with the nodes
+    if form == "diffusion-gll":
         q, mode = p + 1, hf.GAUSS_LOBATTO
         return box_operator(ceed, "diffusion", n, p, q=q, quad_mode=mode, geometry=geometry)[0]
     return box_operator(ceed, form, n, p, geometry=geometry)[0]
@@ -72,6 +79,8 @@ def variants(form, kind, table_blocks):
     if kind == "table":
         return {"slab": None, f"mb{mb}": (pf, mb, ow.WARPS, regs)}
     budgets = (3, 4, 5, 6) if form.startswith("diffusion") else (4, 5, 6, 7, 8)
+    if form.startswith("vector-diffusion"):
+        budgets = (4, 6, 8, 10)
     if kind == "operands":
         table = {f"table-mb{mb}": (pf, mb, ow.WARPS, False)}
         return table | {f"regs-mb{b}": (pf, b, ow.WARPS, True) for b in budgets}
