@@ -65,6 +65,41 @@ def resolves(resource):
     return done.returncode == 0 and done.stdout.strip() == resource
 
 
+def applies(resource, bp, p, cells):
+    """Whether libCEED's ``resource`` applies problem ``bp`` at order ``p`` on ``cells``
+    (``"hex"`` or ``"tet"``), and its error line where it does not.
+
+    Probed on a two-cell box in a child process: a kernel that libCEED cannot launch (its
+    non-tensor kernels of more points than a block's threads) leaves the output vector
+    locked, and libCEED aborts the process when the vector is destroyed.
+    """
+    code = (
+        "import sys, numpy as np, hofem as hf\n"
+        "from bakeoff import anchor_libceed as lc\n"
+        "from bakeoff.common import box_form, box_space\n"
+        "from bakeoff.compare import active_basis\n"
+        "from hofem.bakeoff.problems import PROBLEMS\n"
+        f"bp, p, tet = {bp!r}, {p}, {cells == 'tet'}\n"
+        "problem = PROBLEMS[bp]\n"
+        "space = box_space(hf.Ceed(), 2, p, simplex=tet, num_comp=problem.num_comp)\n"
+        "op, _ = box_form(space, problem.form, 'stored', p + 1 + problem.q_extra,"
+        " problem.quad_mode)\n"
+        "basis = active_basis(op) if tet else None\n"
+        f"ceed = lc.open_ceed(({resource!r},))\n"
+        "apply, _ = lc.bp_apply(ceed, bp, space, np.ones(space.num_dofs), basis)\n"
+        "try:\n"
+        "    apply()\n"
+        "except Exception as exc:\n"
+        "    print(str(exc).splitlines()[0], file=sys.stderr, flush=True)\n"
+        "    import os; os._exit(1)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if done.returncode == 0:
+        return True, ""
+    lines = done.stderr.strip().splitlines()
+    return False, lines[-1] if lines else f"exit status {done.returncode}"
+
+
 def open_ceed(resources):
     """A libCEED context of the first resource of ``resources`` this libCEED runs.
 

@@ -86,6 +86,22 @@ def available_anchors(resources):
     return found
 
 
+def case_anchors(resources, bp, p, cells):
+    """The resources of ``resources`` that apply ``bp`` at order ``p`` on ``cells``
+    (:func:`.anchor_libceed.applies`); a line on stderr for each that does not."""
+    from .anchor_libceed import applies
+
+    kept = []
+    for resource in resources:
+        ok, error = applies(resource, bp, p, cells)
+        if ok:
+            kept.append(resource)
+        else:
+            print(f"compare-gpu: libCEED {resource} fails {bp} p = {p} on {cells}s, left out: "
+                  f"{error}", file=sys.stderr)  # fmt: skip
+    return kept
+
+
 def operator_pairs(ceeds, geometries):
     """The ``(ceed, geometry)`` of each hofem operator timed.
 
@@ -133,6 +149,7 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters, cells="hex"):
     ours = list(applies)
     space = next(iter(spaces.values()))
     basis = bases[0] if cells == "tet" else None
+    anchors = case_anchors(anchors, bp, p, cells)
     for name, (apply, output) in libceed_applies(anchors, bp, space, u_host, basis).items():
         applies[name], outputs[name] = apply, output
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, event_seconds)

@@ -501,9 +501,12 @@ def every_warp_shape(monkeypatch):
         "WARP_VECTOR_SHAPES",
         "WARP_GRAD_SHAPES",
         "WARP_GRAD_STORED_SHAPES",
+        "WARP_VECTOR_GRAD_SHAPES",
+        "WARP_VECTOR_GRAD_STORED_SHAPES",
     ):
         monkeypatch.setattr(ow, table, shapes)
     monkeypatch.setattr(ow, "MAX_POINT_ROWS", 12)
+    monkeypatch.setattr(ow, "MAX_GRAD_ROWS", 12)
 
 
 def _check_box_layout(gen, ref, form, p, warp, geometry, layout="warp", **box):
@@ -680,6 +683,31 @@ def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
     x, info = hf.cg(op, rhs, rtol=1e-10, maxiter=500, device_loop=True)
     assert info == 0
     assert rel_error(op(x).get(), rhs.get()) < 1e-8
+
+
+@pytest.mark.parametrize(("quad_mode", "p", "layout"), [(hf.GAUSS, 2, "warp"),
+    (hf.GAUSS, 5, "warp"), (hf.GAUSS, 7, "slab"), (hf.GAUSS_LOBATTO, 2, "warp"),
+    (hf.GAUSS_LOBATTO, 4, "warp"), (hf.GAUSS_LOBATTO, 7, "warp")])  # fmt: skip
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+def test_gen_vector_poisson_layout(gen, ref, quad_mode, p, layout, geometry):
+    """BP4 (p + 2 Gauss points) and BP6 (p + 1 Gauss-Lobatto points), the 3-component
+    Poisson operator, run one warp per element at the shapes of their tables (BP6 up to
+    p = 7, BP4 to p = 6) and the slab past them, equal to ref, with the u . Au variant."""
+    from hofem.backends.cuda import operator_warp as ow
+
+    q_extra = 1 if quad_mode is hf.GAUSS else 0
+    ops = {}
+    for ceed in (gen, ref):
+        space = hf.H1Space(ceed, meshes.box(2), p, num_comp=3)
+        ops[ceed] = hf.diffusion(space, q_extra=q_extra, quad_mode=quad_mode, geometry=geometry)
+    fused = gen.backend._fused_operator(ops[gen])
+    assert fused.layout == layout
+    if layout == "warp":
+        table = "STORED_" if geometry == "stored" else ""
+        assert ow.warp_shapes(ops[gen]) is getattr(ow, f"WARP_VECTOR_GRAD_{table}SHAPES")
+    u = np.random.default_rng(p).standard_normal(ops[ref].shape[1])
+    assert rel_error(gen.to_numpy(ops[gen](gen.asarray(u))), ops[ref](u)) < 1e-13
+    _check_dot(gen, ops[gen])
 
 
 def _check_simplex(gen, ref, make, tol=1e-12):

@@ -49,7 +49,8 @@ FORMS += ("vector-diffusion", "vector-diffusion-gll")
 # the module attributes a variant sets: PREFETCH_SIZE, the blocks per SM in every table,
 # WARPS, and operand_registers (a function of op and shape)
 SHAPE_TABLES = ("WARP_SHAPES", "WARP_CELL_SHAPES", "WARP_VECTOR_SHAPES", "WARP_GRAD_SHAPES")
-SHAPE_TABLES += ("WARP_GRAD_STORED_SHAPES",)
+SHAPE_TABLES += ("WARP_GRAD_STORED_SHAPES", "WARP_VECTOR_GRAD_SHAPES")
+SHAPE_TABLES += ("WARP_VECTOR_GRAD_STORED_SHAPES",)
 TABLES = ("PREFETCH_SIZE", *SHAPE_TABLES, "WARPS", "operand_registers")
 
 

@@ -31,11 +31,11 @@ It applies to 3D operators whose basis fields all interpolate or differentiate o
 basis (``P_1d, Q_1d <= 8``, the collocated ``D`` where there are gradients) or read
 weights, with ``EVAL_NONE`` inputs (stored q-data) and inputs on a cell-constant basis of
 few nodes (:func:`hofem.cell_center`: the Jacobian of affine cells from their vertices,
-evaluated once per element) beside them: BP1 to BP3 and BP5, with stored q-data or the
-geometry on the fly, and user operators of the same structure (at most
-:data:`MAX_POINT_ROWS` values per point each way: BP4 and BP6 keep the slab).  The tables
-of :func:`warp_shapes`, one per kind of kernel, hold the shapes where it measured faster
-than the slab.
+evaluated once per element) beside them: BP1 to BP6, with stored q-data or the geometry on
+the fly, and user operators of the same structure (at most :data:`MAX_POINT_ROWS` values
+per point each way, or :data:`MAX_GRAD_ROWS` with gradients).  The tables of
+:func:`warp_shapes`, one per kind of kernel, hold the shapes where it measured faster than
+the slab.
 """
 
 import dataclasses
@@ -65,6 +65,8 @@ __all__ = [
     "WARP_GRAD_SHAPES",
     "WARP_GRAD_STORED_SHAPES",
     "WARP_SHAPES",
+    "WARP_VECTOR_GRAD_SHAPES",
+    "WARP_VECTOR_GRAD_STORED_SHAPES",
     "WARP_VECTOR_SHAPES",
     "WarpFusedOperator",
     "use_warp_layout",
@@ -98,10 +100,21 @@ WARP_GRAD_SHAPES = _TUNING.blocks["grad"]
 # q-data), which need more registers: BP3 p = 1 and BP5 p = 4 tie with or lose to the slab
 # at every budget, so they keep it
 WARP_GRAD_STORED_SHAPES = _TUNING.blocks["grad_stored"]
+# ... and of the kernels with gradients of more than MAX_POINT_ROWS values per point (BP4
+# and BP6, the vector Poisson: three buffer slots per warp, so two warps per block): they
+# hold 4 Q_1d doubles per component across levels and take the largest budgets (4 blocks:
+# 255 registers) except at the smallest shapes; with the geometry on the fly ...
+WARP_VECTOR_GRAD_SHAPES = _TUNING.blocks["vector_grad"]
+# ... and with stored q-data (more than PREFETCH_SIZE values read at each point)
+WARP_VECTOR_GRAD_STORED_SHAPES = _TUNING.blocks["vector_grad_stored"]
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
-# same out; more spill (the vector Poisson, curved geometry on the fly)
+# same out ...
 MAX_POINT_ROWS = 3
+# ... and where there are gradients: a 3-component gradient (the vector Poisson); more (a
+# coordinate gradient on the solution's basis beside the solution's, curved cells on the
+# fly) were not measured faster than the slab
+MAX_GRAD_ROWS = 9
 # warps (elements) per block, fewer where the warps' buffers would pass BUFFERS_PER_BLOCK:
 # at equal registers per SM, 2 and 8 warps per block measured no faster
 WARPS = _TUNING.warps_per_block
@@ -123,16 +136,16 @@ def use_warp_layout(op, shape):
     """Whether gen applies ``op`` (of fused ``shape``) with one warp per element.
 
     :func:`warp_fusable`; ``shape`` in the table of :func:`warp_shapes` (by gradients and
-    stored values read at the points); at most :data:`MAX_POINT_ROWS` values per
-    point of the main basis's inputs and outputs each; with gradients, the basis's device
+    stored values read at the points); at most :data:`MAX_POINT_ROWS` values per point of
+    the main basis's inputs and outputs each (:data:`MAX_GRAD_ROWS` where there are
+    gradients); with gradients, the basis's device
     collocated derivative (``CudaBatchedBackend.collocated``); a device of compute capability
     8.0 or later.
     """
     if not warp_fusable(op):
         return False
-    sides = op.input_fields, op.output_fields  # values per point each side keeps
-    rows = [sum(f.size for f in fields if _on_main_basis(f)) for fields in sides]
-    if tuple(shape) not in warp_shapes(op) or max(rows) > MAX_POINT_ROWS:
+    limit = MAX_GRAD_ROWS if _has_grad(op) else MAX_POINT_ROWS
+    if tuple(shape) not in warp_shapes(op) or max(_point_rows(op)) > limit:
         return False
     if _has_grad(op) and _main_basis(op).backend_data.collocated is None:
         return False  # the backend's collocated derivative turned off
@@ -144,14 +157,25 @@ def warp_shapes(op):
     :data:`WARP_SHAPES` (interpolation of one value per point), :data:`WARP_CELL_SHAPES` (the
     same with cell-constant inputs), :data:`WARP_VECTOR_SHAPES` (of more values),
     :data:`WARP_GRAD_STORED_SHAPES` (gradients, and more than :data:`PREFETCH_SIZE` stored
-    values read at each point) or :data:`WARP_GRAD_SHAPES` (other gradients)."""
+    values read at each point), :data:`WARP_GRAD_SHAPES` (other gradients), or with
+    gradients of more than :data:`MAX_POINT_ROWS` values per point
+    :data:`WARP_VECTOR_GRAD_STORED_SHAPES` and :data:`WARP_VECTOR_GRAD_SHAPES`."""
+    rows_in = _point_rows(op)[0]
     if not _has_grad(op):
-        rows = sum(f.size for f in op.input_fields if _on_main_basis(f))
-        if rows > 1:
+        if rows_in > 1:
             return WARP_VECTOR_SHAPES
         return WARP_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else WARP_SHAPES
     stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
+    if max(_point_rows(op)) > MAX_POINT_ROWS:
+        return WARP_VECTOR_GRAD_STORED_SHAPES if stored else WARP_VECTOR_GRAD_SHAPES
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
+
+
+def _point_rows(op):
+    """Values per point of the main basis's fields, ``(inputs, outputs)``: what each side
+    keeps in registers."""
+    sides = op.input_fields, op.output_fields
+    return tuple(sum(f.size for f in fields if _on_main_basis(f)) for fields in sides)
 
 
 def operand_registers(op, shape):
