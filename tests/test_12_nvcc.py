@@ -90,6 +90,12 @@ def _fused_operators():
     ops.append(hf.diffusion(hf.H1Space(ceed, meshes.box(2), 4), geometry="on_the_fly"))
     # ... and from the order-p coordinates of curved cells (one warp per element: 4 buffers)
     ops.append(box_operator(ceed, "diffusion", 2, 3, warp=0.1, geometry="on_the_fly")[0])
+    # Gauss-Lobatto points at the nodes (BP5 stored, BP6 on the fly): the identity
+    # interpolation, which the warp kernel replaces by a gather and a scatter
+    gll = {"q_extra": 0, "quad_mode": hf.GAUSS_LOBATTO}
+    ops.append(hf.diffusion(hf.H1Space(ceed, meshes.box(2), 2), geometry="stored", **gll))
+    vector = hf.H1Space(ceed, meshes.box(2), 3, num_comp=3)
+    ops.append(hf.diffusion(vector, geometry="on_the_fly", **gll))
     return ops
 
 
@@ -113,7 +119,7 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-mma.cu"
                 path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
                 jobs.append(path)
-    assert dots == 16  # the apply operators: 12 scalar and 4 vector ones
+    assert dots == 18  # the apply operators: 13 scalar and 5 vector ones
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
 
     warps = 0
@@ -126,7 +132,8 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path.write_text(warp_kernel_source(op, shape, dot, registers))
                 jobs.append(path)
             warps += 1
-    assert warps == 6  # scalar and vector mass and Poisson, Poisson on the fly (affine, curved)
+    # scalar and vector mass and Poisson, Poisson on the fly (affine, curved), BP5 and BP6
+    assert warps == 8
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

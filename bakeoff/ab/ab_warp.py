@@ -24,6 +24,10 @@ Jacobian once per element).  ``--variants``:
   8 at equal registers per SM (twice and half the blocks);
 - ``operands``: the warp kernel at the tables' budget reading the stages' operands from the
   block's shared table, then holding them in registers at the budgets of ``budgets``.
+- ``identity``: the slab, then the warp kernel at the tables' budget where the basis
+  interpolates with the identity (Gauss-Lobatto points at the nodes: the ``-gll`` forms)
+  gathering the nodes as the point values (``gather``), then contracting with the identity
+  as with any ``B`` (``interp``).
 
 Prints one line per order: registers and local (spill) bytes, GDOF/s and the median of 5
 alternating rounds' ratios over the first variant (5 applies each, about 1e7 DOFs); every
@@ -71,9 +75,13 @@ def operator(ceed, form, geometry, p, dofs=1e7):
 
 
 def variants(form, kind, table_blocks):
-    """Name -> None (the slab) or ``(prefetch, blocks, warps, registers)`` of the warp
-    kernel."""
+    """Name -> None (the slab) or ``(prefetch, blocks, warps, registers[, identity])`` of the
+    warp kernel (``identity``: whether it gathers the nodes where the interpolation is the
+    identity; default the module's rule)."""
     pf, mb, regs = ow.PREFETCH_SIZE, table_blocks, None  # None: the module's choice
+    if kind == "identity":
+        return {"slab": None, "gather": (pf, mb, ow.WARPS, regs),
+                "interp": (pf, mb, ow.WARPS, regs, False)}  # fmt: skip
     if kind == "warps":
         pairs = ((4, mb), (2, 2 * mb), (8, max(1, mb // 2)))
         return {f"w{w}-mb{b}": (pf, b, w, regs) for w, b in pairs}
@@ -93,17 +101,19 @@ def build(op, shape, variant, dot=False):
     ``apply_dot`` kernel compiled where ``dot``."""
     if variant is None:
         return compiled(of.FusedOperator(op, shape), dot)
-    saved = [getattr(ow, name) for name in TABLES]
-    prefetch, blocks, warps, registers = variant
-    choice = saved[-1] if registers is None else lambda op, shape: registers
+    names = (*TABLES, "_interpolates_identity")
+    saved = [getattr(ow, name) for name in names]
+    prefetch, blocks, warps, registers, *identity = variant
+    choice = saved[-2] if registers is None else lambda op, shape: registers
     tables = [{tuple(shape): blocks} for _ in SHAPE_TABLES]  # distinct: warp_shapes tells apart
-    values = (prefetch, *tables, warps, choice)
-    for name, value in zip(TABLES, values, strict=True):
+    rule = saved[-1] if not identity else lambda basis: identity[0]
+    values = (prefetch, *tables, warps, choice, rule)
+    for name, value in zip(names, values, strict=True):
         setattr(ow, name, value)
     try:
         return compiled(ow.WarpFusedOperator(op, shape), dot)
     finally:
-        for name, value in zip(TABLES, saved, strict=True):
+        for name, value in zip(names, saved, strict=True):
             setattr(ow, name, value)
 
 
@@ -165,7 +175,9 @@ def main():
     parser.add_argument("--form", choices=FORMS, default="mass")
     parser.add_argument("--geometry", choices=("stored", "on_the_fly"), default="stored")
     parser.add_argument(
-        "--variants", choices=("budgets", "table", "warps", "operands"), default="budgets"
+        "--variants",
+        choices=("budgets", "table", "warps", "operands", "identity"),
+        default="budgets",
     )
     parser.add_argument("--dot", action="store_true", help="time apply_dot (the CG kernel)")
     parser.add_argument("orders", type=int, nargs="+")

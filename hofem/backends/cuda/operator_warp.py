@@ -438,9 +438,12 @@ def _emit_basis_input(stages, name, field, address):
     C = field.basis.num_comp
     stages.stage.append(f"double r_{name}[{C}][Q_1D][2];")  # the values at the points
     for c in range(C):
-        stages.stage.append(
-            f"warp_interp<P_1D, Q_1D>({_group(address, c)}, frag, c_B0, buf, lane, r_{name}[{c}]);"
-        )
+        group, values = _group(address, c), f"r_{name}[{c}]"
+        if _interpolates_identity(field.basis):
+            call = f"warp_gather_points<P_1D>({group}, lane, {values});"
+        else:
+            call = f"warp_interp<P_1D, Q_1D>({group}, frag, c_B0, buf, lane, {values});"
+        stages.stage.append(call)
     if field.eval_mode is not EVAL_GRAD:
         stages.loads.append(lambda row: f"r_{name}[{row}][k][h]")
         return
@@ -452,6 +455,13 @@ def _emit_basis_input(stages, name, field, address):
             f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, frag, c_D, lane, k, g_{name}_{c});"
         )
     stages.loads.append(lambda row: f"g_{name}_{row % C}[{row // C}][h]")
+
+
+def _interpolates_identity(basis):
+    """Whether ``basis``'s 1D interpolation is the identity (its points are its nodes: the
+    Gauss-Lobatto points of BP5 and BP6), so that the kernel gathers the nodes as the values
+    at the points and scatters the transposed values straight back."""
+    return basis.P_1d == basis.Q_1d and np.array_equal(basis.interp_1d, np.eye(basis.P_1d))
 
 
 def _emit_output(stages, k, field):
@@ -490,10 +500,14 @@ def _emit_transpose_scatter(stages, name, field):
             stages.transposes.append(
                 f"warp_y_mma<Q_1D>(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);"
             )
-        stages.epilogue.append(
-            f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
-            f"{_group(address, c)});"
-        )
+        if _interpolates_identity(field.basis):
+            call = f"warp_scatter_points<P_1D>({values}[{c}], buf, lane, {_group(address, c)});"
+        else:
+            call = (
+                f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
+                f"{_group(address, c)});"
+            )
+        stages.epilogue.append(call)
 
 
 def _emit_barriers(stages):

@@ -228,6 +228,26 @@ __device__ __forceinline__ void warp_interp(const double *__restrict__ l, const 
   warp_z<Q, P, false>(Bz, c, out);  // z: B (k x c)
 }
 
+// l[entry(idx, base + e estride + node)] += the buffer's P tiles (rows b, columns a) of level c:
+// element e's nodal values at node a + P (b + P c), for e < nvalid.  8 lanes per tile row (c, r)
+// of nodes, 4 rows at a time (WARP_SIDE 8: the P rows that hold nodes; 4: all 8, two elements'
+// rows b), so that each atomic instruction touches few sectors
+template <int P, typename I>
+__device__ __forceinline__ void warp_scatter_tiles(const double *buf, int lane, double *l,
+                                                   const I *__restrict__ idx, index_t base,
+                                                   index_t estride, int nvalid) {
+  constexpr int R = WARP_SIDE == 8 ? P : 8;
+  const int col = lane & 7, a = warp_local(col);
+  for (int row = lane >> 3; row < P * R; row += 4) {
+    const int cc = row / R, r = row - cc * R, b = WARP_SIDE == 8 ? r : warp_local(r);
+    const int e = warp_elem(r, col);
+    if (a < P && b < P && warp_valid(e, nvalid)) {
+      const index_t node = base + e * estride + a + P * (b + P * cc);
+      atomicAdd(l + entry(idx, node), buf[warp_index(cc * 8 + r, col)]);
+    }
+  }
+}
+
 // The transpose: l[entry(idx, base + e estride + node)] += element e's nodal values of the
 // point values in[k][h] (this lane's columns; zero at padded points), for e < nvalid
 template <int P, int Q, typename I, typename F>
@@ -249,18 +269,43 @@ __device__ __forceinline__ void warp_interp_t(const double (&in)[Q][2], const F 
   __syncwarp();
   warp_store_tiles(buf, d, lane);
   __syncwarp();
-  // 8 lanes per tile row (c, r) of nodes, 4 rows at a time (WARP_SIDE 8: the P rows that hold
-  // nodes; 4: all 8, two elements' rows b)
-  constexpr int R = WARP_SIDE == 8 ? P : 8;
-  const int col = lane & 7, a = warp_local(col);
-  for (int row = lane >> 3; row < P * R; row += 4) {
-    const int cc = row / R, r = row - cc * R, b = WARP_SIDE == 8 ? r : warp_local(r);
-    const int e = warp_elem(r, col);
-    if (a < P && b < P && warp_valid(e, nvalid)) {
-      const index_t node = base + e * estride + a + P * (b + P * cc);
-      atomicAdd(l + entry(idx, node), buf[warp_index(cc * 8 + r, col)]);
+  warp_scatter_tiles<P>(buf, lane, l, idx, base, estride, nvalid);
+}
+
+// Where the basis interpolates with the identity (its points are its nodes, P == Q: the
+// Gauss-Lobatto points of BP5 and BP6), the values at the points are the gathered nodes and
+// the transpose scatters them back: no contraction.  out[k][h]: element e's node (i, j, k) =
+// ((2 t + h) % WARP_SIDE, g % WARP_SIDE, k) at l[entry(idx, base + e estride + i + P (j + P k))]
+// for the lane's element e (warp_elem) below nvalid; zero at padded points
+template <int P, typename I>
+__device__ __forceinline__ void warp_gather_points(const double *__restrict__ l,
+                                                   const I *__restrict__ idx, index_t base,
+                                                   index_t estride, int nvalid, int lane,
+                                                   double (&out)[P][2]) {
+  const int g = lane >> 2, t = lane & 3, j = warp_local(g), e = warp_elem(g, 2 * t);
+  const bool ok = j < P && warp_valid(e, nvalid);
+#pragma unroll
+  for (int k = 0; k < P; k++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int i = warp_local(2 * t + h);
+      const index_t node = base + e * estride + i + P * (j + P * k);
+      out[k][h] = ok && i < P ? l[entry(idx, node)] : 0.0;
     }
   }
+}
+
+// The transpose of warp_gather_points: adds the point values in[k][h] (zero at padded points)
+// to the nodes through the buffer (warp_scatter_tiles)
+template <int P, typename I>
+__device__ __forceinline__ void warp_scatter_points(const double (&in)[P][2], double *buf,
+                                                    int lane, double *l,
+                                                    const I *__restrict__ idx, index_t base,
+                                                    index_t estride, int nvalid) {
+  __syncwarp();  // the buffer's previous readers are done
+  warp_store_tiles(buf, in, lane);
+  __syncwarp();
+  warp_scatter_tiles<P>(buf, lane, l, idx, base, estride, nvalid);
 }
 
 // out[d][h]: the reference gradient (d = x, y, z) at this lane's points of level k (the C
