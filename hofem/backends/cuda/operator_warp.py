@@ -20,6 +20,9 @@ gradient component in or out holds one buffer (a slot) per warp.
 
 Where ``P_1d, Q_1d <= 4`` (:func:`warp_side`) a warp applies four elements at once, each
 tile holding four elements' 4x4 slices with block-diagonal operands of the 1D matrices.
+Where the interpolation is the identity (Gauss-Lobatto points at the nodes: BP5, BP6) the
+lanes gather the nodes as the point values and scatter the transposed values back, with no
+contraction (``warp_gather_points``, ``warp_scatter_points``).
 
 The stages' operands sit in a shared table per block, one column per lane, read where each
 stage uses them (registers for the shapes of :data:`REGISTER_OPERAND_SHAPES`); the table
@@ -160,13 +163,13 @@ def warp_shapes(op):
     values read at each point), :data:`WARP_GRAD_SHAPES` (other gradients), or with
     gradients of more than :data:`MAX_POINT_ROWS` values per point
     :data:`WARP_VECTOR_GRAD_STORED_SHAPES` and :data:`WARP_VECTOR_GRAD_SHAPES`."""
-    rows_in = _point_rows(op)[0]
+    rows = _point_rows(op)
     if not _has_grad(op):
-        if rows_in > 1:
+        if rows[0] > 1:
             return WARP_VECTOR_SHAPES
         return WARP_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else WARP_SHAPES
     stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
-    if max(_point_rows(op)) > MAX_POINT_ROWS:
+    if max(rows) > MAX_POINT_ROWS:
         return WARP_VECTOR_GRAD_STORED_SHAPES if stored else WARP_VECTOR_GRAD_SHAPES
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 

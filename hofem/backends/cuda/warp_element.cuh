@@ -17,6 +17,9 @@
 // A operand (as x^T above), y with the values' tile k from a buffer slot as the B operand, z in
 // registers.
 //
+// Where the 1D interpolation is the identity (points at the nodes), warp_gather_points and
+// warp_scatter_points replace warp_interp and warp_interp_t.
+//
 // Small elements (P_1d, Q_1d <= 4): WARP_SIDE 4, and a warp applies WARP_ELEMS = 4 elements at
 // once.  Tile row r and column c are element (r / 4) 2 + c / 4's row r % 4 and column c % 4,
 // and the operands of the 1D matrices are block-diagonal (warp_block), so that each 8x8 tile
