@@ -31,7 +31,7 @@ BAD = [
     ["tune-gemm", "--repeat", "0"],
     ["anchor-libceed", "--orders", "10"],
     ["compare-cpu", "--rounds", "0"],
-    ["compare-cpu", "--problems", "bp4"],  # libCEED's and MFEM's CPU anchors: BP1 and BP3
+    ["compare-cpu", "--problems", "bp7"],
     ["compare-gpu", "--ceed", "/gpu/cuda/fast"],
     ["compare-gpu", "--batch", "0"],
     ["compare-gpu", "--geometry", "auto"],
