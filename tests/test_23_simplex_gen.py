@@ -108,7 +108,7 @@ def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
             want = op(u)
             v, partial = _run(lib, k, source, launch, op, u, block, dot)
             err = rel_error(v, want)
-            if err > 1e-12:
+            if not err <= 1e-12:  # NaN fails too
                 failures.append(f"{name} dot={dot} block={block} {launch}: {err:.2e}")
             if dot and not np.isclose(partial.sum(), u @ want, rtol=1e-12, atol=0.0):
                 failures.append(f"{name}: u . Au {partial.sum()} != {u @ want}")

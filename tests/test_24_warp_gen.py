@@ -120,7 +120,7 @@ def _check(lib, k, kernel):
     v, partial = _run(lib, source, op, shape, u, dot)
     failures = []
     err = rel_error(v, want)
-    if err > 1e-13:
+    if not err <= 1e-13:  # NaN fails too
         failures.append(f"{name} {shape} dot={dot}: {err:.2e}")
     if dot and not np.isclose(partial.sum(), u @ want, rtol=1e-12, atol=0.0):
         failures.append(f"{name}: u . Au {partial.sum()} != {u @ want}")
