@@ -14,6 +14,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,25 +27,27 @@ SHIM = pathlib.Path(__file__).resolve().parent / "cuda_host_shim.h"
 INCLUDE = pathlib.Path(operator_fuse.__file__).parent  # the installed headers (*.cuh)
 
 
-def params(source):
+def params(source: str) -> list[str]:
     """The kernel ``apply``'s parameter declarations, as generated."""
     head = re.search(r"apply\(\n(.*?)\) \{", source, re.S).group(1)
     return [decl.strip() for decl in head.split(",\n")]
 
 
-def unit(sources):
+def unit(sources: Sequence[str], shared_bytes: Sequence[int] | None = None) -> str:
     """One C++ translation unit of ``sources``: kernel k renamed ``kernel_k`` and launched
-    by ``launch_k(grid, block, parameters...)``."""
+    by ``launch_k(grid, block, parameters...)`` with ``shared_bytes[k]`` of dynamic shared
+    memory (default none)."""
     parts = []
     for k, source in enumerate(sources):
         decls = params(source)
         names = ", ".join(re.search(r"(\w+)$", d).group(1) for d in decls)
+        dynamic = shared_bytes[k] if shared_bytes else 0
         parts += [
             f"#define apply kernel_{k}",
             source,
             "#undef apply",
             f'extern "C" void launch_{k}(int grid, int block, {", ".join(decls)}) {{',
-            f"  shim_launch(grid, block, [&] {{ kernel_{k}({names}); }});",
+            f"  shim_launch(grid, block, [&] {{ kernel_{k}({names}); }}, {dynamic});",
             "}",
         ]
     return "\n".join(parts)
@@ -54,7 +57,7 @@ def unit(sources):
 _FLAGS = ["-std=c++20", "-O1", "-fPIC", "-pthread"]
 
 
-def precompiled_shim(folder):
+def precompiled_shim(folder: pathlib.Path) -> pathlib.Path:
     """A copy of the shim in ``folder`` with its precompiled header beside it, which the
     compiler reads in its place (:func:`build` with ``shim``); g++ only (another compiler
     parses the copy)."""
@@ -67,10 +70,15 @@ def precompiled_shim(folder):
     return shim
 
 
-def build(sources, path, shim=SHIM):
-    """The shared library at ``path`` (its ``.cpp`` beside it) of :func:`unit`'s ``sources``,
-    each compiled after ``shim`` (default ``cuda_host_shim.h``)."""
-    path.with_suffix(".cpp").write_text(unit(sources))
+def build(
+    sources: Sequence[str],
+    path: pathlib.Path,
+    shim: pathlib.Path = SHIM,
+    shared_bytes: Sequence[int] | None = None,
+) -> ctypes.CDLL:
+    """The shared library at ``path`` (its ``.cpp`` beside it) of :func:`unit`'s ``sources``
+    and ``shared_bytes``, compiled after ``shim`` (default ``cuda_host_shim.h``)."""
+    path.with_suffix(".cpp").write_text(unit(sources, shared_bytes))
     cmd = [CXX, *_FLAGS, "-shared", f"-I{INCLUDE}", "-include", str(shim)]
     proc = subprocess.run(
         [*cmd, str(path.with_suffix(".cpp")), "-o", str(path)], capture_output=True, text=True
@@ -89,7 +97,7 @@ def _indices(field):
     return [offsets, np.int64(r.component_stride)]
 
 
-def field_arguments(op, u, v, weights=True):
+def field_arguments(op: hf.Operator, u: np.ndarray, v: np.ndarray, weights: bool = True) -> list:
     """The kernel's arguments after ``num_elem`` and the matrices, in
     ``FusedOperator._args``'s order: each input (``u`` for the active one, or with
     ``weights`` its 1D quadrature weights' tensor for ``EVAL_WEIGHT``), then ``v`` for each
@@ -110,7 +118,7 @@ def field_arguments(op, u, v, weights=True):
 _C_TYPES = {"double": np.float64, "int": np.int32, "long long": np.int64}
 
 
-def ctypes_args(decls, args):
+def ctypes_args(decls: Sequence[str], args: Sequence) -> list:
     """ctypes values of ``args``, each checked against its C++ declaration."""
     assert len(decls) == len(args), (decls, len(args))
     out = []
@@ -126,6 +134,6 @@ def ctypes_args(decls, args):
     return out
 
 
-def rel_error(a, b):
+def rel_error(a: np.ndarray, b: np.ndarray) -> float:
     """``|a - b| / |b|`` in the 2-norm."""
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
