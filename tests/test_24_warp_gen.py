@@ -50,7 +50,8 @@ PROBLEMS = [
     ("bp5", hf.diffusion, 1, GLL, (2, 4, 7)),
     ("bp6", hf.diffusion, 3, GLL, (3, 5, 7)),
 ]
-# 27 elements: fewer than two rounds of every block, so that the last group is partial
+# cells per direction: 27 elements, a multiple of no block's elements, so that the last
+# group of every launch is partial (_launch)
 CELLS = 3
 
 
