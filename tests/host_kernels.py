@@ -137,3 +137,22 @@ def ctypes_args(decls: Sequence[str], args: Sequence) -> list:
 def rel_error(a: np.ndarray, b: np.ndarray) -> float:
     """``|a - b| / |b|`` in the 2-norm."""
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+def failures(name: str, run, u: np.ndarray, want: np.ndarray, dot: bool, tol: float) -> list[str]:
+    """What is wrong with one kernel: ``run(stopped)`` runs it and returns ``(v, partial)``
+    (the output, and with ``dot`` the block partial sums of u . Au). The output must equal
+    ``want`` to ``tol`` (a NaN fails), the partial sums add up to ``u . want``, and a stopped
+    CG's run (status set) writes nothing."""
+    found = []
+    v, partial = run(False)
+    err = rel_error(v, want)
+    if not err <= tol:  # NaN fails too
+        found.append(f"{name}: {err:.2e}")
+    if dot and not np.isclose(partial.sum(), u @ want, rtol=1e-12, atol=0.0):
+        found.append(f"{name}: u . Au {partial.sum()} != {u @ want}")
+    if dot:
+        v, partial = run(True)
+        if np.any(v != 0.0) or not np.all(np.isnan(partial)):
+            found.append(f"{name}: the stopped variant wrote its outputs")
+    return found

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from host_kernels import CXX, INCLUDE, NVCC, build, ctypes_args, field_arguments, params, rel_error
+from host_kernels import CXX, INCLUDE, NVCC, build, ctypes_args, failures, field_arguments, params
 
 import hofem as hf
 from hofem import meshes
@@ -101,22 +101,16 @@ def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
                 enumerate(chunks),
             )
         )
-    failures = []
+    found = []
     for lib, chunk in zip(libs, chunks, strict=True):
         for k, (name, op, source, launch, dot, block) in enumerate(chunk):
             u = np.random.default_rng(k).standard_normal(op.shape[1])
-            want = op(u)
-            v, partial = _run(lib, k, source, launch, op, u, block, dot)
-            err = rel_error(v, want)
-            if not err <= 1e-12:  # NaN fails too
-                failures.append(f"{name} dot={dot} block={block} {launch}: {err:.2e}")
-            if dot and not np.isclose(partial.sum(), u @ want, rtol=1e-12, atol=0.0):
-                failures.append(f"{name}: u . Au {partial.sum()} != {u @ want}")
-            if dot:  # a stopped CG: nothing written
-                v, partial = _run(lib, k, source, launch, op, u, block, dot, stopped=True)
-                if np.any(v != 0.0) or not np.all(np.isnan(partial)):
-                    failures.append(f"{name}: the stopped variant wrote its outputs")
-    assert not failures, "\n".join(failures)
+
+            def run(stopped, args=(lib, k, source, launch, op, u, block, dot)):
+                return _run(*args, stopped=stopped)
+
+            found += failures(f"{name} dot={dot} block={block} {launch}", run, u, op(u), dot, 1e-12)
+    assert not found, "\n".join(found)
 
 
 def test_every_case_covers_its_path(kernels):
