@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 struct shim_dim3 {
@@ -101,4 +102,33 @@ void shim_launch(int grid, int block, Kernel kernel, long shared_bytes = 0) {
     for (auto &thread : threads) thread.join();
   }
   shim_block_barrier = nullptr;
+}
+
+// The warp-level intrinsics of the one-warp-per-element kernels (warp_element.cuh):
+// __syncwarp() is the warp's barrier, and a shuffle writes each lane's value into the warp's
+// exchange (the mma operands' array) between two barriers, as mma_m8n8k4 does; every lane of
+// a full warp must call them, with the full mask.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  shim_warps[threadIdx.x / 32].barrier->arrive_and_wait();
+}
+
+inline double shim_shuffle(double value, int src_lane) {
+  shim_warp &warp = shim_warps[threadIdx.x / 32];
+  warp.a[threadIdx.x % 32] = value;
+  warp.barrier->arrive_and_wait();
+  const double out = warp.a[src_lane % 32];
+  warp.barrier->arrive_and_wait();  // every lane has read before the next exchange writes
+  return out;
+}
+inline double __shfl_sync(unsigned, double value, int src_lane, int = 32) {
+  return shim_shuffle(value, src_lane);
+}
+inline double __shfl_xor_sync(unsigned, double value, int mask, int = 32) {
+  return shim_shuffle(value, (threadIdx.x % 32) ^ mask);
+}
+
+// CUDA's min of mixed integer types (the kernels' min(index_t, int))
+template <class A, class B>
+inline std::common_type_t<A, B> min(A a, B b) {
+  return a < b ? a : b;
 }
