@@ -723,8 +723,11 @@ def _check_simplex(gen, ref, make, tol=1e-12):
     if kernel is not None:
         assert _fused(op_gen) and op_gen.backend_data["gen"][1].layout == "simplex"
         _check_dot(gen, op_gen)
-        return
-    assert not _fused(op_gen)  # handed to batched, which measured faster there
+        if not kernel._launch.tensor_cores:
+            return
+    else:
+        assert not _fused(op_gen)  # handed to batched, which measured faster there
+    # the scalar kernel, which gen leaves for the tensor cores or batched at these shapes
     shape = osx.simplex_shape(op_gen)
     kernel = osx.SimplexOperator(op_gen, shape, osx.simplex_launch(op_gen, shape))
     v = cupy.zeros(op_gen.shape[0])
@@ -808,6 +811,20 @@ def test_gen_simplex_tensor_cores_checks_the_device(gen):
     too_big = dataclasses.replace(launch, used_bytes=limit + 8)
     with pytest.raises(ValueError, match=f"this device allows {limit}"):
         osx.SimplexOperator(op, shape, too_big)
+
+
+@pytest.mark.parametrize("p", [3, 4, 6])
+def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, p):
+    """gen's default simplex kernel is the tensor-core variant exactly at the shapes of
+    ``cuda_simplex.json``'s ``tensor_cores`` (this device has fp64 ``mma``)."""
+    from hofem import tuning
+    from hofem.backends.cuda import operator_simplex as osx
+
+    assert int(cupy.cuda.Device().compute_capability) >= 80
+    op = hf.diffusion(hf.H1Space(gen, meshes.box(2, 3, simplex=True), p))
+    kernel = osx.simplex_operator(op)
+    assert kernel._launch.tensor_cores == (osx.simplex_shape(op) in tuning.simplex().tensor_cores)
+    assert kernel._launch.tensor_cores == (p >= 4)
 
 
 def test_gen_device_cg_on_tets(gen, ref):

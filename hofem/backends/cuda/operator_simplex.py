@@ -86,7 +86,7 @@ CONSTANT_POINTS = 2
 # rounds of each stage's loop over a block's elements: two in flight hide more of the
 # gathers' and the products' latency than one
 ROUNDS = 2
-_TUNING = tuning.simplex()  # cuda_simplex.json: where the batched kernels stay faster
+_TUNING = tuning.simplex()  # cuda_simplex.json: the tensor-core shapes, and batched's
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
 
 
@@ -561,16 +561,25 @@ class SimplexOperator(FusedOperator):
         return kernel_source(self._op, self._launch, dot)
 
 
-def _check_tensor_cores(launch):
-    """``launch.used_bytes`` after checking that the device runs the tensor-core kernel:
-    fp64 ``mma`` (compute capability 8.0 and later) and that much dynamic shared memory."""
+def _optin_shared_bytes():
+    """This device's opt-in shared memory per block, or None where it has no fp64 tensor
+    cores (``mma`` on doubles: compute capability 8.0 and later)."""
     device = cupy.cuda.Device()
     if int(device.compute_capability) < 80:
+        return None
+    return device.attributes["MaxSharedMemoryPerBlockOptin"]
+
+
+def _check_tensor_cores(launch):
+    """``launch.used_bytes`` after checking that the device runs the tensor-core kernel:
+    fp64 ``mma`` and that much dynamic shared memory."""
+    limit = _optin_shared_bytes()
+    if limit is None:
         raise ValueError(
             f"tensor_cores=True needs fp64 tensor cores (compute capability 8.0 or later); "
-            f"this device has {device.compute_capability}: use the default simplex launch"
+            f"this device has {cupy.cuda.Device().compute_capability}: use the default "
+            f"simplex launch"
         )
-    limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
     if launch.used_bytes > limit:
         raise ValueError(
             f"the tensor-core simplex kernel needs {launch.used_bytes} bytes of shared memory "
@@ -583,12 +592,31 @@ def _check_tensor_cores(launch):
 def simplex_operator(op: Any) -> SimplexOperator | None:
     """``op``'s :class:`SimplexOperator`, or None where it cannot fuse (not all bases
     dense on one set of points, one element's shared arrays too large) or where the
-    batched kernels measured faster (``cuda_simplex.json``)."""
+    batched kernels measured faster (``cuda_simplex.json``).
+
+    The shapes of the table's ``tensor_cores`` run the tensor-core variant where the device
+    has fp64 ``mma`` and its shared memory holds the launch; elsewhere they fall back as the
+    other shapes do."""
     shape = simplex_shape(op)
-    if shape is not None and shape in _batched_shapes(op):
+    if shape is None:
         return None
-    launch = None if shape is None else simplex_launch(op, shape)
+    if shape in _TUNING.tensor_cores:
+        launch = _tensor_core_launch(op, shape)
+        if launch is not None:
+            return SimplexOperator(op, shape, launch)
+    if shape in _batched_shapes(op):
+        return None
+    launch = simplex_launch(op, shape)
     return None if launch is None else SimplexOperator(op, shape, launch)
+
+
+def _tensor_core_launch(op, shape):
+    """The tensor-core launch of ``op`` within this device's opt-in shared memory, or None
+    where the device has no fp64 tensor cores or 8 elements do not fit."""
+    limit = _optin_shared_bytes()
+    if limit is None:
+        return None
+    return simplex_launch(op, shape, min(limit, simplex_mma.MMA_SHARED_BYTES), tensor_cores=True)
 
 
 def _batched_shapes(op):

@@ -58,10 +58,11 @@ __all__ = [
 
 # dynamic shared memory of one block at most: the H100's opt-in maximum (227 KiB)
 MMA_SHARED_BYTES = 227 * 1024
-# threads per block: 8 warps share the tiles of the block's element groups
-MMA_THREADS = 256
-# elements per block at most (a multiple of 8, the M side of a tile): 32 keep 8 warps busy
-# with 4 element groups; more would only shrink the blocks per SM where matrices are small
+# threads per block: 16 warps share the tiles of the block's element groups; fewer leave
+# the tensor cores waiting on shared-memory loads at p = 5, 6 (cuda_simplex.json)
+MMA_THREADS = 512
+# elements per block at most (a multiple of 8, the M side of a tile): 32 give the warps
+# 4 element groups; more would only shrink the blocks per SM where matrices are small
 MMA_ELEMS = 32
 # column tiles (8 points, or 8 nodes) per warp unit: each k step's A operand serves them all
 MMA_TILES = 2
