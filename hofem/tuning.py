@@ -79,7 +79,11 @@ _SCHEMA = {
         "constant_bytes": "value",
         "tensor_core_shapes": "shapes",
     },
-    "cuda_simplex.json": {"batched_stored": "shapes", "batched_on_the_fly": "shapes"},
+    "cuda_simplex.json": {
+        "tensor_cores": "shapes",
+        "batched_stored": "shapes",
+        "batched_on_the_fly": "shapes",
+    },
     "cuda_warp.json": {
         **{f"blocks_{kind}": "entries" for kind in WARP_KINDS},
         "register_operand_shapes": "shapes",
@@ -143,9 +147,11 @@ class WarpTuning:
 
 @dataclasses.dataclass(frozen=True)
 class SimplexTuning:
-    """``cuda_simplex.json``: the simplex shapes ``(dim, P, Q)`` that ``/gpu/cuda/gen``
-    hands to the batched kernels, with stored q-data and with the geometry on the fly."""
+    """``cuda_simplex.json``: the simplex shapes ``(dim, P, Q)`` that ``/gpu/cuda/gen`` runs
+    on the fp64 tensor cores, and those it hands to the batched kernels (with stored q-data
+    and with the geometry on the fly) where the tensor-core variant cannot run."""
 
+    tensor_cores: frozenset[Shape]
     batched_stored: frozenset[Shape]
     batched_on_the_fly: frozenset[Shape]
 
@@ -322,7 +328,7 @@ def simplex() -> SimplexTuning:
     name = "cuda_simplex.json"
     tables = {
         key: _shapes(name, key, _payload(name, key))
-        for key in ("batched_stored", "batched_on_the_fly")
+        for key in ("tensor_cores", "batched_stored", "batched_on_the_fly")
     }
     return SimplexTuning(**tables)
 

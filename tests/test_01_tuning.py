@@ -61,6 +61,9 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
     orders_5_6 = {(3, 56, 46), (3, 56, 79), (3, 84, 79), (3, 84, 145)}
     assert table.batched_stored == orders_5_6 | {(3, 20, 125), (3, 35, 216)}  # q_extra = 1
     assert table.batched_on_the_fly == {(3, 84, 79)}
+    # BP1 and BP3 at p = 4, 5, 6 on the symmetric rules: the tensor-core variant
+    bp1 = {(3, 35, 46), (3, 56, 79), (3, 84, 145)}
+    assert table.tensor_cores == bp1 | {(3, 35, 24), (3, 56, 46), (3, 84, 79)}
 
 
 def test_warp_tables_hold_the_shapes_gen_runs_one_warp_per_element():

@@ -723,8 +723,11 @@ def _check_simplex(gen, ref, make, tol=1e-12):
     if kernel is not None:
         assert _fused(op_gen) and op_gen.backend_data["gen"][1].layout == "simplex"
         _check_dot(gen, op_gen)
-        return
-    assert not _fused(op_gen)  # handed to batched, which measured faster there
+        if not kernel._launch.tensor_cores:
+            return
+    else:
+        assert not _fused(op_gen)  # handed to batched, which measured faster there
+    # the scalar kernel, which gen leaves for the tensor cores or batched at these shapes
     shape = osx.simplex_shape(op_gen)
     kernel = osx.SimplexOperator(op_gen, shape, osx.simplex_launch(op_gen, shape))
     v = cupy.zeros(op_gen.shape[0])
@@ -754,6 +757,74 @@ def test_gen_fuses_curved_and_vector_tets(gen, ref, p, form, geometry):
     box = meshes.box(2, 3, simplex=True, distort=0.1)
     vector = lambda ceed: form(hf.H1Space(ceed, box, p, num_comp=3), geometry=geometry)  # noqa: E731
     _check_simplex(gen, ref, vector)
+
+
+def _check_simplex_mma(gen, ref, make, tol=1e-12):
+    """The tensor-core simplex kernel (``simplex_launch(..., tensor_cores=True)``) of
+    ``make(ceed)`` equals ``/cpu/self/ref`` and gives ``u . Au`` from its dot variant."""
+    from hofem.backends.cuda import operator_simplex as osx
+
+    op_gen, op_ref = make(gen), make(ref)
+    shape = osx.simplex_shape(op_gen)
+    launch = osx.simplex_launch(op_gen, shape, tensor_cores=True)
+    assert launch is not None and launch.tensor_cores
+    kernel = osx.SimplexOperator(op_gen, shape, launch)
+    u = np.random.default_rng(op_ref.shape[1]).standard_normal(op_ref.shape[1])
+    v = cupy.zeros(op_gen.shape[0])
+    kernel(gen.asarray(u), v)
+    assert rel_error(v.get(), op_ref(u)) < tol
+    _check_dot(gen, op_gen, kernel)
+
+
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 6])
+def test_gen_simplex_tensor_cores(gen, ref, p, form, geometry):
+    """Tets, p = 1..6: the fused simplex kernel with its products on the fp64 tensor cores
+    (stored q-data; on the fly, the Jacobian from the vertices at each point) matches
+    /cpu/self/ref, over many blocks and a last partial group of elements."""
+    mesh = meshes.box(3, 3, simplex=True, distort=0.1)  # 162 tets: one partial group
+    _check_simplex_mma(gen, ref, lambda ceed: form(hf.H1Space(ceed, mesh, p), geometry=geometry))
+
+
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion], ids=["mass", "diffusion"])
+def test_gen_simplex_tensor_cores_curved_and_vector(gen, ref, form):
+    """Order-2 tets (the coordinates' own matrix set on the tensor cores) and 3 components."""
+    curved = meshes.read(meshes.data_path("curved_tet10.msh"))
+    make = lambda ceed: form(hf.H1Space(ceed, curved, 3), geometry="on_the_fly")  # noqa: E731
+    _check_simplex_mma(gen, ref, make)
+    box = meshes.box(2, 3, simplex=True, distort=0.1)
+    vector = lambda ceed: form(hf.H1Space(ceed, box, 3, num_comp=3), geometry="stored")  # noqa: E731
+    _check_simplex_mma(gen, ref, vector)
+
+
+def test_gen_simplex_tensor_cores_checks_the_device(gen):
+    """More shared memory than the device's opt-in maximum: one clear error, no launch."""
+    import dataclasses
+
+    from hofem.backends.cuda import operator_simplex as osx
+
+    op = hf.diffusion(hf.H1Space(gen, meshes.box(1, 3, simplex=True), 6), geometry="stored")
+    shape = osx.simplex_shape(op)
+    launch = osx.simplex_launch(op, shape, tensor_cores=True)
+    limit = cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+    too_big = dataclasses.replace(launch, used_bytes=limit + 8)
+    with pytest.raises(ValueError, match=f"this device allows {limit}"):
+        osx.SimplexOperator(op, shape, too_big)
+
+
+@pytest.mark.parametrize("p", [3, 4, 6])
+def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, p):
+    """gen's default simplex kernel is the tensor-core variant exactly at the shapes of
+    ``cuda_simplex.json``'s ``tensor_cores`` (this device has fp64 ``mma``)."""
+    from hofem import tuning
+    from hofem.backends.cuda import operator_simplex as osx
+
+    assert int(cupy.cuda.Device().compute_capability) >= 80
+    op = hf.diffusion(hf.H1Space(gen, meshes.box(2, 3, simplex=True), p))
+    kernel = osx.simplex_operator(op)
+    assert kernel._launch.tensor_cores == (osx.simplex_shape(op) in tuning.simplex().tensor_cores)
+    assert kernel._launch.tensor_cores == (p >= 4)
 
 
 def test_gen_device_cg_on_tets(gen, ref):

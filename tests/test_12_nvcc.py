@@ -150,3 +150,49 @@ def test_generated_operator_kernels_compile(tmp_path):
         if proc.returncode != 0
     ]
     assert not failures, "\n".join(failures)
+
+
+def test_simplex_tensor_core_kernels_compile_without_spills(tmp_path):
+    """The tensor-core simplex kernel (``simplex_launch(..., tensor_cores=True)``): BP1 and
+    BP3 on tets, p = 2, 4, 6, with and without the CG's u . Au, compile for sm_90 to
+    mma.sync tiles and spill no registers (ptxas -v)."""
+    from hofem.backends.cuda import operator_simplex as osx
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    mesh = meshes.box(1, 3, simplex=True)
+    include = ROOT / "backends" / "cuda"
+    jobs = []
+    for p in (2, 4, 6):
+        for form in (hf.mass, hf.diffusion):
+            op = form(hf.H1Space(ceed, mesh, p), geometry="stored")
+            launch = osx.simplex_launch(op, osx.simplex_shape(op), tensor_cores=True)
+            for dot in (False, True):
+                path = tmp_path / f"{form.__name__}-p{p}-{int(dot)}.cu"
+                path.write_text(osx.kernel_source(op, launch, dot))
+                jobs.append(path)
+
+    def compile_one(path):
+        cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "-Xptxas", "-v", f"-I{include}"]
+        ptx = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{include}", str(path)]
+        ptx_out = path.with_suffix(".ptx")
+        return (
+            path,
+            subprocess.run(
+                [*cmd, str(path), "-o", str(path.with_suffix(".cubin"))],
+                capture_output=True,
+                text=True,
+            ),
+            subprocess.run([*ptx, "-o", str(ptx_out)], capture_output=True, text=True),
+        )
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_one, jobs))
+    failures = []
+    for path, proc, ptx in results:
+        if proc.returncode or ptx.returncode:
+            failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
+        elif "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
+            path.with_suffix(".ptx").read_text()
+        ):
+            failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
+    assert not failures, "\n".join(failures)

@@ -52,11 +52,15 @@ def _cases():
 
 
 # (dot, block size or None for the launch's threads, launch overrides): the device's
-# launch, the CG variant on an odd block, and the matrices from global memory
+# launch, the CG variant on an odd block, and the matrices from global memory; the
+# tensor-core variant (simplex_mma.py) with two warps (fewer than its units, so that
+# warps loop) and its CG variant with one warp, one tile per unit
 VARIANTS = [
     (False, None, {}),
     (True, 5, {}),
     (False, 1, {"shared_matrices": False, "points_per_thread": 3, "elems": 2}),
+    (False, None, {"tensor_cores": True, "threads": 64, "elems": 16}),
+    (True, None, {"tensor_cores": True, "threads": 32, "elems": 8, "tiles": 1}),
 ]
 
 
@@ -65,7 +69,7 @@ def _run(lib, k, source, launch, op, u, block, dot, stopped=False):
     blocks (``stopped``: CG's status set, so the dot variant writes nothing)."""
     grid = 3
     v = np.zeros(op.shape[0])
-    args = [np.int32(op.num_elem), *osx.host_matrices(op), *field_arguments(op, u, v)]
+    args = [np.int32(op.num_elem), *osx.host_matrices(op, launch), *field_arguments(op, u, v)]
     partial = np.full(grid, np.nan)
     if dot:
         args += [partial, np.array([int(stopped), 0, 0], dtype=np.int64)]
@@ -92,12 +96,21 @@ def kernels():
     return [k for name, op in _cases() for k in _kernels(name, op)]
 
 
+def _dynamic(launch):
+    """Dynamic shared memory bytes of a launch (the tensor-core kernel's)."""
+    return launch.used_bytes if launch.tensor_cores else 0
+
+
 def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
     chunks = [kernels[i : i + 24] for i in range(0, len(kernels), 24)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         libs = list(
             pool.map(
-                lambda c: build([k[2] for k in c[1]], tmp_path / f"unit{c[0]}.so"),
+                lambda c: build(
+                    [k[2] for k in c[1]],
+                    tmp_path / f"unit{c[0]}.so",
+                    shared_bytes=[_dynamic(k[3]) for k in c[1]],
+                ),
                 enumerate(chunks),
             )
         )
@@ -115,12 +128,21 @@ def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
 
 def test_every_case_covers_its_path(kernels):
     """The cases exercise what they claim: cell-constant geometry, per-point geometry of
-    two matrix sets, matrices in shared and in global memory, several elements per block."""
-    sources = {name: source for name, _, source, _, dot, block in kernels if block is None}
-    assert "c_in1" in sources["3d-p3-diffusion-affine"]  # the Jacobian once per thread
-    assert "c_in1" not in sources["curved-p3-diffusion-on_the_fly"]
-    assert "G1" in sources["curved-p3-diffusion-on_the_fly"]  # the order-2 coordinates' set
+    two matrix sets, matrices in shared and in global memory, several elements per block;
+    the tensor-core variant's products, for both matrix sets of curved tets."""
+    scalar, mma = {}, {}
+    for name, _, source, launch, dot, block in kernels:
+        if block is None and not dot:
+            (mma if launch.tensor_cores else scalar)[name] = source
+    assert "c_in1" in scalar["3d-p3-diffusion-affine"]  # the Jacobian once per thread
+    assert "c_in1" not in scalar["curved-p3-diffusion-on_the_fly"]
+    assert "G1" in scalar["curved-p3-diffusion-on_the_fly"]  # the order-2 coordinates' set
+    assert "c_in1" in mma["3d-p3-diffusion-affine"]  # cell-constant: not on the tensor cores
+    assert mma["3d-p6-diffusion-stored"].count("simplex_mma_points<") == 1
+    assert mma["3d-p6-diffusion-stored"].count("simplex_mma_nodes<") == 1
+    assert "s_G1, s_pts" in mma["curved-p3-diffusion-on_the_fly"]  # coordinates per point
     launches = [launch for *_, launch, _, block in kernels if block is None]
+    launches = [launch for launch in launches if not launch.tensor_cores]
     assert any(launch.shared for launch in launches)
     assert any(not launch.shared for launch in launches)
     assert any(launch.elems > 1 for launch in launches)
@@ -161,3 +183,41 @@ def test_generated_kernels_compile_for_sm_90(kernels, tmp_path):
         results = list(pool.map(compile_one, enumerate(units)))
     failures = [f"{p.name}:\n{proc.stderr.decode()}" for p, proc in results if proc.returncode]
     assert not failures, "\n".join(failures)
+
+
+def test_tensor_core_launch_budget():
+    """The tensor-core variant's shared memory: the padded matrices (D, QR, MP) and slack,
+    per element the gathered nodes and the point buffer, the block sum's scratch; the
+    most elements (a multiple of 8, up to MMA_ELEMS) that fit the H100's 227 KiB."""
+    from hofem.backends.cuda import simplex_mma as mma
+
+    assert [mma.mma_pitch(n) for n in (4, 8, 36, 56, 84, 88)] == [4, 12, 36, 60, 84, 92]
+    ref = hf.Ceed("/cpu/self/ref")
+    mesh = meshes.box(1, 3, simplex=True)
+    launches = {}
+    for p in (4, 5, 6):
+        for form in (hf.mass, hf.diffusion):
+            op = form(hf.H1Space(ref, mesh, p), geometry="stored")
+            launch = osx.simplex_launch(op, osx.simplex_shape(op), tensor_cores=True)
+            launches[form.__name__, p] = launch
+            assert launch.tensor_cores and launch.used_bytes <= mma.MMA_SHARED_BYTES
+    # BP3 p = 6: G (3, 80, 84) + 4, per element 84 nodes and 3 rows of 80 points + 4, and
+    # MMA_THREADS doubles of block sum: 32 elements do not fit, 24 do
+    bp3 = launches["diffusion", 6]
+    assert (bp3.elems, bp3.shared) == (24, frozenset({"G0"}))
+    assert bp3.used_bytes == 8 * (3 * 80 * 84 + 4 + 24 * (84 + 244) + mma.MMA_THREADS)
+    # BP1 p = 6: B (152, 84) + 4, per element 84 nodes and 152 + 4 points
+    bp1 = launches["mass", 6]
+    assert bp1.elems == 32
+    assert bp1.used_bytes == 8 * (152 * 84 + 4 + 32 * (84 + 156) + mma.MMA_THREADS)
+    assert all(launches[key].elems == mma.MMA_ELEMS for key in launches if key[1] < 6)
+    op = hf.diffusion(hf.H1Space(ref, mesh, 6), geometry="stored")
+    shape = osx.simplex_shape(op)
+    assert osx.simplex_launch(op, shape, 160 * 1024, tensor_cores=True) is None  # G: 161 KB
+    assert osx.simplex_launch(op, shape, tensor_cores=True, elems=8).used_bytes < bp3.used_bytes
+    with pytest.raises(ValueError, match="elems=12"):
+        osx.simplex_launch(op, shape, tensor_cores=True, elems=12)
+    with pytest.raises(ValueError, match="threads=48"):
+        osx.simplex_launch(op, shape, tensor_cores=True, threads=48)
+    # the scalar launch is unchanged by the variant's arguments
+    assert not osx.simplex_launch(op, shape).tensor_cores

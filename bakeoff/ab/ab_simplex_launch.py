@@ -1,11 +1,14 @@
 """Side by side on tets: /gpu/cuda/batched, /gpu/cuda/gen's fused simplex kernel at its
 default launch, and the same kernel at other launches (``operator_simplex.simplex_launch``
-overrides): the measurements behind the default and ``cuda_simplex.json``.
+overrides), with its products on the fp64 tensor cores (``tensor_cores=True``,
+``simplex_mma``) at its default launch and others: the measurements behind the default and
+``cuda_simplex.json``.
 
 Usage (on a GPU)::
 
     python -m bakeoff.ab.ab_simplex_launch [--orders 1 2 3 4 5 6] [--dofs 3e6]
         [--problems bp1 bp3] [--geometry stored on_the_fly] [--rounds 5]
+        [--variants mma mma_elems_8 ...]
 
 One JSON line per case: the shape ``(dim, P, Q)``, each variant's launch and MDOF/s of one
 apply (the median of ``--rounds`` alternating rounds of 5 applies), on the box of
@@ -32,10 +35,23 @@ VARIANTS = {
     "threads_256": lambda d: {"threads": 256},
     "points_2": lambda d: {"points_per_thread": 2 * d.points_per_thread},
 }
+# the tensor-core kernel: its default launch and overrides (from its own default)
+MMA = {"tensor_cores": True}
+MMA_VARIANTS = {
+    "mma": lambda d: {},
+    "mma_elems_8": lambda d: {"elems": 8},
+    "mma_half_elems": lambda d: {"elems": max(8, d.elems // 16 * 8)},
+    "mma_double_elems": lambda d: {"elems": 2 * d.elems},
+    "mma_threads_128": lambda d: {"threads": 128},
+    "mma_threads_512": lambda d: {"threads": 512},
+    "mma_tiles_1": lambda d: {"tiles": 1},
+    "mma_tiles_4": lambda d: {"tiles": 4},
+}
 
 
-def operators(bp, p, dofs, geometry):
-    """``{name: (operator, launch)}``: batched, gen's default, and each variant that fits."""
+def operators(bp, p, dofs, geometry, variants):
+    """``{name: (operator, launch)}``: batched, gen's default, and each of ``variants`` (names
+    of :data:`VARIANTS` and :data:`MMA_VARIANTS`) that fits."""
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
     mesh = meshes.box(n, 3, simplex=True)
     ops = {}
@@ -45,9 +61,14 @@ def operators(bp, p, dofs, geometry):
     op = ops["/gpu/cuda/gen"][0]
     shape = osx.simplex_shape(op)
     default = osx.simplex_launch(op, shape)
-    for name, overrides in VARIANTS.items():
-        launch = osx.simplex_launch(op, shape, **overrides(default))
+    for name in (name for name in variants if name in VARIANTS):
+        launch = osx.simplex_launch(op, shape, **VARIANTS[name](default))
         if launch is not None and launch.used_bytes <= launch.shared_bytes:
+            ops[name] = (osx.SimplexOperator(op, shape, launch), launch)
+    mma = osx.simplex_launch(op, shape, **MMA)
+    for name in (name for name in variants if name in MMA_VARIANTS and mma is not None):
+        launch = osx.simplex_launch(op, shape, **MMA, **MMA_VARIANTS[name](mma))
+        if launch.used_bytes <= launch.shared_bytes:
             ops[name] = (osx.SimplexOperator(op, shape, launch), launch)
     ops["/gpu/cuda/gen"] = (op, default)
     return shape, ops
@@ -66,8 +87,8 @@ def _apply(op):
     return op.apply
 
 
-def case(bp, p, dofs, geometry, rounds):
-    shape, ops = operators(bp, p, dofs, geometry)
+def case(bp, p, dofs, geometry, rounds, variants):
+    shape, ops = operators(bp, p, dofs, geometry, variants)
     num_dofs = ops["/gpu/cuda/gen"][0].shape[1]
     u = cupy.random.default_rng(1).standard_normal(num_dofs)  # (l_size,)
     v = cupy.empty_like(u)
@@ -99,11 +120,14 @@ def main(argv=None):
     parser.add_argument("--geometry", nargs="+", default=["stored", "on_the_fly"])
     parser.add_argument("--dofs", type=float, default=3e6)
     parser.add_argument("--rounds", type=int, default=5)
+    every = {**VARIANTS, **MMA_VARIANTS}
+    parser.add_argument("--variants", nargs="+", default=list(every), choices=every)
     args = parser.parse_args(argv)
+    variants = {name: every[name] for name in args.variants}
     for bp in args.problems:
         for geometry in args.geometry:
             for p in args.orders:
-                case(bp, p, args.dofs, geometry, args.rounds)
+                case(bp, p, args.dofs, geometry, args.rounds, variants)
 
 
 if __name__ == "__main__":

@@ -688,6 +688,7 @@ class FusedOperator:
         self.num_blocks = self._grid(op.num_elem, elems, resident)
 
     layout = "slab"  # a thread per z column; operator_warp's kernels: "warp"
+    _shared_mem = 0  # dynamic shared memory bytes of a launch (the kernels' own: static)
 
     @staticmethod
     def _grid(num_elem, elems_per_block, resident):
@@ -738,7 +739,8 @@ class FusedOperator:
 
     def __call__(self, u, v):
         """``v (l_size,) += A u``; either may be None without an active input or output."""
-        self._kernel((self.num_blocks,), self._block, tuple(self._args(u, v)))
+        args = tuple(self._args(u, v))
+        self._kernel((self.num_blocks,), self._block, args, shared_mem=self._shared_mem)
 
     def apply_dot(self, u, v, dot_partial, status):
         """``v += A u`` and ``dot_partial[b]``, block ``b``'s part of ``u . Au``.
@@ -759,4 +761,4 @@ class FusedOperator:
         if self._dot_kernel is None:
             self._dot_kernel = self._compile(self._source(dot=True))
         args = (*self._args(u, v), dot_partial, status)
-        self._dot_kernel((self.num_blocks,), self._block, args)
+        self._dot_kernel((self.num_blocks,), self._block, args, shared_mem=self._shared_mem)

@@ -34,6 +34,10 @@ by the nodes.
 
 The ``dot=True`` variant also writes the block partial sums of ``u . Au``
 (see :mod:`.operator_fuse`), with the same parameters after the fields.
+
+``simplex_launch(..., tensor_cores=True)`` chooses the variant of :mod:`.simplex_mma`:
+the matrices in the opt-in dynamic shared memory and both products on the fp64 tensor
+cores (compute capability 8.0 and later), 8 elements as a tile's M side.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import numpy as np
 
 from ... import tuning
 from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
-from . import kernels
+from . import kernels, simplex_mma
 from .operator_fuse import (
     _BASIS_MODES,
     _DOT_BEGIN,
@@ -82,7 +86,7 @@ CONSTANT_POINTS = 2
 # rounds of each stage's loop over a block's elements: two in flight hide more of the
 # gathers' and the products' latency than one
 ROUNDS = 2
-_TUNING = tuning.simplex()  # cuda_simplex.json: where the batched kernels stay faster
+_TUNING = tuning.simplex()  # cuda_simplex.json: the tensor-core shapes, and batched's
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
 
 
@@ -103,8 +107,13 @@ class SimplexLaunch:
     shared_bytes : int
         Static shared memory of one block, at most: the budget it was chosen for.
     used_bytes : int
-        Static shared memory of one block: the per-element arrays, the shared matrices
-        and the dot variant's block-sum scratch.
+        Shared memory of one block: the per-element arrays, the shared matrices and the
+        dot variant's block-sum scratch (static, or dynamic with ``tensor_cores``).
+    tensor_cores : bool
+        The products on the fp64 tensor cores (:mod:`.simplex_mma`): ``elems`` a multiple
+        of 8, every matrix the products read in dynamic shared memory.
+    tiles : int
+        With ``tensor_cores``, the 8-column tiles of one warp's unit of work.
     """
 
     threads: int
@@ -113,6 +122,8 @@ class SimplexLaunch:
     shared: frozenset
     shared_bytes: int
     used_bytes: int
+    tensor_cores: bool = False
+    tiles: int = 1
 
 
 def simplex_shape(op: Any) -> tuple[int, int, int] | None:
@@ -156,11 +167,14 @@ def _pitch(P):
     return P | 1
 
 
-def host_matrices(op: Any) -> list[np.ndarray]:
+def host_matrices(op: Any, launch: SimplexLaunch | None = None) -> list[np.ndarray]:
     """The kernel's matrix parameters on the host, in order: per matrix set ``j``,
     ``B`` (Q, pitch), ``G`` (dim, Q, pitch) zero-padded to the odd :func:`_pitch`,
-    ``Bt`` (P, Q) and ``Gt`` (dim, P, Q)."""
+    ``Bt`` (P, Q) and ``Gt`` (dim, P, Q); for a ``launch`` with ``tensor_cores``,
+    :func:`.simplex_mma.mma_host_matrices`."""
     bases, _ = _matrix_sets(op)
+    if launch is not None and launch.tensor_cores:
+        return simplex_mma.mma_host_matrices(bases)
     arrays = []
     for b in bases:
         B, G = b.interp, b.grad  # (Q, P), (dim, Q, P)
@@ -197,10 +211,15 @@ def _element_doubles(op):
 
 
 def simplex_launch(
-    op: Any, shape: tuple[int, int, int], shared_bytes: int = SHARED_BYTES, **overrides: Any
+    op: Any, shape: tuple[int, int, int], shared_bytes: int | None = None, **overrides: Any
 ) -> SimplexLaunch | None:
     """The :class:`SimplexLaunch` of ``op`` (``shape`` from :func:`simplex_shape`), or None
-    when one element's shared arrays do not fit ``shared_bytes``.
+    when one element's shared arrays do not fit ``shared_bytes`` (default
+    :data:`SHARED_BYTES`, or :data:`.simplex_mma.MMA_SHARED_BYTES` with ``tensor_cores``).
+
+    ``tensor_cores=True`` (an override) gives the variant of :mod:`.simplex_mma`, with
+    its own defaults (:func:`.simplex_mma.mma_launch`: ``threads``, ``elems``, ``tiles``),
+    or None when 8 elements and its matrices do not fit.
 
     Defaults (``overrides``, keywords ``threads``, ``elems``, ``points_per_thread`` and
     ``shared_matrices=False``, replace them): :data:`THREADS` threads; one point per
@@ -209,6 +228,12 @@ def simplex_launch(
     rounds (of the points' slots or the nodes of the widest field, whichever is more),
     as fit in shared memory; then the matrices, in parameter order, while they fit.
     """
+    if overrides.get("tensor_cores", False):
+        budget = simplex_mma.MMA_SHARED_BYTES if shared_bytes is None else shared_bytes
+        dot = dot_pairs(op) is not None  # the dot variant's block-sum scratch, as below
+        fields = simplex_mma.mma_launch(op, _matrix_sets(op)[1], budget, overrides, dot)
+        return None if fields is None else SimplexLaunch(**fields)
+    shared_bytes = SHARED_BYTES if shared_bytes is None else shared_bytes
     Q = shape[2]
     threads = overrides.get("threads", THREADS)
     constant = any(f.basis.is_cell_constant for f in op.input_fields if f.eval_mode in _BASIS_MODES)
@@ -410,17 +435,21 @@ def kernel_source(op: Any, launch: SimplexLaunch, dot: bool = False) -> str:
         Source that includes ``simplex.cuh`` (compile with ``-I`` this folder).  Its
         parameters: ``num_elem``, per matrix set :func:`host_matrices`, the fields
         (as :class:`~.operator_fuse.FusedOperator` passes them), with ``dot`` the partial
-        sums and CG's status.
+        sums and CG's status.  With ``launch.tensor_cores``,
+        :func:`.simplex_mma.mma_kernel_source`'s (``simplex_mma.cuh``, dynamic shared
+        memory of ``launch.used_bytes``).
 
     Raises
     ------
     ValueError
         ``dot`` for an operator whose :func:`~.operator_fuse.dot_pairs` is None.
     """
+    bases, index = _matrix_sets(op)
+    if launch.tensor_cores:
+        return simplex_mma.mma_kernel_source(op, launch, bases, index, dot)
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
-    bases, index = _matrix_sets(op)
     src = _Source(op, launch, bases, index)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]
     stores = [src.output(k, f) for k, f in enumerate(op.output_fields)]
@@ -493,13 +522,22 @@ class SimplexOperator(FusedOperator):
         ``(dim, P, Q)`` from :func:`simplex_shape`.
     launch : SimplexLaunch
         From :func:`simplex_launch` (not None).
+
+    Raises
+    ------
+    ValueError
+        With ``launch.tensor_cores``: a device below compute capability 8.0 (no fp64
+        ``mma``), or ``launch.used_bytes`` past its opt-in shared memory per block.
     """
 
     layout = "simplex"
 
     def __init__(self, op: Any, shape: tuple[int, int, int], launch: SimplexLaunch) -> None:
         self._op, self._shape, self._launch = op, shape, launch
-        self._matrices = [cupy.asarray(M) for M in host_matrices(op)]  # kernel_source's order
+        if launch.tensor_cores:
+            self._shared_mem = _check_tensor_cores(launch)  # dynamic, per launch
+        # kernel_source's order
+        self._matrices = [cupy.asarray(M) for M in host_matrices(op, launch)]
         self._block = (launch.threads, 1, 1)
         self._kernel = self._compile(self._source())
         self._dot_kernel = None  # compiled on the first apply_dot
@@ -514,21 +552,71 @@ class SimplexOperator(FusedOperator):
         self.num_blocks = self._grid(op.num_elem, launch.elems, resident)
 
     def _compile(self, code):
-        return _compile(code)
+        kernel = _compile(code)
+        if self._launch.tensor_cores:  # the opt-in past 48 KiB, set on each compiled kernel
+            kernel.max_dynamic_shared_size_bytes = self._launch.used_bytes
+        return kernel
 
     def _source(self, dot=False):
         return kernel_source(self._op, self._launch, dot)
 
 
+def _optin_shared_bytes():
+    """This device's opt-in shared memory per block, or None where it has no fp64 tensor
+    cores (``mma`` on doubles: compute capability 8.0 and later)."""
+    device = cupy.cuda.Device()
+    if int(device.compute_capability) < 80:
+        return None
+    return device.attributes["MaxSharedMemoryPerBlockOptin"]
+
+
+def _check_tensor_cores(launch):
+    """``launch.used_bytes`` after checking that the device runs the tensor-core kernel:
+    fp64 ``mma`` and that much dynamic shared memory."""
+    limit = _optin_shared_bytes()
+    if limit is None:
+        raise ValueError(
+            f"tensor_cores=True needs fp64 tensor cores (compute capability 8.0 or later); "
+            f"this device has {cupy.cuda.Device().compute_capability}: use the default "
+            f"simplex launch"
+        )
+    if launch.used_bytes > limit:
+        raise ValueError(
+            f"the tensor-core simplex kernel needs {launch.used_bytes} bytes of shared memory "
+            f"per block, this device allows {limit}: pass simplex_launch(..., tensor_cores=True, "
+            f"shared_bytes={limit}) or fewer elems"
+        )
+    return launch.used_bytes
+
+
 def simplex_operator(op: Any) -> SimplexOperator | None:
     """``op``'s :class:`SimplexOperator`, or None where it cannot fuse (not all bases
     dense on one set of points, one element's shared arrays too large) or where the
-    batched kernels measured faster (``cuda_simplex.json``)."""
+    batched kernels measured faster (``cuda_simplex.json``).
+
+    The shapes of the table's ``tensor_cores`` run the tensor-core variant where the device
+    has fp64 ``mma`` and its shared memory holds the launch; elsewhere they fall back as the
+    other shapes do."""
     shape = simplex_shape(op)
-    if shape is not None and shape in _batched_shapes(op):
+    if shape is None:
         return None
-    launch = None if shape is None else simplex_launch(op, shape)
+    if shape in _TUNING.tensor_cores:
+        launch = _tensor_core_launch(op, shape)
+        if launch is not None:
+            return SimplexOperator(op, shape, launch)
+    if shape in _batched_shapes(op):
+        return None
+    launch = simplex_launch(op, shape)
     return None if launch is None else SimplexOperator(op, shape, launch)
+
+
+def _tensor_core_launch(op, shape):
+    """The tensor-core launch of ``op`` within this device's opt-in shared memory, or None
+    where the device has no fp64 tensor cores or 8 elements do not fit."""
+    limit = _optin_shared_bytes()
+    if limit is None:
+        return None
+    return simplex_launch(op, shape, min(limit, simplex_mma.MMA_SHARED_BYTES), tensor_cores=True)
 
 
 def _batched_shapes(op):
