@@ -723,7 +723,7 @@ def _check_simplex(gen, ref, make, tol=1e-12):
     if kernel is not None:
         assert _fused(op_gen) and op_gen.backend_data["gen"][1].layout == "simplex"
         _check_dot(gen, op_gen)
-        if not kernel._launch.tensor_cores:
+        if not kernel.launch.tensor_cores:
             return
     else:
         assert not _fused(op_gen)  # handed to batched, which measured faster there
@@ -823,8 +823,8 @@ def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, p):
     assert int(cupy.cuda.Device().compute_capability) >= 80
     op = hf.diffusion(hf.H1Space(gen, meshes.box(2, 3, simplex=True), p))
     kernel = osx.simplex_operator(op)
-    assert kernel._launch.tensor_cores == (osx.simplex_shape(op) in tuning.simplex().tensor_cores)
-    assert kernel._launch.tensor_cores == (p >= 4)
+    assert kernel.launch.tensor_cores == (osx.simplex_shape(op) in tuning.simplex().tensor_cores)
+    assert kernel.launch.tensor_cores == (p >= 4)
 
 
 def test_gen_device_cg_on_tets(gen, ref):

@@ -29,6 +29,7 @@ from hofem.backends.cuda import operator_simplex as osx
 FORMS = {"bp1": hf.mass, "bp3": hf.diffusion}
 # launch overrides tried beside the default (``simplex_launch`` keywords, from the default)
 VARIANTS = {
+    "scalar": lambda d: {},
     "half_elems": lambda d: {"elems": max(1, d.elems // 2)},
     "double_elems": lambda d: {"elems": 2 * d.elems},
     "global_matrices": lambda d: {"shared_matrices": False},
@@ -49,15 +50,18 @@ MMA_VARIANTS = {
 }
 
 
-def operators(bp, p, dofs, geometry, variants):
-    """``{name: (operator, launch)}``: batched, gen's default, and each of ``variants`` (names
-    of :data:`VARIANTS` and :data:`MMA_VARIANTS`) that fits."""
+def operators(bp, p, dofs, geometry, variants, q_extra=None):
+    """``{name: (operator, launch)}``: batched, gen's default (its launch None where gen hands
+    the shape to batched), and each of ``variants`` (names of :data:`VARIANTS`, from the
+    scalar kernel's default launch, and :data:`MMA_VARIANTS`) that fits.  ``q_extra``: the
+    forms' (None: the user defaults' symmetric rule)."""
     n = max(1, math.ceil((dofs ** (1 / 3) - 1) / p))
     mesh = meshes.box(n, 3, simplex=True)
     ops = {}
     for resource in ("/gpu/cuda/batched", "/gpu/cuda/gen"):
         ceed = hf.Ceed(resource)
-        ops[resource] = (FORMS[bp](hf.H1Space(ceed, mesh, p), geometry=geometry), None)
+        space = hf.H1Space(ceed, mesh, p)
+        ops[resource] = (FORMS[bp](space, geometry=geometry, q_extra=q_extra), None)
     op = ops["/gpu/cuda/gen"][0]
     shape = osx.simplex_shape(op)
     default = osx.simplex_launch(op, shape)
@@ -70,7 +74,8 @@ def operators(bp, p, dofs, geometry, variants):
         launch = osx.simplex_launch(op, shape, **MMA, **MMA_VARIANTS[name](mma))
         if launch.used_bytes <= launch.shared_bytes:
             ops[name] = (osx.SimplexOperator(op, shape, launch), launch)
-    ops["/gpu/cuda/gen"] = (op, default)
+    kernel = osx.simplex_operator(op)
+    ops["/gpu/cuda/gen"] = (op, None if kernel is None else kernel.launch)
     return shape, ops
 
 
@@ -87,8 +92,8 @@ def _apply(op):
     return op.apply
 
 
-def case(bp, p, dofs, geometry, rounds, variants):
-    shape, ops = operators(bp, p, dofs, geometry, variants)
+def case(bp, p, dofs, geometry, rounds, variants, q_extra=None):
+    shape, ops = operators(bp, p, dofs, geometry, variants, q_extra)
     num_dofs = ops["/gpu/cuda/gen"][0].shape[1]
     u = cupy.random.default_rng(1).standard_normal(num_dofs)  # (l_size,)
     v = cupy.empty_like(u)
@@ -120,6 +125,9 @@ def main(argv=None):
     parser.add_argument("--geometry", nargs="+", default=["stored", "on_the_fly"])
     parser.add_argument("--dofs", type=float, default=3e6)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--q-extra", type=int, default=None, help="the forms' q_extra (default: symmetric rules)"
+    )
     every = {**VARIANTS, **MMA_VARIANTS}
     parser.add_argument("--variants", nargs="+", default=list(every), choices=every)
     args = parser.parse_args(argv)
@@ -127,7 +135,7 @@ def main(argv=None):
     for bp in args.problems:
         for geometry in args.geometry:
             for p in args.orders:
-                case(bp, p, args.dofs, geometry, args.rounds, variants)
+                case(bp, p, args.dofs, geometry, args.rounds, variants, args.q_extra)
 
 
 if __name__ == "__main__":

@@ -551,6 +551,11 @@ class SimplexOperator(FusedOperator):
         resident = max(1, min(2048 // launch.threads, sm_shared // launch.used_bytes))
         self.num_blocks = self._grid(op.num_elem, launch.elems, resident)
 
+    @property
+    def launch(self) -> SimplexLaunch:
+        """The thread layout this kernel was built for."""
+        return self._launch
+
     def _compile(self, code):
         kernel = _compile(code)
         if self._launch.tensor_cores:  # the opt-in past 48 KiB, set on each compiled kernel
