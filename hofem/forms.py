@@ -72,6 +72,12 @@ _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
 # space (a multigrid level) and what its q-data is
 _FORM_ARGS = weakref.WeakKeyDictionary()
 
+# a device fills the levels' diagonals in chunks of this many times H1Space.CHUNK_POINTS
+# points: each chunk costs the same launches and Python calls whatever its size (the q-data
+# build, the coordinates' gather, a contraction per direction, the sum), which host-side
+# chunks of 2^20 points (48 MB of diffusion q-data) do not amortize on a GPU
+DEVICE_CHUNK_FACTOR = 4
+
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 # the pointwise matrix entries (a, b), a <= b, of each q-data value: the gallery's order
 _QDATA_PAIRS = {
@@ -576,7 +582,8 @@ def _fill_levels(targets, form, coefficient, q_extra, quad_mode):
     """Add the q-data of every ``(space, level references, coordinate L-vector or None)`` of
     ``targets`` to its levels.
 
-    Each space's chunks of cells (:meth:`H1Space.cell_chunks` of its quadrature) are
+    Each space's chunks of cells (of ``CHUNK_POINTS`` points of its quadrature, times
+    :data:`DEVICE_CHUNK_FACTOR` on a device) are
     taken in the order of their first cell, all spaces' together, so that one coordinate
     block (:class:`_CoordinateBlocks`) per coordinate space serves the chunks of every
     space on it: the coordinates are interpolated and uploaded about once, not once per
@@ -591,9 +598,15 @@ def _fill_levels(targets, form, coefficient, q_extra, quad_mode):
         if levels:
             rule = form_quadrature(space, form, q_extra, quad_mode)
             passes.append(_PointwisePass(space, kind, rule, coefficient, levels, x_l))
-    chunks = sorted((a, k, b) for k, p in enumerate(passes) for a, b in p.space.cell_chunks(p.Q))
-    if not chunks:
+    if not passes or not passes[0].space.num_elem:
         return
+    points = passes[0].space.CHUNK_POINTS  # per chunk
+    points *= 1 if passes[0].space.ceed.xp is np else DEVICE_CHUNK_FACTOR
+    chunks = sorted(
+        (a, k, b)
+        for k, p in enumerate(passes)
+        for a, b in chunk_ranges(p.space.num_elem, p.Q, points)
+    )
     size = max((b - a) * passes[k].size * passes[k].Q for a, k, b in chunks)
     buffer = passes[0].space.ceed.xp.empty(size)  # (largest chunk's size * Q,)
     # a coordinate space's numbering and first cell (what its values are of) -> its blocks
