@@ -72,6 +72,12 @@ _SPACES = weakref.WeakKeyDictionary()  # operator made by a form -> its H1Space
 # space (a multigrid level) and what its q-data is
 _FORM_ARGS = weakref.WeakKeyDictionary()
 
+# a device fills the levels' diagonals in chunks of this many times H1Space.CHUNK_POINTS
+# points: each chunk costs the same launches and Python calls whatever its size (the q-data
+# build, the coordinates' gather, a contraction per direction, the sum), which host-side
+# chunks of 2^20 points (48 MB of diffusion q-data) do not amortize on a GPU
+DEVICE_CHUNK_FACTOR = 4
+
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}
 # the pointwise matrix entries (a, b), a <= b, of each q-data value: the gallery's order
 _QDATA_PAIRS = {
@@ -184,6 +190,32 @@ class _CoordinateBlocks:
             x = self.coords.element_coordinates(self.start, self.stop)  # (cells, dim, P_x)
             self.x = self.coords.ceed.asarray(x.ravel())
         return self.x[(a - self.start) * n : (b - self.start) * n]
+
+
+class _CoordinateGather:
+    """Coordinate E-vectors of cell ranges gathered from a coordinate L-vector on the
+    backend (the one an on-the-fly operator reads, ``"dx"``): one gather a range where
+    the vector lives, no host interpolation and no upload (:class:`_CoordinateBlocks`)."""
+
+    def __init__(self, coords, x_l):
+        r = coords.restriction
+        self.x_l, self.offsets = x_l, r.kept_offsets()  # (l_size,), (num_elem, P_x)
+        xp, dtype = coords.ceed.xp, index_dtype(r.l_size)  # component j's entries: + j * stride
+        xp = np if isinstance(self.offsets, np.ndarray) else xp
+        self.comp = xp.arange(r.num_comp, dtype=dtype)[None, :, None] * dtype(r.component_stride)
+
+    @staticmethod
+    def usable(coords, x_l):
+        """Whether ``x_l`` and ``coords``' kept offsets live in one memory (both on the
+        device, or both on the host), so that the gather moves nothing."""
+        if x_l is None:
+            return False
+        on_host = isinstance(coords.restriction.kept_offsets(), np.ndarray)
+        return on_host == isinstance(x_l, np.ndarray)
+
+    def cells(self, a, b):
+        """``(b - a) * dim * P_x`` coordinates of cells ``a:b``, flat in the E-vector layout."""
+        return self.x_l[self.offsets[a:b, None, :] + self.comp].ravel()  # (b - a, dim, P_x)
 
 
 def _coefficient(space, a, b, coefficient, geo):
@@ -514,7 +546,8 @@ def _level_assemblies(levels, sources, args, coarsest_matrix=True):
     chunk; levels of one space share its chunks, and spaces of one coordinate space share
     the coordinates of each block of cells."""
     form, _, coefficient, q_extra, quad_mode, _ = args
-    # id(space) -> (space, weak references to the levels it fills); weak, since each level
+    # id(space) -> [space, weak references to the levels it fills, the coordinate L-vector
+    # an on-the-fly level reads or None]; weak, since each level
     # holds the fill: a cycle would keep the element diagonals and matrices (E-vectors)
     # alive until the garbage collector's next pass, in device memory too
     out, targets = [], {}
@@ -526,35 +559,54 @@ def _level_assemblies(levels, sources, args, coarsest_matrix=True):
 
     for k, (level, space) in enumerate(zip(levels, sources, strict=True)):
         sub = isinstance(level, SubOperator)
-        field = next(f for f in (level.op if sub else level).input_fields if f.is_active)
+        field = next(f for f in _field_owner(level).input_fields if f.is_active)
         free = level.free_dofs if sub else None
         out.append(
             LevelAssembly(field.restriction, field.basis, field.eval_mode, free,
                           matrix=coarsest_matrix and k == len(levels) - 1, fill=fill)
         )  # fmt: skip
-        targets.setdefault(id(space), (space, []))[1].append(weakref.ref(out[-1]))
+        target = targets.setdefault(id(space), [space, [], None])
+        target[1].append(weakref.ref(out[-1]))
+        if target[2] is None:  # an on-the-fly level's coordinates: the pass gathers from them
+            target[2] = next((f.vector for f in _field_owner(level).input_fields
+                              if f.name == "dx"), None)  # fmt: skip
     return out
 
 
-def _fill_levels(targets, form, coefficient, q_extra, quad_mode):
-    """Add the q-data of every ``(space, level references)`` of ``targets`` to its levels.
+def _field_owner(level):
+    """The operator whose fields a level has: a :func:`restrict_dofs` level's wrapped one."""
+    return level.op if isinstance(level, SubOperator) else level
 
-    Each space's chunks of cells (:meth:`H1Space.cell_chunks` of its quadrature) are
+
+def _fill_levels(targets, form, coefficient, q_extra, quad_mode):
+    """Add the q-data of every ``(space, level references, coordinate L-vector or None)`` of
+    ``targets`` to its levels.
+
+    Each space's chunks of cells (of ``CHUNK_POINTS`` points of its quadrature, times
+    :data:`DEVICE_CHUNK_FACTOR` on a device) are
     taken in the order of their first cell, all spaces' together, so that one coordinate
     block (:class:`_CoordinateBlocks`) per coordinate space serves the chunks of every
     space on it: the coordinates are interpolated and uploaded about once, not once per
-    level.  The chunks are built one after the other into one buffer.
+    level.  Where a level reads its coordinate L-vector on the fly, each chunk's
+    coordinates are gathered from that vector instead (:class:`_CoordinateGather`), where
+    it lives.  The chunks are built one after the other into one buffer.
     """
     kind = "Mass" if form == "mass" else "Poisson"
     passes = []
-    for space, refs in targets:
+    for space, refs, x_l in targets:
         levels = [level for level in (ref() for ref in refs) if level is not None]
         if levels:
             rule = form_quadrature(space, form, q_extra, quad_mode)
-            passes.append(_PointwisePass(space, kind, rule, coefficient, levels))
-    chunks = sorted((a, k, b) for k, p in enumerate(passes) for a, b in p.space.cell_chunks(p.Q))
-    if not chunks:
+            passes.append(_PointwisePass(space, kind, rule, coefficient, levels, x_l))
+    if not passes or not passes[0].space.num_elem:
         return
+    points = passes[0].space.CHUNK_POINTS  # per chunk
+    points *= 1 if passes[0].space.ceed.xp is np else DEVICE_CHUNK_FACTOR
+    chunks = sorted(
+        (a, k, b)
+        for k, p in enumerate(passes)
+        for a, b in chunk_ranges(p.space.num_elem, p.Q, points)
+    )
     size = max((b - a) * passes[k].size * passes[k].Q for a, k, b in chunks)
     buffer = passes[0].space.ceed.xp.empty(size)  # (largest chunk's size * Q,)
     # a coordinate space's numbering and first cell (what its values are of) -> its blocks
@@ -564,7 +616,10 @@ def _fill_levels(targets, form, coefficient, q_extra, quad_mode):
         coords = chunk.coords
         key = (id(coords.numbering), coords.first_cell)
         if key not in blocks:
-            blocks[key] = _CoordinateBlocks(coords)
+            usable = _CoordinateGather.usable(coords, chunk.x_l)
+            blocks[key] = (
+                _CoordinateGather(coords, chunk.x_l) if usable else _CoordinateBlocks(coords)
+            )
         x = blocks[key].cells(a, b)  # (chunk * dim * P_x,)
         q = chunk.build(a, b, x, buffer)  # (b - a, size, Q)
         for level in chunk.levels:
@@ -581,8 +636,9 @@ class _PointwisePass:
     memory costs a page fault per page at its first write).
     """
 
-    def __init__(self, space, kind, rule, coefficient, levels):
+    def __init__(self, space, kind, rule, coefficient, levels, x_l=None):
         self.space, self.kind, self.coefficient, self.levels = space, kind, coefficient, levels
+        self.x_l = x_l  # the coordinate L-vector of an on-the-fly level, or None
         self.size = _QDATA_SIZE[kind][space.dim]
         self.pairs = _QDATA_PAIRS[kind][space.dim]
         self.coords, self.geo = _coordinate_basis(space, rule)

@@ -142,6 +142,12 @@ def coarse_orders(order: int, orders: Sequence[int] | None = None) -> list:
 def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
     """Largest eigenvalue of ``D^-1 A`` from ``steps`` Jacobi-preconditioned CG steps (Lanczos).
 
+    The CG scalars stay where the vectors live (0-d arrays) and come to the host once,
+    after the last step: on a GPU one synchronization instead of two a step, so the
+    steps' launches run ahead of the device.  A breakdown (``p.Ap <= 0`` or
+    ``r.z <= 0``) ends the tridiagonal matrix at the step before it, as a loop that
+    stopped there would (the later steps' values are dropped).
+
     Parameters
     ----------
     apply : callable
@@ -163,33 +169,38 @@ def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
     r = xp.random.default_rng(seed).standard_normal(n)  # (n,) drawn where the vectors live
     z = inv_diag * r
     p, Ap = z.copy(), xp.empty_like(z)
-    rz = float(ops.dot(r, z))
-    alphas, betas = [], []
-    for step in range(steps):
-        apply(p, Ap)
-        pAp = float(ops.dot(p, Ap))
-        if pAp <= 0 or rz <= 0:
-            break
-        alphas.append(rz / pAp)
-        if step == steps - 1:  # T needs no later beta
-            break
-        Ap *= alphas[-1]  # in place: no temporaries of n entries
-        r -= Ap
-        xp.multiply(inv_diag, r, out=z)
-        rz_new = float(ops.dot(r, z))
-        betas.append(rz_new / rz)
-        rz = rz_new
-        p *= betas[-1]
-        p += z
-    if not alphas:
+    rz, pAp = [ops.dot(r, z)], []  # 0-d arrays: rz[j] = r_j . z_j, pAp[j] = p_j . A p_j
+    with np.errstate(divide="ignore", invalid="ignore"):  # after a breakdown: dropped below
+        for step in range(steps):
+            apply(p, Ap)
+            pAp.append(ops.dot(p, Ap))
+            if step == steps - 1:  # T needs no later beta
+                break
+            Ap *= rz[-1] / pAp[-1]  # alpha_j, in place: no temporaries of n entries
+            r -= Ap
+            xp.multiply(inv_diag, r, out=z)
+            rz.append(ops.dot(r, z))
+            p *= rz[-1] / rz[-2]  # beta_j
+            p += z
+    rz, pAp = _host_scalars(xp, rz), _host_scalars(xp, pAp)  # the one synchronization
+    k = 0
+    while k < pAp.size and pAp[k] > 0 and rz[k] > 0:
+        k += 1
+    if k == 0:
         return 1.0
-    k = len(alphas)
+    alphas, betas = rz[:k] / pAp[:k], rz[1:k] / rz[: k - 1]  # the loop's own divisions
     T = np.zeros((k, k))
     for j in range(k):
         T[j, j] = 1.0 / alphas[j] + (betas[j - 1] / alphas[j - 1] if j else 0.0)
         if j + 1 < k:
             T[j, j + 1] = T[j + 1, j] = math.sqrt(betas[j]) / alphas[j]
     return float(np.linalg.eigvalsh(T)[-1])
+
+
+def _host_scalars(xp, values):
+    """0-d arrays of ``xp`` (or host scalars) as one host array ``(len(values),)``: one copy."""
+    stacked = xp.stack([xp.asarray(v).reshape(()) for v in values])
+    return stacked if xp is np else stacked.get()
 
 
 class Chebyshev:

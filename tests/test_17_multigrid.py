@@ -462,6 +462,45 @@ def test_level_assembly_in_chunks_is_the_one_chunk_assembly(ceed, monkeypatch):
     np.testing.assert_allclose(chunked[1], whole[1], rtol=0, atol=1e-13 * abs(whole[1]).max())
 
 
+@pytest.mark.parametrize("cells", ["hex", "tet"])
+def test_level_fill_gathers_on_the_fly_coordinates_as_the_blocks_interpolate(
+    ceed, cells, monkeypatch
+):
+    """On-the-fly levels fill their diagonals and coarsest matrix from chunks of coordinates
+    gathered from the operators' coordinate L-vector (where it lives): the same as from the
+    host-interpolated, uploaded coordinate blocks, on a curved mesh in many chunks."""
+    from hofem import forms
+
+    mesh = meshes.box((3, 2, 2), order=2, distort=0.1, simplex=cells == "tet")
+    monkeypatch.setattr(hf.H1Space, "CHUNK_POINTS", 500)
+    monkeypatch.setattr(forms._CoordinateBlocks, "VALUES", 300)
+
+    def assemble():
+        space = hf.H1Space(ceed, mesh, 4 if cells == "hex" else 2)
+        A = hf.diffusion(space, geometry="on_the_fly")
+        levels = multigrid_hierarchy(hf.restrict_dofs(A, space.free_dofs()))
+        diagonals = [ceed.to_numpy(a.linear_assemble_diagonal()) for a in levels.assembly]
+        return diagonals, levels.assembly[-1].linear_assemble().toarray()
+
+    gathers = []
+    real_gather = forms._CoordinateGather.__init__
+
+    def counted(self, coords, x_l):
+        gathers.append(coords)
+        real_gather(self, coords, x_l)
+
+    monkeypatch.setattr(forms._CoordinateGather, "__init__", counted)
+    gathered = assemble()
+    assert gathers, "no level gathered its coordinates"
+    monkeypatch.setattr(forms._CoordinateGather, "usable", staticmethod(lambda c, x: False))
+    interpolated = assemble()
+    for got, expected in zip(gathered[0], interpolated[0], strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15 * abs(expected).max())
+    np.testing.assert_allclose(
+        gathered[1], interpolated[1], rtol=0, atol=1e-13 * abs(interpolated[1]).max()
+    )
+
+
 @pytest.mark.parametrize(
     ("dim", "p", "form"), [(3, 2, "diffusion"), (3, 3, "mass"), (2, 4, "diffusion")]
 )
