@@ -31,6 +31,7 @@ __all__ = [
     "Exchange",
     "MpiChannel",
     "NcclChannel",
+    "ipc_l_path_segments",
     "l_path_segments",
     "nccl_communicator",
     "resolve_transport",
@@ -118,6 +119,34 @@ def l_path_segments(
     ]
     empty = np.empty(0, dtype=np.int64)
     return (np.concatenate(send_l) if send_l else empty), buffer_segments, ghost_segments
+
+
+def ipc_l_path_segments(
+    numbering: ParNumbering, num_comp: int
+) -> tuple[list[Segment], list[Segment], list[Segment], list[Segment], bool]:
+    """The segments of the ``"ipc"`` transport's L-vector channels.
+
+    With one component, those of :func:`l_path_segments`. With several, the ghosts of
+    ``P`` travel as one message per neighbour into a receive buffer laid out as the
+    T-vector channel's (``Exchange._ghost_l`` puts it in place; ``Exchange`` says why).
+
+    Returns
+    -------
+    forward_sends, forward_recvs : list of (rank, offset, count)
+        ``P``: offsets in the send buffer, and in the L-vector or the receive buffer.
+    reverse_sends, reverse_recvs : list of (rank, offset, count)
+        ``Pᵀ``: offsets in the L-vector and in the transpose's receive buffer.
+    staged : bool
+        The ghosts of ``P`` land in a receive buffer (several components).
+    """
+    _, buffer_segments, ghost_segments = l_path_segments(numbering, num_comp)
+    if num_comp == 1:
+        return buffer_segments, ghost_segments, ghost_segments, buffer_segments, False
+    send_sizes = [num_comp * len(s) for s in numbering.send_nodes]
+    recv_sizes = [num_comp * int(g) for g in numbering.recv_counts]
+    sends = _rank_segments(numbering.send_ranks, send_sizes)
+    recvs = _rank_segments(numbering.recv_ranks, recv_sizes)
+    return sends, recvs, ghost_segments, buffer_segments, True
 
 
 class MpiChannel:
@@ -412,7 +441,7 @@ class Exchange:
         # (sum of the send sizes,) L indices of what is sent, in the send buffer's order
         self._send_l = self._send_t if self.num_comp == 1 else self.xp.asarray(send_l)
         if self.transport == "ipc":
-            self._open_ipc_l_path(numbering, send_sizes, recv_sizes)
+            self._open_ipc_l_path(numbering, recv_sizes)
         else:
             self._forward_l = NcclChannel.over(
                 self.comm, buffer_segments, ghost_segments, send_buf=self._forward.send_buf
@@ -425,9 +454,7 @@ class Exchange:
             (self._send_l[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
         ]
 
-    def _open_ipc_l_path(
-        self, numbering: ParNumbering, send_sizes: list[int], recv_sizes: list[int]
-    ) -> None:
+    def _open_ipc_l_path(self, numbering: ParNumbering, recv_sizes: list[int]) -> None:
         """The L-vector channels on the copy engines (:class:`~hofem.parallel.ipc.IpcChannel`).
 
         A sender writes round ``k + 1`` without waiting for its receiver, so a receive
@@ -444,20 +471,15 @@ class Exchange:
         from ..backends.cuda import kernels
         from .ipc import IpcChannel
 
-        _, buffer_segments, ghost_segments = l_path_segments(numbering, self.num_comp)
-        if self.num_comp == 1:
-            sends, recvs, stage = buffer_segments, ghost_segments, None
-        else:  # one message per neighbour, in the T-vector channel's order (_ghost_l's)
-            sends = _rank_segments(numbering.send_ranks, send_sizes)
-            recvs = _rank_segments(numbering.recv_ranks, recv_sizes)
-            stage = self.xp.empty(int(sum(recv_sizes)))  # (sum of the receive sizes,)
+        sends, recvs, back_sends, back_recvs, staged = ipc_l_path_segments(numbering, self.num_comp)
+        if staged:  # (sum of the receive sizes,) in the T-vector channel's order (_ghost_l's)
+            self._stage_l = self.xp.empty(int(sum(recv_sizes)))
             self._scatter = kernels.ipc_module().get_function("ipc_scatter")
-        self._stage_l = stage
         self._forward_l = IpcChannel.over(
-            self.comm, sends, recvs, send_buf=self._forward.send_buf, recv_buf=stage, tag=23
+            self.comm, sends, recvs, send_buf=self._forward.send_buf, recv_buf=self._stage_l, tag=23
         )
         self._reverse_l = IpcChannel.over(
-            self.comm, ghost_segments, buffer_segments, recv_buf=self._reverse.recv_buf, tag=24
+            self.comm, back_sends, back_recvs, recv_buf=self._reverse.recv_buf, tag=24
         )
 
     @property

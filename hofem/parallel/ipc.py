@@ -36,7 +36,7 @@ from mpi4py import MPI
 
 from ..typing import Array
 
-__all__ = ["IpcChannel", "pair_copies", "segments_by_rank"]
+__all__ = ["IpcChannel", "neighbour_swap", "pair_copies", "segments_by_rank"]
 
 Segment = tuple[int, int, int]  # (rank, offset, count) of one message in an array
 Copy = tuple[int, int, int, int]  # (rank, local offset, remote offset, count)
@@ -135,9 +135,12 @@ def _close(handle: bytes) -> None:
         del _OPENED[handle]
 
 
-def _swap(comm: MPI.Comm, messages: dict[int, object], sources: Sequence[int], tag: int):
-    """Send ``messages[q]`` to each ``q`` and receive one message from each of ``sources``:
-    ``{q: message}`` (MPI point-to-point: only the ranks that talk take part)."""
+def neighbour_swap(
+    comm: MPI.Comm, messages: dict[int, object], sources: Sequence[int], tag: int
+) -> dict[int, object]:
+    """Send ``messages[q]`` to each rank ``q`` and receive one message from each of
+    ``sources``: ``{q: message}`` (MPI point-to-point: only the ranks that talk take
+    part; messages between two ranks on one tag arrive in the order sent)."""
     requests = [comm.isend(m, dest=q, tag=tag) for q, m in messages.items()]
     received = {q: comm.recv(source=q, tag=tag) for q in sources}
     MPI.Request.waitall(requests)
@@ -210,7 +213,7 @@ class IpcChannel:
         """Tell each source where its flag is; learn where this rank's flags go."""
         handle, offset = _describe(self._flags) if self._sources else (b"", 0)
         messages = {q: (handle, offset + 8 * k) for k, q in enumerate(self._sources)}
-        received = _swap(self.comm, messages, self._targets, self.tag)
+        received = neighbour_swap(self.comm, messages, self._targets, self.tag)
         return {q: self._map(*received[q]) for q in self._targets}
 
     def _map(self, handle: bytes, offset: int) -> int:
@@ -225,7 +228,7 @@ class IpcChannel:
             handle, offset = _describe(recv) if self._sources else (b"", 0)
             mine = segments_by_rank(self._recvs)
             messages = {q: (handle, offset, mine[q]) for q in self._sources}
-            received = _swap(self.comm, messages, self._targets, self.tag + 1000)
+            received = neighbour_swap(self.comm, messages, self._targets, self.tag + 1000)
             base = {q: self._map(h, o) for q, (h, o, _) in received.items()}
             remote = {q: segments for q, (_, _, segments) in received.items()}
             copies = pair_copies(self._sends, remote, self.comm.rank)
