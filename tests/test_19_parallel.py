@@ -164,6 +164,17 @@ def test_ipc_copies_pair_each_send_with_the_receivers_segment():
         pair_copies(sends, {1: [(10, 4), (30, 2)]}, rank=0)
 
 
+def test_ipc_channel_refuses_neighbours_it_cannot_map():
+    """A neighbour on another node, or on this rank's GPU: one line naming the fix."""
+    from hofem.parallel.ipc import _check_peer
+
+    _check_peer(0, ("node-a", "0000:19:00.0"), 1, ("node-a", "0000:3b:00.0"))
+    with pytest.raises(ValueError, match=r"rank 1 runs on node 'node-b' .* use transport='nccl'"):
+        _check_peer(0, ("node-a", "0000:19:00.0"), 1, ("node-b", "0000:3b:00.0"))
+    with pytest.raises(ValueError, match=r"ranks 1 and 0 use one GPU \(0000:19:00.0\)"):
+        _check_peer(0, ("node-a", "0000:19:00.0"), 1, ("node-a", "0000:19:00.0"))
+
+
 @pytest.mark.mpi
 @needs_mpiexec
 @pytest.mark.parametrize("n", RANKS)

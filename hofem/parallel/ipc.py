@@ -147,6 +147,30 @@ def neighbour_swap(
     return received
 
 
+def _check_peer(rank: int, here: tuple[str, str], peer: int, there: tuple[str, str]) -> None:
+    """Refuse a neighbour whose memory CUDA IPC cannot map: ``(node, GPU PCI id)`` of each."""
+    if there[0] != here[0]:
+        raise ValueError(
+            f"IpcChannel: rank {peer} runs on node {there[0]!r} and rank {rank} on "
+            f"{here[0]!r}, and CUDA IPC maps memory within one node: use transport='nccl'"
+        )
+    if there[1] == here[1]:
+        raise ValueError(
+            f"IpcChannel: ranks {peer} and {rank} use one GPU ({here[1]}), and CUDA IPC "
+            "needs a GPU per rank: run at most one rank per GPU, or use transport='mpi'"
+        )
+
+
+def _check_device_array(array, name: str) -> None:
+    import cupy
+
+    if not isinstance(array, cupy.ndarray):
+        raise TypeError(
+            f"IpcChannel: {name} must be a CuPy array on this rank's GPU, not "
+            f"{type(array).__name__}: pass device arrays, or use transport='mpi' for host ones"
+        )
+
+
 class IpcChannel:
     """Point-to-point exchange of float64 device arrays by CUDA IPC and the copy engines.
 
@@ -210,11 +234,17 @@ class IpcChannel:
         return cls(comm, sends, recvs, send_buf=send_buf, recv_buf=recv_buf, tag=tag)
 
     def _exchange_flags(self) -> dict[int, int]:
-        """Tell each source where its flag is; learn where this rank's flags go."""
+        """Tell each source where its flag is; learn where this rank's flags go (and check
+        that each target shares this node and has a GPU of its own)."""
+        import cupy
+
+        place = (MPI.Get_processor_name(), cupy.cuda.Device().pci_bus_id)
         handle, offset = _describe(self._flags) if self._sources else (b"", 0)
-        messages = {q: (handle, offset + 8 * k) for k, q in enumerate(self._sources)}
+        messages = {q: (place, handle, offset + 8 * k) for k, q in enumerate(self._sources)}
         received = neighbour_swap(self.comm, messages, self._targets, self.tag)
-        return {q: self._map(*received[q]) for q in self._targets}
+        for q, (there, _, _) in received.items():
+            _check_peer(self.comm.rank, place, q, there)
+        return {q: self._map(h, o) for q, (_, h, o) in received.items()}
 
     def _map(self, handle: bytes, offset: int) -> int:
         self._handles.append(handle)
@@ -223,6 +253,7 @@ class IpcChannel:
     def _register(self, recv: Array) -> list[Copy]:
         """The copies of a round into the neighbours' arrays that correspond to ``recv``
         (collective over the neighbours; cached by ``recv``'s address)."""
+        _check_device_array(recv, "recv")
         key = recv.data.ptr
         if key not in self._targets_of:
             handle, offset = _describe(recv) if self._sources else (b"", 0)
@@ -247,6 +278,8 @@ class IpcChannel:
         send = self.send_buf if send is None else send
         recv = self.recv_buf if recv is None else recv
         copies = self._register(recv)
+        if copies:
+            _check_device_array(send, "send")
         self._next_round((1,), (1,), (self._count,))
         self._ready.record()
         self._stream.wait_event(self._ready)
