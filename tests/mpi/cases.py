@@ -574,6 +574,71 @@ def group_ipc_plan(resource):
         print("rank 0: ipc_plan ok", flush=True)
 
 
+def _owned_view(exchange, x_l):
+    """The T-vector entries of the L-vector ``x_l``, ``(num_comp, num_owned)`` (a view)."""
+    return x_l.reshape(exchange.num_comp, exchange.num_nodes)[:, : exchange.num_owned]
+
+
+def _ipc_graph_rounds(exchange, x_l, x_t, replays=5):
+    """Rounds of ``x_t *= 2``, ``x_l = P x_t`` over "ipc" and an all-reduce, replayed from
+    a CUDA graph: ``x_l`` is then ``P`` of the last ``x_t``."""
+    import cupy
+
+    a = x_t.reshape(exchange.num_comp, -1)  # (num_comp, num_owned)
+    scalar = cupy.ones(1)
+
+    def round_():  # allocation-free: the graph replays it
+        cupy.multiply(a, 2.0, out=a)
+        x_l.fill(0.0)
+        cupy.copyto(_owned_view(exchange, x_l), a)
+        exchange.start_prolong_l(x_l)
+        exchange.finish_prolong_l()
+        exchange.allreduce_inplace(scalar)  # what separates two rounds in the CG
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        round_()  # outside the capture (a new receive array's IPC handle is exchanged)
+        stream.begin_capture()
+        round_()
+        graph = stream.end_capture()
+        for _ in range(replays):
+            graph.launch(stream)
+        stream.synchronize()
+    assert cupy.array_equal(x_l, exchange.prolong(x_t)), "P replayed from a graph"
+    assert float(scalar[0]) == comm.size ** (replays + 1), float(scalar[0])
+
+
+def group_ipc_channel(resource):
+    """The "ipc" L-vector exchange alone (GPU, one GPU per rank, one node): ``P`` and
+    ``Pᵀ`` round after round against the NCCL T-vector path, then ``P`` replayed from a
+    CUDA graph with an all-reduce between rounds, one and three components."""
+    import cupy
+
+    ceed = hf.Ceed(resource)
+    local = par.box_local(comm, (4, 3, 3))
+    for num_comp in (1, 3):
+        exchange = par.ParH1Space(ceed, local, 2, num_comp, transport="ipc").exchange
+        rng = cupy.random.default_rng(11 + rank)
+        x_l = cupy.zeros(exchange.l_size)
+        for _ in range(3):  # P and Pᵀ; the host checks between rounds synchronize the ranks
+            x_t = rng.standard_normal(exchange.t_size)
+            _owned_view(exchange, x_l)[...] = x_t.reshape(num_comp, -1)
+            exchange.start_prolong_l(x_l)
+            exchange.finish_prolong_l()
+            assert cupy.array_equal(x_l, exchange.prolong(x_t)), "P over ipc"
+            y_l = rng.standard_normal(exchange.l_size)
+            exchange.start_transpose_l(y_l)
+            y = y_l.copy()
+            for index, values in exchange.finish_transpose_l():
+                y[index] += values
+            expected = exchange.prolong_transpose(y_l).reshape(num_comp, -1)
+            assert cupy.allclose(_owned_view(exchange, y), expected, rtol=1e-14, atol=1e-14)
+            global_sum(0.0)
+        _ipc_graph_rounds(exchange, x_l, rng.standard_normal(exchange.t_size))
+    if rank == 0:
+        print("rank 0: ipc_channel ok", flush=True)
+
+
 def par_max():
     from mpi4py import MPI
 
@@ -591,6 +656,7 @@ GROUPS = {
     "device": group_device,
     "l_path": group_l_path,
     "ipc_plan": group_ipc_plan,
+    "ipc_channel": group_ipc_channel,
 }
 
 if __name__ == "__main__":
