@@ -587,9 +587,11 @@ def _ipc_graph_rounds(exchange, x_l, x_t, replays=5):
     a = x_t.reshape(exchange.num_comp, -1)  # (num_comp, num_owned)
     scalar = cupy.ones(1)
 
-    def round_():  # allocation-free: the graph replays it
+    # allocation-free, for the graph; the ghosts of x_l are not touched here: a neighbour
+    # may write the next round's as soon as the all-reduce let it, and without the halo
+    # they would keep the previous round's values, half the right ones
+    def round_():
         cupy.multiply(a, 2.0, out=a)
-        x_l.fill(0.0)
         cupy.copyto(_owned_view(exchange, x_l), a)
         exchange.start_prolong_l(x_l)
         exchange.finish_prolong_l()
