@@ -238,7 +238,8 @@ class IpcChannel:
         that each target shares this node and has a GPU of its own)."""
         import cupy
 
-        place = (MPI.Get_processor_name(), cupy.cuda.Device().pci_bus_id)
+        bus_id = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
+        place = (MPI.Get_processor_name(), bus_id)
         handle, offset = _describe(self._flags) if self._sources else (b"", 0)
         messages = {q: (place, handle, offset + 8 * k) for k, q in enumerate(self._sources)}
         received = neighbour_swap(self.comm, messages, self._targets, self.tag)
