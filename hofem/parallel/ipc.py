@@ -161,7 +161,7 @@ def _check_peer(rank: int, here: tuple[str, str], peer: int, there: tuple[str, s
         )
 
 
-def _check_device_array(array, name: str) -> None:
+def _check_device_array(array: object, name: str) -> None:
     import cupy
 
     if not isinstance(array, cupy.ndarray):
@@ -204,7 +204,15 @@ class IpcChannel:
     (``cudaMallocAsync``) have no IPC handle.
     """
 
-    def __init__(self, comm, sends, recvs, send_buf=None, recv_buf=None, tag=23):
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        sends: Sequence[Segment],
+        recvs: Sequence[Segment],
+        send_buf: Array | None = None,
+        recv_buf: Array | None = None,
+        tag: int = 23,
+    ) -> None:
         import cupy
 
         from ..backends.cuda import kernels
@@ -228,7 +236,15 @@ class IpcChannel:
         self._flag_at = self._exchange_flags()  # {target: address of this rank's flag}
 
     @classmethod
-    def over(cls, comm, sends, recvs, send_buf=None, recv_buf=None, tag=23) -> IpcChannel:
+    def over(
+        cls,
+        comm: MPI.Comm,
+        sends: Sequence[Segment],
+        recvs: Sequence[Segment],
+        send_buf: Array | None = None,
+        recv_buf: Array | None = None,
+        tag: int = 23,
+    ) -> IpcChannel:
         """A channel over explicit segments (as :meth:`NcclChannel.over
         <hofem.parallel.exchange.NcclChannel.over>`)."""
         return cls(comm, sends, recvs, send_buf=send_buf, recv_buf=recv_buf, tag=tag)
