@@ -3,14 +3,15 @@
 Usage::
 
     PYTHONPATH=/path/to/site-packages NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 \\
-        python -m bakeoff compare-cpu [--problems bp1 bp3] [--orders 2 ... 8]
+        python -m bakeoff compare-cpu [--problems bp1 ... bp6] [--orders 2 ... 8]
         [--dofs 3e5] [--rounds 10] [--batch 3] [--geometry stored on_the_fly]
 
 For each problem, order and size the operators are built once: hofem's on
-the box (:func:`bakeoff.common.box_operator`, one per ``--geometry``),
-libCEED 0.12 ``/cpu/self/avx/blocked`` (:mod:`.anchor_libceed`, same space) and MFEM
-partial assembly (:mod:`.anchor_mfem`), when importable.  Then ``--rounds``
-rounds time each of them in turn (the median of ``--batch`` applies, and for
+the box (the problem's form, components and rule,
+:data:`hofem.bakeoff.problems.PROBLEMS`, no boundary conditions; one per ``--geometry``),
+libCEED 0.12 ``/cpu/self/avx/blocked`` (:mod:`.anchor_libceed`, same space) and, for
+BP1 and BP3 on hexes, MFEM partial assembly (:mod:`.anchor_mfem`), when importable.
+Then ``--rounds`` rounds time each of them in turn (the median of ``--batch`` applies, and for
 hofem one 20-iteration CG), so that a slow phase of a shared machine hits
 all of them; each ratio is formed within a round and the line reports the
 median over rounds.  One JSON line per case: ``mdofs`` (median MDOF/s of
@@ -24,8 +25,9 @@ import numpy as np
 
 import hofem as hf
 from hofem.bakeoff.common import Parser, box_side, median_seconds
+from hofem.bakeoff.problems import PROBLEMS
 
-from .common import box_form, box_space
+from .common import STRUCTURED, box_form, box_space
 from .compare import active_basis, add_compare_arguments, alternate, summarize
 
 __all__ = ["anchors", "run_case"]
@@ -38,7 +40,7 @@ def anchors(bp, space, basis=None):
 
     libCEED's operator reads ``space``'s offsets and node coordinates (on tets also
     ``basis``, hofem's operator's); MFEM builds its own ``n^3`` hex box of the same
-    order (hexes only).
+    order (hexes only, BP1 and BP3).
     """
     out = {}
     try:
@@ -50,7 +52,7 @@ def anchors(bp, space, basis=None):
     if ceed is not None:
         u = np.random.default_rng(0).standard_normal(space.num_dofs)
         out["libceed"] = lc.bp_apply(ceed, bp, space, u, basis)[0]
-    if basis is not None:
+    if basis is not None or bp not in STRUCTURED:
         return out
     try:
         from . import anchor_mfem
@@ -63,16 +65,17 @@ def anchors(bp, space, basis=None):
 
 def run_case(ceed, bp, p, dofs, geometries, rounds, batch, cells="hex"):
     """Alternate the operators of one case for ``rounds`` rounds; the result line (dict)."""
-    n = box_side(dofs, p)
-    form = "mass" if bp == "bp1" else "diffusion"
-    space = box_space(ceed, n, p, simplex=cells == "tet")
-    num_nodes = space.num_dofs
+    problem = PROBLEMS[bp]
+    n = box_side(dofs / problem.num_comp, p)
+    space = box_space(ceed, n, p, simplex=cells == "tet", num_comp=problem.num_comp)
+    num_dofs = space.num_dofs
     applies, cgs, bases = {}, {}, []
+    q = p + 1 + problem.q_extra
     for g in geometries:
-        op, _ = box_form(space, form, geometry=g)
+        op, _ = box_form(space, problem.form, g, q, problem.quad_mode)
         bases.append(active_basis(op))
-        u = ceed.asarray(np.random.default_rng(0).standard_normal(num_nodes))
-        v = ceed.xp.zeros(num_nodes)
+        u = ceed.asarray(np.random.default_rng(0).standard_normal(num_dofs))
+        v = ceed.xp.zeros(num_dofs)
         b = op(u)
         hf.cg(op, b, rtol=0.0, maxiter=2)  # compiles the kernels and CG's vector updates
         applies[g] = lambda op=op, u=u, v=v: op.apply(u, v)
@@ -80,15 +83,15 @@ def run_case(ceed, bp, p, dofs, geometries, rounds, batch, cells="hex"):
     applies.update(anchors(bp, space, bases[0] if cells == "tet" else None))
     apply_times, solve_times = alternate(applies, cgs, rounds, batch, median_seconds)
     result = {"bp": bp, "p": p, "cells": cells, "points": bases[0].num_qpts}
-    result.update(dofs=num_nodes, elements=space.num_elem)
+    result.update(dofs=num_dofs, elements=space.num_elem)
     result.update(backend=ceed.resource, rounds=rounds, batch=batch)
-    result.update(summarize(num_nodes, apply_times, solve_times, geometries, CG_ITERATIONS))
+    result.update(summarize(num_dofs, apply_times, solve_times, geometries, CG_ITERATIONS))
     return result
 
 
 def main(argv=None):
     parser = Parser(prog="python -m bakeoff compare-cpu", description=__doc__)
-    add_compare_arguments(parser, 3e5, 10, 3, ("stored", "on_the_fly", "auto"))
+    add_compare_arguments(parser, 3e5, 10, 3, ("stored", "on_the_fly", "auto"), tuple(PROBLEMS))
     parser.add_argument("--ceed", default="/cpu/self/numba", help="hofem backend")
     args = parser.parse_args(argv)
     ceed = hf.Ceed(args.ceed)

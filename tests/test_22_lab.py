@@ -31,7 +31,7 @@ BAD = [
     ["tune-gemm", "--repeat", "0"],
     ["anchor-libceed", "--orders", "10"],
     ["compare-cpu", "--rounds", "0"],
-    ["compare-cpu", "--problems", "bp4"],  # libCEED's and MFEM's CPU anchors: BP1 and BP3
+    ["compare-cpu", "--problems", "bp7"],
     ["compare-gpu", "--ceed", "/gpu/cuda/fast"],
     ["compare-gpu", "--batch", "0"],
     ["compare-gpu", "--geometry", "auto"],
@@ -89,13 +89,17 @@ def test_alternate_warms_up_then_times_in_turn():
     assert solve_times == {"a": [8.0, 13.0]}
 
 
-def test_compare_cpu_line_without_anchors(capsys):
-    """Where neither libCEED nor MFEM imports, the line has hofem's operators only."""
+def test_compare_cpu_line(capsys):
+    """The line has hofem's operators and the anchors that import: libCEED (the test extra
+    installs it) and MFEM; each anchor's ratio is formed within a round."""
+    import importlib.util
+
     argv = "--ceed /cpu/self/ref --problems bp3 --orders 2 --dofs 200 --rounds 2 --batch 1"
     compare_cpu.main(argv.split())
     (line,) = capsys.readouterr().out.splitlines()
     result = json.loads(line)
     assert {"stored", "on_the_fly"} <= set(result["mdofs"])
+    assert ("libceed" in result["mdofs"]) == (importlib.util.find_spec("libceed") is not None)
     assert set(result["cg_over_apply"]) == {"stored", "on_the_fly"}
     assert all(ratio > 0 for ratio in result["ratios"].values())
 

@@ -10,25 +10,18 @@ also compiles with nvcc for sm_90 where nvcc is on PATH.  The device tests are i
 ``test_10_cuda.py``.
 """
 
-import ctypes
-import pathlib
-import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from host_kernels import CXX, INCLUDE, NVCC, build, ctypes_args, failures, field_arguments, params
 
 import hofem as hf
 from hofem import meshes
 from hofem.backends.cuda import operator_simplex as osx
 from hofem.backends.cuda.operator_fuse import dot_pairs
 
-CXX = shutil.which("g++") or shutil.which("clang++")
-NVCC = shutil.which("nvcc")
-HERE = pathlib.Path(__file__).resolve().parent
-INCLUDE = pathlib.Path(osx.__file__).parent  # the installed headers (simplex.cuh)
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
 
 
@@ -67,91 +60,16 @@ VARIANTS = [
 ]
 
 
-def _params(source):
-    """The kernel's parameter declarations, as generated."""
-    head = re.search(r"apply\(\n(.*?)\) \{", source, re.S).group(1)
-    return [decl.strip() for decl in head.split(",\n")]
-
-
-def _unit(sources):
-    """One C++ translation unit of ``sources``: kernel k renamed ``kernel_k`` and launched
-    by ``launch_k(grid, block, parameters...)``."""
-    parts = []
-    for k, source in enumerate(sources):
-        decls = _params(source)
-        names = ", ".join(re.search(r"(\w+)$", d).group(1) for d in decls)
-        parts += [
-            f"#define apply kernel_{k}",
-            source,
-            "#undef apply",
-            f'extern "C" void launch_{k}(int grid, int block, {", ".join(decls)}) {{',
-            f"  shim_launch(grid, block, [&] {{ kernel_{k}({names}); }});",
-            "}",
-        ]
-    return "\n".join(parts)
-
-
-def _build(sources, path):
-    path.with_suffix(".cpp").write_text(_unit(sources))
-    cmd = [CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", f"-I{INCLUDE}"]
-    cmd += ["-include", str(HERE / "cuda_host_shim.h"), str(path.with_suffix(".cpp"))]
-    proc = subprocess.run([*cmd, "-o", str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return ctypes.CDLL(str(path))
-
-
-def _indices(field):
-    r = field.restriction
-    if r.is_identity:
-        return []
-    offsets = np.ascontiguousarray(r.compact_indices()[0].ravel(), dtype=r.offsets_dtype)
-    return [offsets, np.int64(r.component_stride)]
-
-
-def _arguments(op, u, v):
-    """The kernel's arguments on the host, in ``FusedOperator._args``'s order."""
-    args = [np.int32(op.num_elem), *osx.host_matrices(op)]
-    for field in op.input_fields:
-        if field.eval_mode is hf.EVAL_WEIGHT:
-            args.append(np.ascontiguousarray(field.basis.q_weight))
-        else:
-            args += [u if field.is_active else np.ascontiguousarray(field.vector)]
-            args += _indices(field)
-    for field in op.output_fields:
-        if field.is_active:
-            args += [v, *_indices(field)]
-    return args
-
-
-_C_TYPES = {"double": np.float64, "int": np.int32, "long long": np.int64}
-
-
-def _ctypes_args(decls, args):
-    """ctypes values of ``args``, each checked against its C++ declaration."""
-    assert len(decls) == len(args), (decls, len(args))
-    out = []
-    for decl, arg in zip(decls, args, strict=True):
-        if "*" in decl:
-            base = re.match(r"(?:const )?(double|int|long long) \*", decl).group(1)
-            assert arg.dtype == _C_TYPES[base] and arg.flags.c_contiguous, decl
-            out.append(ctypes.c_void_p(arg.ctypes.data))
-        elif decl.startswith("const int "):
-            out.append(ctypes.c_int(int(arg)))
-        else:  # const index_t
-            out.append(ctypes.c_longlong(int(arg)))
-    return out
-
-
 def _run(lib, k, source, launch, op, u, block, dot, stopped=False):
     """``v = A u`` and, for ``dot``, the partial sums of ``u . Au`` from kernel ``k`` on 3
     blocks (``stopped``: CG's status set, so the dot variant writes nothing)."""
     grid = 3
     v = np.zeros(op.shape[0])
-    args = _arguments(op, u, v)
+    args = [np.int32(op.num_elem), *osx.host_matrices(op), *field_arguments(op, u, v)]
     partial = np.full(grid, np.nan)
     if dot:
         args += [partial, np.array([int(stopped), 0, 0], dtype=np.int64)]
-    getattr(lib, f"launch_{k}")(grid, block or launch.threads, *_ctypes_args(_params(source), args))
+    getattr(lib, f"launch_{k}")(grid, block or launch.threads, *ctypes_args(params(source), args))
     return v, partial
 
 
@@ -174,35 +92,25 @@ def kernels():
     return [k for name, op in _cases() for k in _kernels(name, op)]
 
 
-def rel_error(a, b):
-    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
-
-
 def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
     chunks = [kernels[i : i + 24] for i in range(0, len(kernels), 24)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         libs = list(
             pool.map(
-                lambda c: _build([k[2] for k in c[1]], tmp_path / f"unit{c[0]}.so"),
+                lambda c: build([k[2] for k in c[1]], tmp_path / f"unit{c[0]}.so"),
                 enumerate(chunks),
             )
         )
-    failures = []
+    found = []
     for lib, chunk in zip(libs, chunks, strict=True):
         for k, (name, op, source, launch, dot, block) in enumerate(chunk):
             u = np.random.default_rng(k).standard_normal(op.shape[1])
-            want = op(u)
-            v, partial = _run(lib, k, source, launch, op, u, block, dot)
-            err = rel_error(v, want)
-            if err > 1e-12:
-                failures.append(f"{name} dot={dot} block={block} {launch}: {err:.2e}")
-            if dot and not np.isclose(partial.sum(), u @ want, rtol=1e-12, atol=0.0):
-                failures.append(f"{name}: u . Au {partial.sum()} != {u @ want}")
-            if dot:  # a stopped CG: nothing written
-                v, partial = _run(lib, k, source, launch, op, u, block, dot, stopped=True)
-                if np.any(v != 0.0) or not np.all(np.isnan(partial)):
-                    failures.append(f"{name}: the stopped variant wrote its outputs")
-    assert not failures, "\n".join(failures)
+
+            def run(stopped, args=(lib, k, source, launch, op, u, block, dot)):
+                return _run(*args, stopped=stopped)
+
+            found += failures(f"{name} dot={dot} block={block} {launch}", run, u, op(u), dot, 1e-12)
+    assert not found, "\n".join(found)
 
 
 def test_every_case_covers_its_path(kernels):
