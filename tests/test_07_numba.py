@@ -536,3 +536,32 @@ def test_element_product_only_for_scaled_mass_fields(nb):
     assert scaled_input(hf.mass(tets, geometry="stored")) is None
     assert scaled_input(hf.diffusion(tets, geometry="on_the_fly")) is None
     assert scaled_input(hf.mass(hexes, geometry="on_the_fly")) is None
+
+
+@pytest.mark.parametrize("num_comp", [1, 3])
+@pytest.mark.parametrize("p", [1, 2, 5])
+def test_gauss_lobatto_gradient_reads_the_nodes(nb, ref, p, num_comp):
+    """BP5 and BP6 (Gauss-Lobatto points at the nodes): the collocated gradient applies ``D``
+    to the nodes and its transpose writes the output, with no interpolation rows or
+    temporaries; the operator equals ref, stored and on the fly, vector and scalar."""
+    from hofem import meshes
+    from hofem.backends.numba import codegen
+
+    basis = ref.BasisTensorH1Lagrange(3, num_comp, p + 1, p + 1, hf.GAUSS_LOBATTO)
+    assert codegen.interpolates_identity(basis)
+    assert codegen.use_collocated(basis, num_comp, hf.EVAL_GRAD)
+    for transpose in (False, True):
+        program = codegen.basis_program(basis, num_comp, hf.EVAL_GRAD, transpose, 0, 0, 0)
+        assert len(program) == 3 and set(program[:, 0]) == {4 + transpose}  # D or D^T only
+        assert codegen.temp_size(basis, num_comp, hf.EVAL_GRAD, transpose) == 0
+    gauss = ref.BasisTensorH1Lagrange(3, num_comp, p + 1, p + 2, hf.GAUSS)
+    assert not codegen.interpolates_identity(gauss)
+    for geometry, distort in (("stored", 0.1), ("on_the_fly", 0.0)):
+        ops = [
+            hf.diffusion(hf.H1Space(c, meshes.box(2, distort=distort), p, num_comp=num_comp),
+                         q_extra=0, quad_mode=hf.GAUSS_LOBATTO, geometry=geometry)
+            for c in (nb, ref)
+        ]  # fmt: skip
+        u = np.random.default_rng(p).standard_normal(ops[1].shape[1])
+        want = ops[1](u)
+        assert np.abs(ops[0](u) - want).max() <= 1e-13 * np.abs(want).max()

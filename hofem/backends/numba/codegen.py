@@ -330,29 +330,46 @@ def tensor_transpose(basis, num_comp, eval_mode, q_off, v_off, t_off):
     return rows
 
 
+def interpolates_identity(basis):
+    """Whether a tensor basis's 1D interpolation is the identity (its points are its nodes:
+    Gauss-Lobatto points on Gauss-Lobatto nodes, BP5 and BP6): the values at the points are
+    the nodes, and the collocated gradient needs no interpolation."""
+    P = basis.P_1d
+    return basis.Q_1d == P and np.array_equal(basis.interp_1d, np.eye(P))
+
+
 def collocated_forward(basis, num_comp, u_off, q_off, t_off):
     """Rows of grad as interp to the points, then ``D`` along each axis at the points.
 
     The interpolated values ``(num_comp, Q^dim)`` go to ``t_off``, the
-    temporaries of the interpolation after them.
+    temporaries of the interpolation after them; where the interpolation is the identity
+    (:func:`interpolates_identity`) ``D`` reads the nodes at ``u_off`` instead.
     """
     dim, Q = basis.dim, basis.Q_1d
     size_q = num_comp * Q**dim
-    rows = tensor_forward(basis, num_comp, EVAL_INTERP, u_off, t_off, t_off + size_q)
+    rows, values = [], u_off
+    if not interpolates_identity(basis):
+        rows = tensor_forward(basis, num_comp, EVAL_INTERP, u_off, t_off, t_off + size_q)
+        values = t_off
     for axis in range(dim):
         A, C = num_comp * Q ** (dim - 1 - axis), Q**axis
-        rows.append((_D, A, Q, Q, C, q_off + axis * size_q, t_off, 0))
+        rows.append((_D, A, Q, Q, C, q_off + axis * size_q, values, 0))
     return rows
 
 
 def collocated_transpose(basis, num_comp, q_off, v_off, t_off):
-    """Rows of the transpose: ``sum_d D_d^T`` into ``t_off``, then interp^T from there."""
+    """Rows of the transpose: ``sum_d D_d^T`` into ``t_off``, then interp^T from there (or
+    straight into ``v_off`` where the interpolation is the identity)."""
     dim, Q = basis.dim, basis.Q_1d
     size_q = num_comp * Q**dim
+    identity = interpolates_identity(basis)
+    values = v_off if identity else t_off
     rows = []
     for axis in range(dim):
         A, C = num_comp * Q ** (dim - 1 - axis), Q**axis
-        rows.append((_D + 1, A, Q, Q, C, t_off, q_off + axis * size_q, int(axis > 0)))
+        rows.append((_D + 1, A, Q, Q, C, values, q_off + axis * size_q, int(axis > 0)))
+    if identity:
+        return rows
     return rows + tensor_transpose(basis, num_comp, EVAL_INTERP, t_off, v_off, t_off + size_q)
 
 
@@ -406,6 +423,8 @@ def temp_size(basis, num_comp, eval_mode, transpose):
         return 0
     dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
     if use_collocated(basis, num_comp, eval_mode):  # the values at the points, then interp's
+        if interpolates_identity(basis):  # D reads the nodes and writes the output directly
+            return 0
         return num_comp * Q**dim + temp_size(basis, num_comp, EVAL_INTERP, transpose)
     total = 0
     for axis in range(dim - 1):
