@@ -13,7 +13,14 @@ import numpy as np
 
 import hofem as hf
 from hofem import meshes
-from hofem.bakeoff.common import MAX_ORDER, add_problem_arguments, positive_float, positive_int
+from hofem.bakeoff.common import (
+    MAX_ORDER,
+    add_problem_arguments,
+    box_side,
+    positive_float,
+    positive_int,
+)
+from hofem.bakeoff.problems import PROBLEMS
 
 __all__ = [
     "STRUCTURED",
@@ -21,6 +28,8 @@ __all__ = [
     "box_form",
     "box_operator",
     "box_space",
+    "bp_form",
+    "bp_space",
     "emit",
     "event_seconds",
     "time_events",
@@ -75,6 +84,22 @@ def box_form(space, form, geometry="auto", q=None, quad_mode=hf.GAUSS):
     options = {"q_extra": q_extra, "quad_mode": quad_mode, "geometry": geometry}
     used = hf.resolve_geometry(space, form, **options)
     return FORMS[form](space, **options), used
+
+
+def bp_space(ceed, bp, p, dofs=None, cells="hex", n=None):
+    """The box of problem ``bp`` (its components, :data:`hofem.bakeoff.problems.PROBLEMS`) at
+    order ``p``: ``n`` cells per direction, or about ``dofs`` DOFs; hexes or ``"tet"``."""
+    problem = PROBLEMS[bp]
+    n = box_side(dofs / problem.num_comp, p) if n is None else n
+    return box_space(ceed, n, p, simplex=cells == "tet", num_comp=problem.num_comp)
+
+
+def bp_form(space, bp, geometry="auto"):
+    """Problem ``bp``'s operator on ``space`` (its form and rule), no boundary conditions:
+    ``(op, geometry_used)`` as :func:`box_form`."""
+    problem = PROBLEMS[bp]
+    q = space.order + 1 + problem.q_extra
+    return box_form(space, problem.form, geometry, q, problem.quad_mode)
 
 
 def box_operator(ceed, form, n, p, geometry="auto", q=None, quad_mode=hf.GAUSS, distort=0.0):

@@ -24,10 +24,10 @@ import json
 import numpy as np
 
 import hofem as hf
-from hofem.bakeoff.common import Parser, box_side, median_seconds
+from hofem.bakeoff.common import Parser, median_seconds
 from hofem.bakeoff.problems import PROBLEMS
 
-from .common import STRUCTURED, box_form, box_space
+from .common import STRUCTURED, bp_form, bp_space
 from .compare import active_basis, add_compare_arguments, alternate, summarize
 
 __all__ = ["anchors", "run_case"]
@@ -65,14 +65,11 @@ def anchors(bp, space, basis=None):
 
 def run_case(ceed, bp, p, dofs, geometries, rounds, batch, cells="hex"):
     """Alternate the operators of one case for ``rounds`` rounds; the result line (dict)."""
-    problem = PROBLEMS[bp]
-    n = box_side(dofs / problem.num_comp, p)
-    space = box_space(ceed, n, p, simplex=cells == "tet", num_comp=problem.num_comp)
+    space = bp_space(ceed, bp, p, dofs, cells)
     num_dofs = space.num_dofs
     applies, cgs, bases = {}, {}, []
-    q = p + 1 + problem.q_extra
     for g in geometries:
-        op, _ = box_form(space, problem.form, g, q, problem.quad_mode)
+        op, _ = bp_form(space, bp, g)
         bases.append(active_basis(op))
         u = ceed.asarray(np.random.default_rng(0).standard_normal(num_dofs))
         v = ceed.xp.zeros(num_dofs)

@@ -29,11 +29,11 @@ import sys
 import numpy as np
 
 import hofem as hf
-from hofem.bakeoff.common import Parser, box_side, positive_int
+from hofem.bakeoff.common import Parser, positive_int
 from hofem.bakeoff.problems import PROBLEMS
 from hofem.geometry import MACHINE_BALANCE
 
-from .common import box_form, box_space, event_seconds
+from .common import bp_form, bp_space, event_seconds
 from .compare import active_basis, add_compare_arguments, alternate, summarize
 
 __all__ = ["available_anchors", "libceed_applies", "operator_pairs", "run_case"]
@@ -126,19 +126,16 @@ def run_case(pairs, bp, p, dofs, anchors, rounds, batch, cg_iters, cells="hex"):
     """
     import cupy
 
-    problem = PROBLEMS[bp]
-    n = box_side(dofs / problem.num_comp, p)
     spaces = {}  # one box per backend
     for ceed, _ in pairs:
-        space = box_space(ceed, n, p, simplex=cells == "tet", num_comp=problem.num_comp)
-        spaces.setdefault(ceed.resource, space)
+        if ceed.resource not in spaces:
+            spaces[ceed.resource] = bp_space(ceed, bp, p, dofs, cells)
     num_dofs = next(iter(spaces.values())).num_dofs
     u_host = np.random.default_rng(0).standard_normal(num_dofs)  # (num_dofs,)
     u = cupy.asarray(u_host)
     applies, outputs, cgs, bases = {}, {}, {}, []
-    q = p + 1 + problem.q_extra
     for ceed, g in pairs:
-        op, _ = box_form(spaces[ceed.resource], problem.form, g, q, problem.quad_mode)
+        op, _ = bp_form(spaces[ceed.resource], bp, g)
         bases.append(active_basis(op))
         v = cupy.empty_like(u)
         b = op(u)

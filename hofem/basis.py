@@ -167,6 +167,15 @@ class Basis:
         B, G = self.interp_1d, self.grad_1d  # (Q_1d, P_1d)
         return bool(np.all(B == B[:1]) and np.all(G == G[:1]))
 
+    @property
+    def interpolates_identity(self) -> bool:
+        """Whether a tensor basis's 1D interpolation is exactly the identity: its points are
+        its nodes (Gauss-Lobatto points on Gauss-Lobatto nodes, BP5 and BP6), so the values
+        at the points are the nodes and the fused backends skip the contraction."""
+        if not self.is_tensor or self.Q_1d != self.P_1d:
+            return False
+        return bool(np.array_equal(self.interp_1d, np.eye(self.P_1d)))
+
     def first_point(self) -> Basis:
         """This basis on its first quadrature point only (``Q_1d = 1``, or ``Q = 1``).
 

@@ -282,11 +282,7 @@ class Chebyshev:
 
 def device_matrix(A, xp):
     """Host sparse matrix ``A`` as a CSR matrix of ``xp``'s sparse library (SciPy or CuPy)."""
-    if xp is np:
-        return A.tocsr()
-    import cupyx.scipy.sparse
-
-    return cupyx.scipy.sparse.csr_matrix(A.tocsr())
+    return A.tocsr() if xp is np else sparse_module(xp).csr_matrix(A.tocsr())
 
 
 def _matrix_apply(A):

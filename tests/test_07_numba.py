@@ -548,14 +548,14 @@ def test_gauss_lobatto_gradient_reads_the_nodes(nb, ref, p, num_comp):
     from hofem.backends.numba import codegen
 
     basis = ref.BasisTensorH1Lagrange(3, num_comp, p + 1, p + 1, hf.GAUSS_LOBATTO)
-    assert codegen.interpolates_identity(basis)
+    assert basis.interpolates_identity
     assert codegen.use_collocated(basis, num_comp, hf.EVAL_GRAD)
     for transpose in (False, True):
         program = codegen.basis_program(basis, num_comp, hf.EVAL_GRAD, transpose, 0, 0, 0)
         assert len(program) == 3 and set(program[:, 0]) == {4 + transpose}  # D or D^T only
         assert codegen.temp_size(basis, num_comp, hf.EVAL_GRAD, transpose) == 0
     gauss = ref.BasisTensorH1Lagrange(3, num_comp, p + 1, p + 2, hf.GAUSS)
-    assert not codegen.interpolates_identity(gauss)
+    assert not gauss.interpolates_identity
     for geometry, distort in (("stored", 0.1), ("on_the_fly", 0.0)):
         ops = [
             hf.diffusion(hf.H1Space(c, meshes.box(2, distort=distort), p, num_comp=num_comp),

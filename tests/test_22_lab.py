@@ -134,15 +134,12 @@ def test_libceed_anchor_is_hofems_matrix(bp, cells):
     import numpy as np
 
     from bakeoff import anchor_libceed
-    from bakeoff.common import box_form, box_space
+    from bakeoff.common import bp_form, bp_space
     from bakeoff.compare import active_basis
-    from hofem.bakeoff.problems import PROBLEMS
 
-    problem, p = PROBLEMS[bp], 2
     ceed = anchor_libceed.open_ceed(anchor_libceed.RESOURCES)
-    space = box_space(hf.Ceed("/cpu/self/ref"), 2, p, simplex=cells == "tet",
-                      num_comp=problem.num_comp)  # fmt: skip
-    op, _ = box_form(space, problem.form, "stored", p + 1 + problem.q_extra, problem.quad_mode)
+    space = bp_space(hf.Ceed("/cpu/self/ref"), bp, 2, cells=cells, n=2)
+    op, _ = bp_form(space, bp, "stored")
     basis = active_basis(op) if cells == "tet" else None
     u = np.random.default_rng(0).standard_normal(space.num_dofs)
     apply, output = anchor_libceed.bp_apply(ceed, bp, space, u, basis)

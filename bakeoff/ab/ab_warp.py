@@ -101,20 +101,22 @@ def build(op, shape, variant, dot=False):
     ``apply_dot`` kernel compiled where ``dot``."""
     if variant is None:
         return compiled(of.FusedOperator(op, shape), dot)
-    names = (*TABLES, "_interpolates_identity")
-    saved = [getattr(ow, name) for name in names]
+    saved = [getattr(ow, name) for name in TABLES]
+    rule = hf.Basis.interpolates_identity  # the property, replaced for the interp variant
     prefetch, blocks, warps, registers, *identity = variant
-    choice = saved[-2] if registers is None else lambda op, shape: registers
+    choice = saved[-1] if registers is None else lambda op, shape: registers
     tables = [{tuple(shape): blocks} for _ in SHAPE_TABLES]  # distinct: warp_shapes tells apart
-    rule = saved[-1] if not identity else lambda basis: identity[0]
-    values = (prefetch, *tables, warps, choice, rule)
-    for name, value in zip(names, values, strict=True):
+    values = (prefetch, *tables, warps, choice)
+    for name, value in zip(TABLES, values, strict=True):
         setattr(ow, name, value)
+    if identity:
+        hf.Basis.interpolates_identity = property(lambda basis: identity[0])
     try:
         return compiled(ow.WarpFusedOperator(op, shape), dot)
     finally:
-        for name, value in zip(names, saved, strict=True):
+        for name, value in zip(TABLES, saved, strict=True):
             setattr(ow, name, value)
+        hf.Basis.interpolates_identity = rule
 
 
 def compiled(fused, dot):

@@ -442,7 +442,7 @@ def _emit_basis_input(stages, name, field, address):
     stages.stage.append(f"double r_{name}[{C}][Q_1D][2];")  # the values at the points
     for c in range(C):
         group, values = _group(address, c), f"r_{name}[{c}]"
-        if _interpolates_identity(field.basis):
+        if field.basis.interpolates_identity:
             call = f"warp_gather_points<P_1D>({group}, lane, {values});"
         else:
             call = f"warp_interp<P_1D, Q_1D>({group}, frag, c_B0, buf, lane, {values});"
@@ -458,13 +458,6 @@ def _emit_basis_input(stages, name, field, address):
             f"warp_grad_level<Q_1D>(r_{name}[{c}], {slot}, frag, c_D, lane, k, g_{name}_{c});"
         )
     stages.loads.append(lambda row: f"g_{name}_{row % C}[{row // C}][h]")
-
-
-def _interpolates_identity(basis):
-    """Whether ``basis``'s 1D interpolation is the identity (its points are its nodes: the
-    Gauss-Lobatto points of BP5 and BP6), so that the kernel gathers the nodes as the values
-    at the points and scatters the transposed values straight back."""
-    return basis.P_1d == basis.Q_1d and np.array_equal(basis.interp_1d, np.eye(basis.P_1d))
 
 
 def _emit_output(stages, k, field):
@@ -503,7 +496,7 @@ def _emit_transpose_scatter(stages, name, field):
             stages.transposes.append(
                 f"warp_y_mma<Q_1D>(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);"
             )
-        if _interpolates_identity(field.basis):
+        if field.basis.interpolates_identity:
             call = f"warp_scatter_points<P_1D>({values}[{c}], buf, lane, {_group(address, c)});"
         else:
             call = (

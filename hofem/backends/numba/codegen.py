@@ -330,25 +330,17 @@ def tensor_transpose(basis, num_comp, eval_mode, q_off, v_off, t_off):
     return rows
 
 
-def interpolates_identity(basis):
-    """Whether a tensor basis's 1D interpolation is the identity (its points are its nodes:
-    Gauss-Lobatto points on Gauss-Lobatto nodes, BP5 and BP6): the values at the points are
-    the nodes, and the collocated gradient needs no interpolation."""
-    P = basis.P_1d
-    return basis.Q_1d == P and np.array_equal(basis.interp_1d, np.eye(P))
-
-
 def collocated_forward(basis, num_comp, u_off, q_off, t_off):
     """Rows of grad as interp to the points, then ``D`` along each axis at the points.
 
     The interpolated values ``(num_comp, Q^dim)`` go to ``t_off``, the
     temporaries of the interpolation after them; where the interpolation is the identity
-    (:func:`interpolates_identity`) ``D`` reads the nodes at ``u_off`` instead.
+    (:attr:`hofem.Basis.interpolates_identity`) ``D`` reads the nodes at ``u_off`` instead.
     """
     dim, Q = basis.dim, basis.Q_1d
     size_q = num_comp * Q**dim
     rows, values = [], u_off
-    if not interpolates_identity(basis):
+    if not basis.interpolates_identity:
         rows = tensor_forward(basis, num_comp, EVAL_INTERP, u_off, t_off, t_off + size_q)
         values = t_off
     for axis in range(dim):
@@ -362,7 +354,7 @@ def collocated_transpose(basis, num_comp, q_off, v_off, t_off):
     straight into ``v_off`` where the interpolation is the identity)."""
     dim, Q = basis.dim, basis.Q_1d
     size_q = num_comp * Q**dim
-    identity = interpolates_identity(basis)
+    identity = basis.interpolates_identity
     values = v_off if identity else t_off
     rows = []
     for axis in range(dim):
@@ -423,7 +415,7 @@ def temp_size(basis, num_comp, eval_mode, transpose):
         return 0
     dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
     if use_collocated(basis, num_comp, eval_mode):  # the values at the points, then interp's
-        if interpolates_identity(basis):  # D reads the nodes and writes the output directly
+        if basis.interpolates_identity:  # D reads the nodes and writes the output directly
             return 0
         return num_comp * Q**dim + temp_size(basis, num_comp, EVAL_INTERP, transpose)
     total = 0
