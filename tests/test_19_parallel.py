@@ -164,6 +164,28 @@ def test_ipc_copies_pair_each_send_with_the_receivers_segment():
         pair_copies(sends, {1: [(10, 4), (30, 2)]}, rank=0)
 
 
+def test_ipc_mappings_open_each_allocation_once_and_replace_stale_ones():
+    """One mapping per neighbour allocation, counted; a new handle at a known address (the
+    neighbour freed the old allocation) closes the stale mapping before opening (CUDA refuses
+    a second mapping: "resource already mapped")."""
+    from hofem.parallel.ipc import Mappings
+
+    opened, closed = [], []
+    mappings = Mappings(lambda h: opened.append(h) or 1000 * len(opened), closed.append)
+    assert mappings.open((1, 0x7000), b"a") == 1000
+    assert mappings.open((1, 0x7000), b"a") == 1000 and opened == [b"a"]
+    assert mappings.open((2, 0x7000), b"b") == 2000  # another rank, same address
+    mappings.close((1, 0x7000), b"a")
+    assert closed == []  # one user left
+    assert mappings.open((1, 0x7000), b"c") == 3000  # reallocated by rank 1
+    assert closed == [1000] and opened == [b"a", b"b", b"c"]
+    mappings.close((1, 0x7000), b"a")  # the stale user: leaves the new mapping alone
+    assert closed == [1000] and len(mappings) == 2
+    mappings.close((1, 0x7000), b"c")
+    mappings.close((2, 0x7000), b"b")
+    assert closed == [1000, 3000, 2000] and len(mappings) == 0
+
+
 def test_ipc_channel_refuses_neighbours_it_cannot_map():
     """A neighbour on another node, or on this rank's GPU: one line naming the fix."""
     from hofem.parallel.ipc import _check_peer

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -41,7 +41,6 @@ __all__ = ["IpcChannel", "neighbour_swap", "pair_copies", "segments_by_rank"]
 Segment = tuple[int, int, int]  # (rank, offset, count) of one message in an array
 Copy = tuple[int, int, int, int]  # (rank, local offset, remote offset, count)
 _MEMCPY_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
-_OPENED: dict[bytes, list[int]] = {}  # IPC handle -> [mapped pointer, users] in this process
 
 
 def segments_by_rank(segments: Sequence[Segment]) -> dict[int, list[tuple[int, int]]]:
@@ -104,35 +103,73 @@ def _address_range():
     return function
 
 
-def _describe(array: Array) -> tuple[bytes, int]:
-    """``(IPC handle of the allocation that holds array, array's byte offset in it)``."""
+def _describe(array: Array) -> tuple[bytes, int, int]:
+    """``(IPC handle of the allocation that holds array, the allocation's address, array's
+    byte offset in it)``."""
     import cupy
 
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
     status = _address_range()(ctypes.byref(base), ctypes.byref(size), array.data.ptr)
     if status != 0:
         raise RuntimeError(f"cuMemGetAddressRange failed with CUresult {status}")
-    return cupy.cuda.runtime.ipcGetMemHandle(base.value), array.data.ptr - base.value
+    handle = cupy.cuda.runtime.ipcGetMemHandle(base.value)
+    return handle, base.value, array.data.ptr - base.value
 
 
-def _open(handle: bytes) -> int:
-    """This process's mapping of a neighbour's allocation (opened once, counted)."""
+Allocation = tuple[int, int]  # (rank, address of a neighbour's allocation in its process)
+
+
+class Mappings:
+    """This process's mappings of its neighbours' allocations, opened once and counted.
+
+    CUDA maps an allocation into a process once: a second ``open`` of it fails ("resource
+    already mapped"). A neighbour's allocation is known by its rank and its address there.
+    A channel that is dropped without :meth:`IpcChannel.free` leaves its mappings open; if
+    the neighbour then frees that allocation and makes a new one at the same address (its
+    memory pool releasing cached blocks), the new one comes with another handle, and the
+    stale mapping is closed before the new one is opened.
+
+    ``open_handle(handle) -> pointer`` and ``close_pointer(pointer)``: CUDA's IPC calls.
+    """
+
+    def __init__(
+        self, open_handle: Callable[[bytes], int], close_pointer: Callable[[int], None]
+    ) -> None:
+        self._open, self._close = open_handle, close_pointer
+        self._entries: dict[Allocation, list] = {}  # -> [handle, pointer, users]
+
+    def open(self, allocation: Allocation, handle: bytes) -> int:
+        """The mapped address of ``allocation`` (``handle`` from its owner), one more user."""
+        entry = self._entries.get(allocation)
+        if entry is not None and entry[0] != handle:  # the owner freed it: stale here
+            self._close(entry[1])
+            entry = None
+        if entry is None:
+            entry = self._entries[allocation] = [handle, self._open(handle), 0]
+        entry[2] += 1
+        return entry[1]
+
+    def close(self, allocation: Allocation, handle: bytes) -> None:
+        """One user fewer of ``allocation`` as mapped from ``handle``; unmapped at none (a
+        mapping replaced since is left alone)."""
+        entry = self._entries.get(allocation)
+        if entry is None or entry[0] != handle:
+            return
+        entry[2] -= 1
+        if entry[2] == 0:
+            self._close(entry[1])
+            del self._entries[allocation]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@functools.cache
+def _mappings() -> Mappings:
     import cupy
 
-    if handle not in _OPENED:
-        _OPENED[handle] = [cupy.cuda.runtime.ipcOpenMemHandle(handle), 0]
-    _OPENED[handle][1] += 1
-    return _OPENED[handle][0]
-
-
-def _close(handle: bytes) -> None:
-    import cupy
-
-    entry = _OPENED[handle]
-    entry[1] -= 1
-    if entry[1] == 0:
-        cupy.cuda.runtime.ipcCloseMemHandle(entry[0])
-        del _OPENED[handle]
+    runtime = cupy.cuda.runtime
+    return Mappings(runtime.ipcOpenMemHandle, runtime.ipcCloseMemHandle)
 
 
 def neighbour_swap(
@@ -231,7 +268,7 @@ class IpcChannel:
         self._flags = cupy.zeros(max(len(self._sources), 1), dtype=np.int64)  # (sources,)
         # the zeros must be in place before any neighbour may write a flag
         cupy.cuda.get_current_stream().synchronize()
-        self._handles: list[bytes] = []  # mapped by this rank, closed by free()
+        self._mapped: list = []  # (allocation, handle) mapped by this rank, closed by free()
         self._targets_of: dict[int, tuple[Array, list[Copy]]] = {}  # recv pointer -> copies
         self._flag_at = self._exchange_flags()  # {target: address of this rank's flag}
 
@@ -256,16 +293,18 @@ class IpcChannel:
 
         bus_id = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
         place = (MPI.Get_processor_name(), bus_id)
-        handle, offset = _describe(self._flags) if self._sources else (b"", 0)
-        messages = {q: (place, handle, offset + 8 * k) for k, q in enumerate(self._sources)}
+        handle, base, offset = _describe(self._flags) if self._sources else (b"", 0, 0)
+        messages = {q: (place, handle, base, offset + 8 * k) for k, q in enumerate(self._sources)}
         received = neighbour_swap(self.comm, messages, self._targets, self.tag)
-        for q, (there, _, _) in received.items():
+        for q, (there, *_) in received.items():
             _check_peer(self.comm.rank, place, q, there)
-        return {q: self._map(h, o) for q, (_, h, o) in received.items()}
+        return {q: self._map(q, h, b, o) for q, (_, h, b, o) in received.items()}
 
-    def _map(self, handle: bytes, offset: int) -> int:
-        self._handles.append(handle)
-        return _open(handle) + offset
+    def _map(self, q: int, handle: bytes, base: int, offset: int) -> int:
+        """The address in this process of byte ``offset`` of rank ``q``'s allocation at
+        ``base`` (``handle``), mapped until :meth:`free`."""
+        self._mapped.append(((q, base), handle))
+        return _mappings().open((q, base), handle) + offset
 
     def _register(self, recv: Array) -> list[Copy]:
         """The copies of a round into the neighbours' arrays that correspond to ``recv``
@@ -273,15 +312,15 @@ class IpcChannel:
         _check_device_array(recv, "recv")
         key = recv.data.ptr
         if key not in self._targets_of:
-            handle, offset = _describe(recv) if self._sources else (b"", 0)
+            handle, base, offset = _describe(recv) if self._sources else (b"", 0, 0)
             mine = segments_by_rank(self._recvs)
-            messages = {q: (handle, offset, mine[q]) for q in self._sources}
+            messages = {q: (handle, base, offset, mine[q]) for q in self._sources}
             received = neighbour_swap(self.comm, messages, self._targets, self.tag + 1000)
-            base = {q: self._map(h, o) for q, (h, o, _) in received.items()}
-            remote = {q: segments for q, (_, _, segments) in received.items()}
+            start = {q: self._map(q, h, b, o) for q, (h, b, o, _) in received.items()}
+            remote = {q: segments for q, (*_, segments) in received.items()}
             copies = pair_copies(self._sends, remote, self.comm.rank)
             # remote offset as an address: the neighbour's array start plus the segment's
-            copies = [(q, a, base[q] + 8 * b, n) for q, a, b, n in copies]
+            copies = [(q, a, start[q] + 8 * b, n) for q, a, b, n in copies]
             self._targets_of[key] = (recv, copies)  # recv kept: its address stays its own
         return self._targets_of[key][1]
 
@@ -324,6 +363,6 @@ class IpcChannel:
     def free(self) -> None:
         """Close this rank's mappings of its neighbours' memory (after its copies ended)."""
         self._stream.synchronize()
-        for handle in self._handles:
-            _close(handle)
-        self._handles, self._targets_of = [], {}
+        for allocation, handle in self._mapped:
+            _mappings().close(allocation, handle)
+        self._mapped, self._targets_of = [], {}
