@@ -1,5 +1,6 @@
 """One line per run of a results folder's ``serial.jsonl`` and ``parallel.jsonl``:
-problem, order, DOFs per GPU, ranks, GDOF x iterations / s per GPU and µs per iteration.
+problem, order, DOFs per GPU, ranks, halo transport, GDOF x iterations / s per GPU and µs
+per iteration.
 
     python bakeoff/par_summary.py OUTDIR
 """
@@ -17,6 +18,7 @@ def main(out: str) -> None:
             rate = d.get("dofs_x_iter_per_s_per_rank", d.get("dofs_x_iter_per_s"))
             per = d.get("dofs_per_rank", d.get("dofs"))
             print(name, d.get("tag", ""), d.get("bp"), d.get("p"), f"{per:.3g}", d.get("ranks", 1),
+                  d.get("transport", ""),
                   f"{rate / 1e9:.2f} GDOF*it/s per GPU, {per / rate * 1e6:.1f} us/it")  # fmt: skip
 
 

@@ -1,10 +1,12 @@
 """Where a distributed device-CG iteration's time goes: each stage between CUDA events.
 
     mpiexec -n N python bakeoff/par_timeline.py --bp bp3 -p 6 --dofs 5e7 [--repeat 200]
+        [--transport ipc]
 
-Builds the bake-off box problem with ``--dofs`` DOFs per rank (``/gpu/cuda/gen``,
-NCCL) and replays the stages of the device loop's operator step in the loop's order
-(``hofem/backends/cuda/cg.py``), an event recorded on the compute stream after each:
+Builds the bake-off box problem with ``--dofs`` DOFs per rank (``/gpu/cuda/gen``; the
+halo over NCCL, or with ``--transport ipc`` on the copy engines) and replays the stages
+of the device loop's operator step in the loop's order (``hofem/backends/cuda/cg.py``),
+an event recorded on the compute stream after each:
 the ghosts of ``p`` sent, the interior cells, the wait for the ghosts, the boundary
 cells, the ghost part of ``A p`` sent, the wait for it and the adds, one all-reduce,
 and one vector pass (``p`` read and written, ``A p`` zeroed) for scale. The time
@@ -61,8 +63,9 @@ ORDERS = {
 
 
 def prioritize(exchange):
-    """Give the exchange's NCCL side streams the device's highest priority, so that their
-    blocks are scheduled before the waiting blocks of a kernel that fills the GPU."""
+    """Give the exchange's side streams (NCCL's or the copy engines') the device's highest
+    priority, so that their work is scheduled before the waiting blocks of a kernel that
+    fills the GPU."""
     for channel in (exchange._forward_l, exchange._reverse_l):  # CUDA clamps to its highest
         channel._stream = cupy.cuda.Stream(non_blocking=True, priority=-(1 << 20))
 
@@ -91,13 +94,15 @@ def main():
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--stages", choices=sorted(ORDERS), default="loop")
     parser.add_argument("--priority", choices=("default", "high"), default="default",
-                        help="the NCCL side streams' priority")  # fmt: skip
+                        help="the exchange's side streams' priority")  # fmt: skip
+    parser.add_argument("--transport", choices=("nccl", "ipc"), default="nccl",
+                        help="how the halo moves (ipc: copy engines, CUDA IPC)")  # fmt: skip
     args = parser.parse_args()
     comm = par.world()
     ceed = ceed_on_every_rank(comm, "/gpu/cuda/gen")
     elements = box_elements(args.dofs * comm.size, args.order)
     problem = setup_distributed(args.bp, ceed, args.order, comm, elements=elements,
-                                transport="nccl")  # fmt: skip
+                                transport=args.transport)  # fmt: skip
     op = problem.operator
     op = op.op if isinstance(op, SubOperator) else op
     p = cupy.random.default_rng(comm.rank).standard_normal(op.space.local.num_dofs)
@@ -110,6 +115,7 @@ def main():
     if comm.rank == 0:
         print(json.dumps({"bp": args.bp, "p": args.order, "ranks": comm.size,
                           "stages": args.stages, "priority": args.priority,
+                          "transport": args.transport,
                           "dofs": op.space.num_dofs, "us": slowest,
                           "total_us": sum(slowest.values()),
                           "rank_total_us": [sum(v.values()) for v in every],

@@ -379,7 +379,7 @@ def _device_cg(A, b, x0, M, callback, device_loop):
         solver = None if target is None else backend.device_cg(A, target)
         why = (
             "A must be square (or restricted, restrict_dofs), and a distributed operator "
-            "needs the NCCL transport"
+            "needs the nccl or ipc transport"
         )
     if solver is None:
         if device_loop:

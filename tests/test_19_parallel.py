@@ -98,6 +98,108 @@ def test_device_cg_exchange_segments_are_p_and_its_transpose(n):
 @pytest.mark.mpi
 @needs_mpiexec
 @pytest.mark.parametrize("n", RANKS)
+def test_ipc_segments_are_p_and_its_transpose(n):
+    """The "ipc" transport's L-vector messages, paired as ``IpcChannel`` pairs them (each
+    sender writes at the receiver's offsets), played over MPI on host arrays: ``P`` and
+    ``Pᵀ``, one component (in place) and three (staged ghosts)."""
+    run = mpiexec(n, str(CASES), "ipc_plan", "/cpu/self/ref")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "OK ipc_plan"
+
+
+def test_transport_resolution_and_its_errors():
+    """ "auto" is NCCL where it works (never "ipc"); each refusal is one line naming the
+    argument and the fix."""
+    from hofem.parallel.exchange import resolve_transport
+
+    gpu = ["nccl", "ipc", "mpi"]
+    assert resolve_transport("auto", True, gpu, ["a", "a"]) == "nccl"
+    assert resolve_transport("auto", True, gpu, ["a", "a"], shared_gpu=True) == "mpi"
+    assert resolve_transport("auto", False, ["mpi"]) == "mpi"
+    assert resolve_transport("auto", True, ["mpi"]) == "mpi"  # CuPy without NCCL
+    assert resolve_transport("ipc", True, gpu, ["a", "a"]) == "ipc"
+    assert resolve_transport("nccl", True, gpu, ["a", "b"]) == "nccl"
+    assert resolve_transport("mpi", True, gpu, ["a", "a"], shared_gpu=True) == "mpi"
+    refused = [
+        (("tcp", True, gpu), "transport 'tcp' is unknown: choose from"),
+        (("ipc", False, ["mpi"]), "transport 'ipc' moves GPU arrays, and these vectors are host"),
+        (("nccl", False, ["mpi"]), "use transport='mpi' (or 'auto'), or a /gpu backend"),
+        (("ipc", True, ["mpi"]), "transport 'ipc' needs CuPy with NCCL"),
+        (("ipc", True, gpu, ["a", "a"], True), "transport 'ipc' needs one GPU per rank"),
+        (("nccl", True, gpu, ["a", "a"], True), "or use transport='mpi'"),
+        (("ipc", True, gpu, ["a", "b", "a"]), "ranks run on 2 nodes: use transport='nccl'"),
+    ]
+    for args, message in refused:
+        with pytest.raises(ValueError, match=re.escape(message)) as error:
+            resolve_transport(*args)
+        assert "\n" not in str(error.value)
+
+
+def test_host_vectors_refuse_the_device_transports():
+    """An exchange of host arrays over "ipc" or "nccl" stops at construction (one rank)."""
+    from mpi4py import MPI
+
+    from hofem import parallel as par
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    local = par.box_local(MPI.COMM_SELF, 2)
+    for transport in ("ipc", "nccl"):
+        with pytest.raises(ValueError, match=f"transport '{transport}' moves GPU arrays"):
+            par.ParH1Space(ceed, local, 1, comm=MPI.COMM_SELF, transport=transport)
+    assert par.ParH1Space(ceed, local, 1, comm=MPI.COMM_SELF).exchange.transport == "mpi"
+
+
+def test_ipc_copies_pair_each_send_with_the_receivers_segment():
+    """The ``k``-th segment sent to a rank lands at that rank's ``k``-th receive offset;
+    segments that differ between the two sides are refused."""
+    from hofem.parallel.ipc import pair_copies, segments_by_rank
+
+    sends = [(1, 0, 4), (2, 4, 3), (1, 7, 2)]
+    assert segments_by_rank(sends) == {1: [(0, 4), (7, 2)], 2: [(4, 3)]}
+    remote = {1: [(10, 4), (30, 2)], 2: [(5, 3)]}
+    assert pair_copies(sends, remote, rank=0) == [(1, 0, 10, 4), (1, 7, 30, 2), (2, 4, 5, 3)]
+    with pytest.raises(ValueError, match=r"rank 0 sends segments of \[4, 2\] values to rank 1"):
+        pair_copies(sends, {1: [(10, 2), (30, 4)], 2: [(5, 3)]}, rank=0)
+    with pytest.raises(ValueError, match=r"which receives \[\] from it"):
+        pair_copies(sends, {1: [(10, 4), (30, 2)]}, rank=0)
+
+
+def test_ipc_mappings_open_each_allocation_once_and_replace_stale_ones():
+    """One mapping per neighbour allocation, counted; a new handle at a known address (the
+    neighbour freed the old allocation) closes the stale mapping before opening (CUDA refuses
+    a second mapping: "resource already mapped")."""
+    from hofem.parallel.ipc import Mappings
+
+    opened, closed = [], []
+    mappings = Mappings(lambda h: opened.append(h) or 1000 * len(opened), closed.append)
+    assert mappings.open((1, 0x7000), b"a") == 1000
+    assert mappings.open((1, 0x7000), b"a") == 1000 and opened == [b"a"]
+    assert mappings.open((2, 0x7000), b"b") == 2000  # another rank, same address
+    mappings.close((1, 0x7000), b"a")
+    assert closed == []  # one user left
+    assert mappings.open((1, 0x7000), b"c") == 3000  # reallocated by rank 1
+    assert closed == [1000] and opened == [b"a", b"b", b"c"]
+    mappings.close((1, 0x7000), b"a")  # the stale user: leaves the new mapping alone
+    assert closed == [1000] and len(mappings) == 2
+    mappings.close((1, 0x7000), b"c")
+    mappings.close((2, 0x7000), b"b")
+    assert closed == [1000, 3000, 2000] and len(mappings) == 0
+
+
+def test_ipc_channel_refuses_neighbours_it_cannot_map():
+    """A neighbour on another node, or on this rank's GPU: one line naming the fix."""
+    from hofem.parallel.ipc import _check_peer
+
+    _check_peer(0, ("node-a", "0000:19:00.0"), 1, ("node-a", "0000:3b:00.0"))
+    with pytest.raises(ValueError, match=r"rank 1 runs on node 'node-b' .* use transport='nccl'"):
+        _check_peer(0, ("node-a", "0000:19:00.0"), 1, ("node-b", "0000:3b:00.0"))
+    with pytest.raises(ValueError, match=r"ranks 1 and 0 use one GPU \(0000:19:00.0\)"):
+        _check_peer(0, ("node-a", "0000:19:00.0"), 1, ("node-a", "0000:19:00.0"))
+
+
+@pytest.mark.mpi
+@needs_mpiexec
+@pytest.mark.parametrize("n", RANKS)
 def test_bad_input_fails_on_every_rank(n):
     run = mpiexec(n, str(CASES), "errors", "/cpu/self/ref")
     assert run.returncode == 0, run.stdout + run.stderr

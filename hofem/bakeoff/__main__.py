@@ -98,9 +98,10 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--transport",
-        choices=("auto", "mpi", "nccl"),
+        choices=("auto", "mpi", "nccl", "ipc"),
         default="auto",
-        help="under mpiexec, how halos move (default auto: NCCL between GPUs when available)",
+        help="under mpiexec, how halos move (default auto: NCCL between GPUs when available; "
+        "ipc: the device CG's halo on the copy engines, every rank on one node)",
     )
     add_geometry_argument(parser)
     parser.add_argument(

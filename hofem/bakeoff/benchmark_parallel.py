@@ -56,7 +56,10 @@ def parse_args(argv=None):
         "--rtol", type=positive_float, default=None,
         help="solve to this relative residual instead of timing --iterations iterations",
     )  # fmt: skip
-    parser.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto")
+    parser.add_argument(
+        "--transport", choices=("auto", "mpi", "nccl", "ipc"), default="auto",
+        help="how halos move (ipc: the device CG's halo on the copy engines, one node)",
+    )  # fmt: skip
     add_preconditioner_argument(parser)
     add_cg_variant_argument(parser)
     add_geometry_argument(parser)

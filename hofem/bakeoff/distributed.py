@@ -80,7 +80,8 @@ def setup_distributed(
     simplex, distort
         As for :func:`hofem.meshes.box`.
     method : {"rcb", "metis"}
-    transport : {"auto", "mpi", "nccl"}
+    transport : {"auto", "mpi", "nccl", "ipc"}
+        As for :class:`hofem.parallel.Exchange`.
     geometry : {"auto", "stored", "on_the_fly"}
         As for :func:`hofem.mass`.
 

@@ -7,8 +7,9 @@ restarts them every exchange; on a GPU it stages through pinned host buffers
 (the MPI of many sites, and of the lent GPU machines, is not CUDA-aware). A
 NCCL channel sends device buffers directly, on its own stream, so the interior
 elements run while the halo moves. The device CG's exchange in place on L-vectors
-(``*_l`` methods) takes two more NCCL channels over the same buffers, which move each
-component's ghosts straight to or from their places (:func:`l_path_segments`).
+(``*_l`` methods) takes two more channels over the same buffers, which move each
+component's ghosts straight to or from their places (:func:`l_path_segments`): NCCL
+channels, or with ``transport="ipc"`` copy-engine channels (:mod:`hofem.parallel.ipc`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,20 @@ from ..typing import Array, IndexArray
 if TYPE_CHECKING:
     from .layout import ParNumbering
 
-__all__ = ["Exchange", "MpiChannel", "NcclChannel", "l_path_segments", "nccl_communicator"]
+__all__ = [
+    "TRANSPORTS",
+    "Exchange",
+    "MpiChannel",
+    "NcclChannel",
+    "ipc_l_path_segments",
+    "l_path_segments",
+    "nccl_communicator",
+    "resolve_transport",
+]
 
 _NCCL = {}
+# "auto" is "nccl" where NCCL is usable, else "mpi"; "ipc" is opt-in (Exchange)
+TRANSPORTS = ("auto", "nccl", "ipc", "mpi")
 Segment = tuple[int, int, int]  # (rank, offset, count) of one message in a buffer
 
 
@@ -107,6 +119,34 @@ def l_path_segments(
     ]
     empty = np.empty(0, dtype=np.int64)
     return (np.concatenate(send_l) if send_l else empty), buffer_segments, ghost_segments
+
+
+def ipc_l_path_segments(
+    numbering: ParNumbering, num_comp: int
+) -> tuple[list[Segment], list[Segment], list[Segment], list[Segment], bool]:
+    """The segments of the ``"ipc"`` transport's L-vector channels.
+
+    With one component, those of :func:`l_path_segments`. With several, the ghosts of
+    ``P`` travel as one message per neighbour into a receive buffer laid out as the
+    T-vector channel's (``Exchange._ghost_l`` puts it in place; ``Exchange`` says why).
+
+    Returns
+    -------
+    forward_sends, forward_recvs : list of (rank, offset, count)
+        ``P``: offsets in the send buffer, and in the L-vector or the receive buffer.
+    reverse_sends, reverse_recvs : list of (rank, offset, count)
+        ``Pᵀ``: offsets in the L-vector and in the transpose's receive buffer.
+    staged : bool
+        The ghosts of ``P`` land in a receive buffer (several components).
+    """
+    _, buffer_segments, ghost_segments = l_path_segments(numbering, num_comp)
+    if num_comp == 1:
+        return buffer_segments, ghost_segments, ghost_segments, buffer_segments, False
+    send_sizes = [num_comp * len(s) for s in numbering.send_nodes]
+    recv_sizes = [num_comp * int(g) for g in numbering.recv_counts]
+    sends = _rank_segments(numbering.send_ranks, send_sizes)
+    recvs = _rank_segments(numbering.recv_ranks, recv_sizes)
+    return sends, recvs, ghost_segments, buffer_segments, True
 
 
 class MpiChannel:
@@ -240,7 +280,8 @@ class NcclChannel:
 
 
 def transport_names(xp):
-    """Transports usable with arrays of ``xp``: ``["mpi"]``, plus ``"nccl"`` with CuPy's NCCL."""
+    """Transports usable with arrays of ``xp``: ``["mpi"]``, plus ``"nccl"`` and ``"ipc"``
+    with CuPy's NCCL (the first is ``"auto"``'s choice)."""
     if xp is np:
         return ["mpi"]
     try:
@@ -249,16 +290,77 @@ def transport_names(xp):
         nccl.get_version()
     except Exception:
         return ["mpi"]
-    return ["nccl", "mpi"]
+    return ["nccl", "ipc", "mpi"]
 
 
-def _ranks_share_a_gpu(comm):
-    """True when two ranks of ``comm`` use the same GPU of one node (collective)."""
+def _placement(comm):
+    """``(every rank's node name, whether two ranks use one GPU of a node)`` (collective)."""
     import cupy
 
-    device = (MPI.Get_processor_name(), cupy.cuda.Device().id)
-    devices = comm.allgather(device)
-    return len(set(devices)) < len(devices)
+    devices = comm.allgather((MPI.Get_processor_name(), cupy.cuda.Device().id))
+    return [node for node, _ in devices], len(set(devices)) < len(devices)
+
+
+def resolve_transport(
+    transport: str,
+    device: bool,
+    names: list[str],
+    nodes: list[str] | None = None,
+    shared_gpu: bool = False,
+) -> str:
+    """The transport an :class:`Exchange` uses: ``transport`` checked against the run.
+
+    Parameters
+    ----------
+    transport : {"auto", "nccl", "ipc", "mpi"}
+    device : bool
+        The vectors are GPU (CuPy) arrays.
+    names : list of str
+        :func:`transport_names` of the vectors' module.
+    nodes : list of str, optional
+        Every rank's node name (``MPI.Get_processor_name()``).
+    shared_gpu : bool
+        Two ranks use the same GPU.
+
+    Returns
+    -------
+    str
+        ``"nccl"``, ``"ipc"`` or ``"mpi"`` (``"auto"``: ``"nccl"`` where it works, else
+        ``"mpi"``).
+
+    Raises
+    ------
+    ValueError
+        One line naming ``transport`` and what to change.
+    """
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r} is unknown: choose from {list(TRANSPORTS)}")
+    if transport == "auto":
+        return "mpi" if shared_gpu else names[0]
+    if transport == "mpi":
+        return transport
+    if not device:
+        raise ValueError(
+            f"transport {transport!r} moves GPU arrays, and these vectors are host arrays: "
+            "use transport='mpi' (or 'auto'), or a /gpu backend"
+        )
+    if transport not in names:
+        raise ValueError(
+            f"transport {transport!r} needs CuPy with NCCL (cupy.cuda.nccl), which is not "
+            "available here: install NCCL for CuPy, or use transport='mpi'"
+        )
+    if shared_gpu:
+        raise ValueError(
+            f"transport {transport!r} needs one GPU per rank, and two ranks share one: run "
+            "at most as many ranks per node as GPUs, or use transport='mpi'"
+        )
+    num_nodes = len(set(nodes or ()))
+    if transport == "ipc" and num_nodes > 1:
+        raise ValueError(
+            f"transport 'ipc' maps the neighbours' GPU memory (CUDA IPC), which needs every "
+            f"rank on one node, and the ranks run on {num_nodes} nodes: use transport='nccl'"
+        )
+    return transport
 
 
 class Exchange:
@@ -275,14 +377,17 @@ class Exchange:
     num_comp : int
     xp : module
         NumPy or CuPy: where the vectors live.
-    transport : {"auto", "mpi", "nccl"}
+    transport : {"auto", "nccl", "ipc", "mpi"}
         ``"auto"``: NCCL for CuPy arrays when CuPy has NCCL, else MPI (host
-        staged on a GPU).
+        staged on a GPU). ``"ipc"``: as ``"nccl"``, but the device CG's halo (the
+        ``*_l`` methods) moves on the copy engines (:mod:`hofem.parallel.ipc`; every
+        rank on one node).
 
     Raises
     ------
     ValueError
-        Unknown transport, or ``"nccl"`` for host arrays or without NCCL.
+        Unknown transport, or ``"nccl"``/``"ipc"`` for host arrays, without NCCL or
+        with two ranks on one GPU, or ``"ipc"`` across nodes.
     """
 
     def __init__(
@@ -294,15 +399,8 @@ class Exchange:
         transport: str = "auto",
     ) -> None:
         names = transport_names(xp)
-        if "nccl" in names and _ranks_share_a_gpu(comm):
-            names.remove("nccl")  # NCCL needs one GPU per rank
-        if transport == "auto":
-            transport = names[0]
-        if transport not in names:
-            raise ValueError(
-                f"transport {transport!r} is not available here (NCCL needs CuPy with NCCL and "
-                f"one GPU per rank); choose from {names}"
-            )
+        nodes, shared_gpu = _placement(comm) if "nccl" in names else (None, False)
+        transport = resolve_transport(transport, xp is not np, names, nodes, shared_gpu)
         self.comm = comm.Dup()
         self.transport = transport
         self.xp = xp
@@ -322,7 +420,7 @@ class Exchange:
         empty = np.empty(0, dtype=np.int64)
         self._send_t = xp.asarray(np.concatenate(send) if send else empty)  # T indices
         self._ghost_l = xp.asarray(np.concatenate(ghost) if ghost else empty)  # L indices
-        channel = NcclChannel if transport == "nccl" else MpiChannel
+        channel = MpiChannel if transport == "mpi" else NcclChannel
         s_ranks, r_ranks = numbering.send_ranks, numbering.recv_ranks
         self._forward = channel(self.comm, xp, s_ranks, send_sizes, r_ranks, recv_sizes, 21)
         self._reverse = channel(self.comm, xp, r_ranks, recv_sizes, s_ranks, send_sizes, 22)
@@ -330,25 +428,59 @@ class Exchange:
         self._transpose_pairs = [
             (self._send_t[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
         ]
-        if transport == "nccl":
-            self._open_l_path(numbering, send_sizes)
+        self._stage_l = None  # ("ipc", several components) where the ghosts land first
+        if transport != "mpi":
+            self._open_l_path(numbering, send_sizes, recv_sizes)
 
-    def _open_l_path(self, numbering: ParNumbering, send_sizes: list[int]) -> None:
+    def _open_l_path(
+        self, numbering: ParNumbering, send_sizes: list[int], recv_sizes: list[int]
+    ) -> None:
         """The channels of the in-place L-vector exchange (a device CG's): the segments of
         :func:`l_path_segments`; the send and receive buffers are the T-vector channels'."""
         send_l, buffer_segments, ghost_segments = l_path_segments(numbering, self.num_comp)
         # (sum of the send sizes,) L indices of what is sent, in the send buffer's order
         self._send_l = self._send_t if self.num_comp == 1 else self.xp.asarray(send_l)
-        self._forward_l = NcclChannel.over(
-            self.comm, buffer_segments, ghost_segments, send_buf=self._forward.send_buf
-        )
-        self._reverse_l = NcclChannel.over(
-            self.comm, ghost_segments, buffer_segments, recv_buf=self._reverse.recv_buf
-        )
+        if self.transport == "ipc":
+            self._open_ipc_l_path(numbering, recv_sizes)
+        else:
+            self._forward_l = NcclChannel.over(
+                self.comm, buffer_segments, ghost_segments, send_buf=self._forward.send_buf
+            )
+            self._reverse_l = NcclChannel.over(
+                self.comm, ghost_segments, buffer_segments, recv_buf=self._reverse.recv_buf
+            )
         received = self._reverse.recv_buf
         self._transpose_pairs_l = [
             (self._send_l[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
         ]
+
+    def _open_ipc_l_path(self, numbering: ParNumbering, recv_sizes: list[int]) -> None:
+        """The L-vector channels on the copy engines (:class:`~hofem.parallel.ipc.IpcChannel`).
+
+        A sender writes round ``k + 1`` without waiting for its receiver, so a receive
+        array must not be read or written between the receiver's last use of round ``k``
+        and the senders' next start unless an all-reduce of every rank lies between. In
+        the device CG (``hofem/backends/cuda/cg.py``): the ghosts of ``p`` are read by
+        the boundary cells (and ``p . Ap``) before the all-reduce of ``p . Ap``, and the
+        values returned to the owners are added before it; the next rounds start after
+        the all-reduce of ``r . r``. With several components, though, ``x``, ``r`` and
+        ``p`` are whole L-vectors and ``p = z + beta p`` rewrites ``p``'s ghost entries
+        after that last all-reduce, so their ghosts land in a buffer of their own and a
+        kernel puts them in place after the wait (:meth:`finish_prolong_l`).
+        """
+        from ..backends.cuda import kernels
+        from .ipc import IpcChannel
+
+        sends, recvs, back_sends, back_recvs, staged = ipc_l_path_segments(numbering, self.num_comp)
+        if staged:  # (sum of the receive sizes,) in the T-vector channel's order (_ghost_l's)
+            self._stage_l = self.xp.empty(int(sum(recv_sizes)))
+            self._scatter = kernels.ipc_module().get_function("ipc_scatter")
+        self._forward_l = IpcChannel.over(
+            self.comm, sends, recvs, send_buf=self._forward.send_buf, recv_buf=self._stage_l, tag=23
+        )
+        self._reverse_l = IpcChannel.over(
+            self.comm, back_sends, back_recvs, recv_buf=self._reverse.recv_buf, tag=24
+        )
 
     @property
     def t_size(self) -> int:
@@ -407,14 +539,23 @@ class Exchange:
     # --- in place on L-vectors, for a device CG (hofem.backends.contract.DeviceExchange) ----
     def start_prolong_l(self, x_l: Array) -> None:
         """Begin ``x_l = P x_l``: the owned entries' values sent, and the ghosts received
-        straight into their places in ``x_l (l_size,)`` (NCCL only)."""
+        straight into their places in ``x_l (l_size,)`` (``"nccl"`` and ``"ipc"``)."""
         if self._send_l.size:
             self.xp.take(x_l, self._send_l, out=self._forward.send_buf)
-        self._forward_l.start(recv=x_l)
+        if self._stage_l is None:
+            self._forward_l.start(recv=x_l)
+        else:
+            self._forward_l.start()
+            self._prolonged_l = x_l
 
     def finish_prolong_l(self) -> None:
         """Order the current stream after :meth:`start_prolong_l`'s ghosts arrived."""
         self._forward_l.finish()
+        ghosts = self._ghost_l
+        if self._stage_l is not None and ghosts.size:  # allocation-free, for a CUDA graph
+            blocks = min(1024, (ghosts.size + 255) // 256)
+            args = (np.int64(ghosts.size), ghosts, self._stage_l, self._prolonged_l)
+            self._scatter((blocks,), (256,), args)
 
     def start_transpose_l(self, y_l: Array) -> None:
         """Begin sending ``y_l``'s ghost entries to the owners (see :meth:`start_prolong_l`)."""
@@ -498,7 +639,11 @@ class Exchange:
         return lambda: out
 
     def free(self) -> None:
-        """Release the persistent requests, the NCCL communicator and the duplicated one."""
+        """Release the persistent requests, the IPC mappings, the NCCL communicator and the
+        duplicated one."""
+        if self.transport == "ipc":
+            self._forward_l.free()
+            self._reverse_l.free()
         self._forward.free()
         self._reverse.free()
         nccl = _NCCL.pop((self.comm.py2f(), self.comm.size, self.comm.rank), None)

@@ -173,10 +173,10 @@ class ParOperator(_OperatorBase):
         return self.space.exchange.prolong_transpose(diag)
 
     def device_cg_target(self) -> DeviceCGTarget | None:
-        """The rank's parts for a device CG on its L-vectors (CUDA backends, NCCL), else
-        None (host loop)."""
+        """The rank's parts for a device CG on its L-vectors (CUDA backends, the ``nccl``
+        or ``ipc`` transport), else None (host loop)."""
         exchange = self.space.exchange
-        if self.ceed.backend.device_cg is None or exchange.transport != "nccl":
+        if self.ceed.backend.device_cg is None or exchange.transport == "mpi":
             return None
         parts = DistributedParts(
             exchange, self.interior, self.boundary, exchange.l_size, exchange.owned_l()

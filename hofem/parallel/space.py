@@ -69,9 +69,10 @@ class ParH1Space:
     num_comp : int, default 1
     comm : mpi4py.MPI.Comm, optional
         Default ``MPI.COMM_WORLD``.
-    transport : {"auto", "mpi", "nccl"}
+    transport : {"auto", "mpi", "nccl", "ipc"}
         How halos move; ``"auto"`` picks NCCL for GPU backends when CuPy has
-        it, else MPI (host-staged on GPUs).
+        it, else MPI (host-staged on GPUs); ``"ipc"`` moves the device CG's halo on
+        the copy engines (:class:`~hofem.parallel.Exchange`).
 
     Attributes
     ----------

@@ -402,8 +402,38 @@ def group_variants(resource):
                       f"{ref.iterations}), {counter[0]} all-reduces", flush=True)  # fmt: skip
 
 
+def _device_loops_agree(dist, other, M, kind, p, bp):
+    """``dist``'s device loop against its host loop, and against ``other``'s device loop
+    (the same problem on another transport; None: no such check): the iterates after 10
+    iterations to 1e-12 relative, the iteration counts at rtol 1e-8 to 3 %."""
+    A, b = dist.operator, dist.rhs
+    x_h, _ = hf.cg(A, b, rtol=0.0, maxiter=10, M=M, device_loop=False)
+    x_d, _ = hf.cg(A, b, rtol=0.0, maxiter=10, M=M, device_loop=True)
+    norm = float(global_sum(float((x_h**2).sum())))
+    diff = float(global_sum(float(((x_d - x_h) ** 2).sum())))
+    assert diff <= 1e-24 * norm, (kind, p, bp, diff / norm)
+    M_other = None if other is None or M is None else hf.jacobi(other.operator)
+    if other is not None:
+        x_o, _ = hf.cg(other.operator, other.rhs, rtol=0.0, maxiter=10, M=M_other,
+                       device_loop=True)  # fmt: skip
+        diff = float(global_sum(float(((x_d - x_o) ** 2).sum())))
+        assert diff <= 1e-24 * norm, (kind, p, bp, "against the other transport", diff / norm)
+    _, host = hf.cg(A, b, rtol=1e-8, M=M, device_loop=False)
+    counts = [host.iterations]
+    if other is not None:
+        _, info = hf.cg(other.operator, other.rhs, rtol=1e-8, M=M_other, device_loop=True)
+        counts.append(info.iterations)
+    slack = max(1, round(0.03 * host.iterations))
+    for check_every in (1, 7, None):
+        _, info = hf.cg(A, b, rtol=1e-8, M=M, device_loop=True, check_every=check_every)
+        assert info == 0 and all(abs(info.iterations - n) <= slack for n in counts), (
+            kind, p, bp, info, counts)  # fmt: skip
+    return host.iterations, info.iterations
+
+
 def group_device(resource):
-    """The device CG loop on ParOperator (GPU, NCCL) against the host loop.
+    """The device CG loop on ParOperator (GPU; TRANSPORT "nccl" or "ipc", "auto": "nccl")
+    against the host loop, and with "ipc" also against the "nccl" device loop.
 
     Box hexes and tets, BP1 and BP3 (Dirichlet DOFs), and the vector BP2 and BP4 (three
     components: the T-vector is not the L-vector's head) on hexes and on tets at p = 2,
@@ -420,28 +450,24 @@ def group_device(resource):
     ceed = hf.Ceed(resource)
     if not resource.startswith("/gpu"):
         raise SystemExit("the device group needs a CUDA backend")
+    transport = "nccl" if TRANSPORT == "auto" else TRANSPORT
+    if transport not in ("nccl", "ipc"):
+        raise SystemExit(f"the device group runs nccl or ipc, not {transport!r}")
     for kind, cells, orders in (("hex", (4, 3, 3), (2, 4)), ("tet", (3, 2, 2), (2, 3))):
         local = par.box_local(comm, cells, simplex=kind == "tet", distort=0.1)
         for p in orders:
             for bp in ("bp1", "bp3", "bp2", "bp4") if p == 2 else ("bp1", "bp3"):
-                dist = setup_distributed(bp, ceed, p, comm, mesh=local, transport="nccl")
-                A, b = dist.operator, dist.rhs
-                for M in (None, hf.jacobi(A)):
-                    x_h, _ = hf.cg(A, b, rtol=0.0, maxiter=10, M=M, device_loop=False)
-                    x_d, _ = hf.cg(A, b, rtol=0.0, maxiter=10, M=M, device_loop=True)
-                    diff = float(global_sum(float(((x_d - x_h) ** 2).sum())))
-                    norm = float(global_sum(float((x_h**2).sum())))
-                    assert diff <= 1e-24 * norm, (kind, p, bp, diff / norm)
-                    _, host = hf.cg(A, b, rtol=1e-8, M=M, device_loop=False)
-                    for check_every in (1, 7, None):
-                        _, info = hf.cg(A, b, rtol=1e-8, M=M, device_loop=True,
-                                        check_every=check_every)  # fmt: skip
-                        slack = max(1, round(0.03 * host.iterations))
-                        assert info == 0 and abs(info.iterations - host.iterations) <= slack, (
-                            kind, p, bp, info, host)  # fmt: skip
+                dist = setup_distributed(bp, ceed, p, comm, mesh=local, transport=transport)
+                other = None
+                if transport == "ipc":
+                    channel = type(dist.space.exchange._forward_l).__name__
+                    assert channel == "IpcChannel", channel
+                    other = setup_distributed(bp, ceed, p, comm, mesh=local, transport="nccl")
+                for M in (None, hf.jacobi(dist.operator)):
+                    host, device = _device_loops_agree(dist, other, M, kind, p, bp)
                 if rank == 0:
-                    print(f"device {kind} {bp} p={p}: {host.iterations} iterations (host loop), "
-                          f"{info.iterations} (device loop)", flush=True)  # fmt: skip
+                    print(f"device {transport} {kind} {bp} p={p}: {host} iterations (host "
+                          f"loop), {device} (device loop)", flush=True)  # fmt: skip
 
 
 def play_segments(sends, recvs, send_from, recv_into):
@@ -488,6 +514,133 @@ def group_l_path(resource):
         print("rank 0: l_path ok", flush=True)
 
 
+def _play_plan(sends, recvs, send_from, recv_into, tag):
+    """Move segments as :class:`hofem.parallel.ipc.IpcChannel` plans them, on host arrays:
+    each receiver tells its sources its segments, each sender pairs its own with them
+    (``pair_copies``) and sends ``(receiver's offset, values)``, which the receiver
+    writes where the sender said."""
+    from hofem.parallel.ipc import neighbour_swap, pair_copies, segments_by_rank
+
+    mine, theirs = segments_by_rank(recvs), sorted(segments_by_rank(sends))
+    remote = neighbour_swap(comm, mine, theirs, tag)
+    writes = {}
+    for q, a, b, n in pair_copies(sends, remote, rank):
+        writes.setdefault(q, []).append((b, send_from[a : a + n].copy()))
+    for pieces in neighbour_swap(comm, writes, sorted(mine), tag + 1).values():
+        for b, values in pieces:
+            recv_into[b : b + values.size] = values
+
+
+def group_ipc_plan(resource):
+    """The "ipc" transport's L-vector messages (``ipc_l_path_segments``, paired by
+    ``IpcChannel``'s rules), played over MPI on host arrays: ``P`` and ``Pᵀ`` as
+    :meth:`Exchange.prolong` and :meth:`Exchange.prolong_transpose` give them, one and
+    three components (staged ghosts), box blocks and a partitioned tet box."""
+    from hofem.parallel.exchange import ipc_l_path_segments
+
+    ceed = hf.Ceed(resource)
+    locals_ = (
+        par.box_local(comm, (4, 3, 3)),
+        par.distribute_mesh(comm, meshes.box(3, simplex=True)),
+    )
+    for local in locals_:
+        for num_comp in (1, 3):
+            space = par.ParH1Space(ceed, local, 2, num_comp, transport="mpi")
+            exchange, numbering = space.exchange, space.numbering
+            send_l, _, _ = par.exchange.l_path_segments(numbering, num_comp)
+            sends, recvs, back_sends, back_recvs, staged = ipc_l_path_segments(numbering, num_comp)
+            assert staged == (num_comp > 1)
+            own, nodes, nc = numbering.num_owned, numbering.num_nodes, num_comp
+            owned = (np.arange(nc)[:, None] * nodes + np.arange(own)).ravel()  # (t_size,)
+            rng = np.random.default_rng(5 + rank)
+            x_t = rng.standard_normal(nc * own)
+            x_l = np.zeros(nc * nodes)
+            x_l[owned] = x_t
+            if staged:  # the ghosts in the T-vector channel's order, then put in place
+                stage = np.zeros(exchange._ghost_l.size)
+                _play_plan(sends, recvs, x_l[send_l], stage, tag=7)
+                x_l[ceed.to_numpy(exchange._ghost_l)] = stage
+            else:
+                _play_plan(sends, recvs, x_l[send_l], x_l, tag=7)
+            assert np.array_equal(x_l, ceed.to_numpy(exchange.prolong(ceed.asarray(x_t))))
+            y_l = rng.standard_normal(nc * nodes)
+            received = np.zeros(len(send_l))
+            _play_plan(back_sends, back_recvs, y_l, received, tag=9)
+            y = y_l.copy()
+            np.add.at(y, send_l, received)
+            expected = ceed.to_numpy(exchange.prolong_transpose(ceed.asarray(y_l)))
+            assert np.allclose(y[owned], expected, rtol=1e-14, atol=1e-14)
+    if rank == 0:
+        print("rank 0: ipc_plan ok", flush=True)
+
+
+def _owned_view(exchange, x_l):
+    """The T-vector entries of the L-vector ``x_l``, ``(num_comp, num_owned)`` (a view)."""
+    return x_l.reshape(exchange.num_comp, exchange.num_nodes)[:, : exchange.num_owned]
+
+
+def _ipc_graph_rounds(exchange, x_l, x_t, replays=5):
+    """Rounds of ``x_t *= 2``, ``x_l = P x_t`` over "ipc" and an all-reduce, replayed from
+    a CUDA graph: ``x_l`` is then ``P`` of the last ``x_t``."""
+    import cupy
+
+    a = x_t.reshape(exchange.num_comp, -1)  # (num_comp, num_owned)
+    scalar = cupy.ones(1)
+
+    # allocation-free, for the graph; the ghosts of x_l are not touched here: a neighbour
+    # may write the next round's as soon as the all-reduce let it, and without the halo
+    # they would keep the previous round's values, half the right ones
+    def round_():
+        cupy.multiply(a, 2.0, out=a)
+        cupy.copyto(_owned_view(exchange, x_l), a)
+        exchange.start_prolong_l(x_l)
+        exchange.finish_prolong_l()
+        exchange.allreduce_inplace(scalar)  # what separates two rounds in the CG
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        round_()  # outside the capture (a new receive array's IPC handle is exchanged)
+        stream.begin_capture()
+        round_()
+        graph = stream.end_capture()
+        for _ in range(replays):
+            graph.launch(stream)
+        stream.synchronize()
+    assert cupy.array_equal(x_l, exchange.prolong(x_t)), "P replayed from a graph"
+    assert float(scalar[0]) == comm.size ** (replays + 1), float(scalar[0])
+
+
+def group_ipc_channel(resource):
+    """The "ipc" L-vector exchange alone (GPU, one GPU per rank, one node): ``P`` and
+    ``Pᵀ`` round after round against the NCCL T-vector path, then ``P`` replayed from a
+    CUDA graph with an all-reduce between rounds, one and three components."""
+    import cupy
+
+    ceed = hf.Ceed(resource)
+    local = par.box_local(comm, (4, 3, 3))
+    for num_comp in (1, 3):
+        exchange = par.ParH1Space(ceed, local, 2, num_comp, transport="ipc").exchange
+        rng = cupy.random.default_rng(11 + rank)
+        x_l = cupy.zeros(exchange.l_size)
+        for _ in range(3):  # P and Pᵀ; the host checks between rounds synchronize the ranks
+            x_t = rng.standard_normal(exchange.t_size)
+            _owned_view(exchange, x_l)[...] = x_t.reshape(num_comp, -1)
+            exchange.start_prolong_l(x_l)
+            exchange.finish_prolong_l()
+            assert cupy.array_equal(x_l, exchange.prolong(x_t)), "P over ipc"
+            y_l = rng.standard_normal(exchange.l_size)
+            exchange.start_transpose_l(y_l)
+            y = y_l.copy()
+            for index, values in exchange.finish_transpose_l():
+                y[index] += values
+            expected = exchange.prolong_transpose(y_l).reshape(num_comp, -1)
+            assert cupy.allclose(_owned_view(exchange, y), expected, rtol=1e-14, atol=1e-14)
+            global_sum(0.0)
+        _ipc_graph_rounds(exchange, x_l, rng.standard_normal(exchange.t_size))
+    if rank == 0:
+        print("rank 0: ipc_channel ok", flush=True)
+
+
 def par_max():
     from mpi4py import MPI
 
@@ -504,6 +657,8 @@ GROUPS = {
     "variants": group_variants,
     "device": group_device,
     "l_path": group_l_path,
+    "ipc_plan": group_ipc_plan,
+    "ipc_channel": group_ipc_channel,
 }
 
 if __name__ == "__main__":

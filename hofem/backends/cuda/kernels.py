@@ -18,6 +18,7 @@ __all__ = [
     "basis_block",
     "basis_module",
     "cg_module",
+    "ipc_module",
     "raw_module",
     "restriction_module",
     "source",
@@ -94,6 +95,12 @@ def basis_module(dim, num_comp, P_1d, Q_1d):
 def cg_module():
     """Compiled ``cg.cu``: ``update_xr_rr``, CG's x/r update fused with ``r . r``."""
     return _module("cg.cu", ())
+
+
+def ipc_module():
+    """Compiled ``ipc.cu``: the round counter and the flag wait of a CUDA IPC halo channel
+    (:class:`hofem.parallel.ipc.IpcChannel`)."""
+    return _module("ipc.cu", ())
 
 
 def restriction_module(index_dtype):
