@@ -6,7 +6,8 @@ without ``paired``) is compiled by the host C++ compiler with ``cuda_host_shim.h
 std::thread per CUDA thread of the ``(T_1d, T_1d, elems)`` block, a barrier per block for
 ``__syncthreads()`` (``host_kernels.py``).  The results are compared with ``/cpu/self/ref``
 for BP1 and BP3 at p = 7 and 8 (``Q_1d = 9, 10``: past the one-warp-per-element layout),
-stored q-data on distorted cells and the geometry on the fly, the apply and the CG variant
+BP2 and BP4 at one of them, stored q-data on distorted cells and the geometry on the fly,
+the apply and the CG variant
 (its partial sums of ``u . Au`` and its stopped status), several elements per block with a
 partial last block, and blocks looping over the elements.  The device tests are in
 ``test_10_cuda.py``; ``test_12_nvcc.py`` compiles such sources for sm_90.
@@ -37,23 +38,29 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or cla
 # cells per direction by order: 8 elements at p = 7 (three per paired block) and 27 at p = 8
 # (two per block), so that the last block of each launch is partial
 CELLS = {7: 2, 8: 3}
-FORMS = {"bp1": hf.mass, "bp3": hf.diffusion}
+# name -> (form, components, the (order, geometry) cases): BP1 and BP3 at both orders and
+# geometries, the vector forms (BP2, BP4: three components) at one of each
+FORMS = {
+    "bp1": (hf.mass, 1, [(p, g) for p in (7, 8) for g in ("stored", "on_the_fly")]),
+    "bp3": (hf.diffusion, 1, [(p, g) for p in (7, 8) for g in ("stored", "on_the_fly")]),
+    "bp2": (hf.mass, 3, [(8, "stored")]),
+    "bp4": (hf.diffusion, 3, [(7, "on_the_fly")]),
+}
 
 
 def _cases():
-    """``(name, operator on /cpu/self/ref, shape, collocated)``: BP1 and BP3 at p = 7, 8,
-    stored q-data on distorted cells and the Jacobian of affine cells on the fly."""
+    """``(name, operator on /cpu/self/ref, shape, collocated)`` of :data:`FORMS`: stored
+    q-data on distorted cells, the Jacobian of affine cells on the fly."""
     ref = hf.Ceed("/cpu/self/ref")
     cases = []
-    for name, form in FORMS.items():
-        for p, cells in CELLS.items():
-            for geometry, distort in (("stored", 0.1), ("on_the_fly", 0.0)):
-                space = hf.H1Space(ref, meshes.box(cells, 3, distort=distort), p)
-                op = form(space, geometry=geometry)
-                shape = of.fusable_shape(op, 16)
-                basis = of._matrix_bases(op)[0][0]
-                collocated = collocated_grad(basis.interp_1d, basis.grad_1d) is not None
-                cases.append((f"{name}-p{p}-{geometry}", op, shape, collocated))
+    for name, (form, num_comp, orders) in FORMS.items():
+        for p, geometry in orders:
+            mesh = meshes.box(CELLS[p], 3, distort=0.1 if geometry == "stored" else 0.0)
+            op = form(hf.H1Space(ref, mesh, p, num_comp=num_comp), geometry=geometry)
+            shape = of.fusable_shape(op, 16)
+            basis = of._matrix_bases(op)[0][0]
+            collocated = collocated_grad(basis.interp_1d, basis.grad_1d) is not None
+            cases.append((f"{name}-p{p}-{geometry}", op, shape, collocated))
     return cases
 
 
@@ -133,7 +140,7 @@ def test_every_case_covers_its_path(kernels):
     for name, op, shape, collocated, source, paired, _ in kernels:
         assert ("#define PAIRED 1" in source) == paired, name
         assert collocated, name  # D passed as gen passes it (used by BP3's gradients)
-        assert ("grad_collocated(" in source) == name.startswith("bp3"), name
+        assert ("grad_collocated(" in source) == name.startswith(("bp3", "bp4")), name
         elems, _ = of.fused_block(shape, paired)
         grid, _ = _launch(shape, paired, op.num_elem)
         if paired:
