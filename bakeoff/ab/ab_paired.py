@@ -15,6 +15,8 @@ Variants, each built as gen would build it (``FusedOperator``'s register-cap rul
 - ``paired``: the paired layout at ``PAIRED_THREADS`` (two elements per block at
   ``T_1d = 10``, three at 9);
 - ``paired-e1``: one element per block;
+- ``paired-c2048``: a constant-memory budget of 2048 bytes for the matrices the slowest
+  axis reads (the slab's 896 leave ``Bt`` of ``P_1d Q_1d = 90`` entries in shared memory);
 - ``paired-rN``: the paired layout compiled at ``--maxrregcount=N`` (N in ``--caps``; the
   BP3 kernels compile to 255 registers, one block per SM).
 
@@ -59,6 +61,8 @@ def variants(caps):
     """Name -> ``(operator class, fused-module attributes to set while building)``."""
     out = {"slab": (of.FusedOperator, {}), "paired": (PairedFusedOperator, {})}
     out["paired-e1"] = (PairedFusedOperator, {"PAIRED_THREADS": 128})
+    # B^T in constant memory too: the z^T stage's 90 broadcast shared loads become operands
+    out["paired-c2048"] = (PairedFusedOperator, {"CONSTANT_BYTES": 2048})
     for cap in caps:  # every kernel compiled again at the cap (register_cap's rule)
         rule = {"REGISTER_CAP": cap, "REGISTER_CAP_FROM": 1, "REGISTER_CAP_MAX_T_1D": 16}
         out[f"paired-r{cap}"] = (PairedFusedOperator, rule)

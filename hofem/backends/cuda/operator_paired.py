@@ -17,11 +17,13 @@ stage and changes the stages through the buffer:
 - the y stage writes its output into the other copy, so one barrier of the slab's four per
   contraction goes, and the collocated derivative's transposes run x and y in one pass.
 
-Per element of BP1 at p = 8 (``P_1d = 9, Q_1d = 10``) the x and y stages are 30780 of the
-48780 multiply-adds: the slab issues 61560 shared loads for them, the paired layout about
-15400 plus its rows.  A block holds :func:`~.operator_fuse.fused_block`'s elements (two at
-``T_1d = 10``, three at 9).  The z stage stays in registers with the matrices in constant
-memory, as in the slab.
+Per thread of BP1 at p = 8 (``P_1d = 9, Q_1d = 10``, stored q-data, sm_90 PTX, every loop
+unrolled) both kernels issue 540 multiply-adds; the slab 404 shared loads (84 of them
+16-byte: the compiler pairs the x stage's reads, not the y stage's column reads), the paired
+layout 320 (168 of 16 bytes; 90 of its 8-byte ones are the z^T stage's broadcast reads of
+``Bt``, outside the constant-memory budget).  A block holds
+:func:`~.operator_fuse.fused_block`'s elements (two at ``T_1d = 10``, three at 9).  The z
+stage stays in registers with the matrices in constant memory, as in the slab.
 
 :func:`use_paired_layout` chooses it for the shapes of :data:`PAIRED_SHAPES` (none until
 measured: ``bakeoff/ab/ab_paired.py`` times it against the slab).
