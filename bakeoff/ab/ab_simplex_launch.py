@@ -44,7 +44,7 @@ MMA_VARIANTS = {
     "mma_half_elems": lambda d: {"elems": max(8, d.elems // 16 * 8)},
     "mma_double_elems": lambda d: {"elems": 2 * d.elems},
     "mma_threads_128": lambda d: {"threads": 128},
-    "mma_threads_512": lambda d: {"threads": 512},
+    "mma_threads_256": lambda d: {"threads": 256},
     "mma_tiles_1": lambda d: {"tiles": 1},
     "mma_tiles_4": lambda d: {"tiles": 4},
 }
