@@ -116,12 +116,9 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-{int(dot)}.cu"
                 path.write_text(kernel_source(op, shape, collocated, dot=dot))
                 jobs.append(path)
-            if shape[0] == 3:  # the x and y stages on the tensor cores; the paired layout
+            if shape[0] == 3:  # the x and y stages on the tensor cores
                 path = tmp_path / f"op{k}-{int(collocated)}-mma.cu"
                 path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
-                jobs.append(path)
-                path = tmp_path / f"op{k}-{int(collocated)}-paired.cu"
-                path.write_text(kernel_source(op, shape, collocated, dot=variants[-1], paired=True))
                 jobs.append(path)
     assert dots == 18  # the apply operators: 13 scalar and 5 vector ones
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source

@@ -18,12 +18,7 @@
 // Compile-time defines (all required):
 //   DIM (1..3), P_1D, Q_1D, T_1D = max(P_1D, Q_1D), ELEMS_PER_BLOCK
 // Optional: TENSOR_CORES (DIM = 3, sm_80 and later): contract's x and y stages on the fp64
-// tensor cores (basis_mma.cuh), with a larger buffer per element.  PAIRED (DIM = 3, not with
-// TENSOR_CORES): the x and y stages (and the collocated derivative's) read the buffer in
-// 16-byte pairs along the contracted direction, with the thread's matrix row in registers
-// (pair_dot): one shared load per two multiply-adds, where the scalar stages issue two per
-// multiply-add (the data and the matrix entry).  The buffer holds two copies of a level set,
-// x-contiguous and y-contiguous (pair_at), so that either direction reads its lines whole.
+// tensor cores (basis_mma.cuh), with a larger buffer per element.
 #pragma once
 
 #ifndef DIM
@@ -40,16 +35,6 @@ typedef long long index_t;
 #ifdef TENSOR_CORES
 #include "basis_mma.cuh"
 #define BUF_SIZE (2 * MMA_PART)
-#elif defined(PAIRED)
-#if DIM != 3
-#error "PAIRED needs DIM 3"
-#endif
-// a row of the paired buffer: T_1D doubles rounded up to an even count, so that every row
-// starts 16 bytes aligned (the buffer itself __align__(16), BUF_SIZE even)
-#define PAIR_ROW (T_1D + (T_1D & 1))
-// one copy: T_1D levels of T_1D rows
-#define PAIR_HALF (T_1D * T_1D * PAIR_ROW)
-#define BUF_SIZE (2 * PAIR_HALF)
 #else
 #define BUF_SIZE POW_DIM(T_1D)
 #endif
@@ -66,42 +51,6 @@ __device__ __forceinline__ void contract_registers(const double *M, const double
     out[k] = sum;
   }
 }
-
-#ifdef PAIRED
-// The entry of level k, row r, column c of one copy of the paired buffer (the column
-// contiguous): the x-contiguous copy at pair_at(k, y, x), the y-contiguous at
-// PAIR_HALF + pair_at(k, x, y)
-__device__ __forceinline__ int pair_at(int k, int r, int c) { return (k * T_1D + r) * PAIR_ROW + c; }
-
-// sum_i m[i] row[i] for i < N: m in registers, row a 16-byte aligned line of the buffer read
-// two entries per load (an odd N's last entry alone, so that no entry past the line is read)
-template <int N>
-__device__ __forceinline__ double pair_dot(const double *m, const double *row) {
-  double sum = 0.0;
-#pragma unroll
-  for (int i = 0; i + 1 < N; i += 2) {
-    const double2 v = *reinterpret_cast<const double2 *>(row + i);
-    sum = fma(m[i], v.x, sum);
-    sum = fma(m[i + 1], v.y, sum);
-  }
-  if (N % 2) sum = fma(m[N - 1], row[N - 1], sum);
-  return sum;
-}
-
-// m[i] = M[row * N + i] (M in shared memory), the thread's row, held in registers for a stage
-template <int N>
-__device__ __forceinline__ void pair_row(const double *M, int row, double *m) {
-#pragma unroll
-  for (int i = 0; i < N; i++) m[i] = M[row * N + i];
-}
-
-// m[i] = M[i * N + col], the thread's column of M (N x N), held in registers for a stage
-template <int N>
-__device__ __forceinline__ void pair_col(const double *M, int col, double *m) {
-#pragma unroll
-  for (int i = 0; i < N; i++) m[i] = M[i * N + col];
-}
-#endif
 
 // One element's contraction with Mx, My, Mz (each OUT x IN, row-major, in shared
 // memory).  in: this thread's column (IN entries along the slowest axis; DIM = 1:
@@ -144,27 +93,6 @@ __device__ __forceinline__ void contract(const double *Mx, const double *My, con
   double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
   contract_registers<IN, OUT>(Mz, in, r_z);
   contract_xy_mma<IN, OUT>(Mx, My, r_z, out, buf, tx, ty);
-#elif defined(PAIRED)
-  double r_z[OUT], m[IN];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
-  contract_registers<IN, OUT>(Mz, in, r_z);
-  if (tx < IN && ty < IN) {  // the y-contiguous copy: the y stage reads its lines in pairs
-#pragma unroll
-    for (int k = 0; k < OUT; k++) buf[PAIR_HALF + pair_at(k, tx, ty)] = r_z[k];
-  }
-  __syncthreads();
-  if (tx < IN && ty < OUT) {  // contract y: thread (tx, ty) makes output row y = ty, written
-    pair_row<IN>(My, ty, m);  // to the x-contiguous copy (no reader of it is left)
-#pragma unroll
-    for (int k = 0; k < OUT; k++)
-      buf[pair_at(k, ty, tx)] = pair_dot<IN>(m, buf + PAIR_HALF + pair_at(k, tx, 0));
-  }
-  __syncthreads();
-  if (tx < OUT && ty < OUT) {  // contract x
-    pair_row<IN>(Mx, tx, m);
-#pragma unroll
-    for (int k = 0; k < OUT; k++) out[k] = pair_dot<IN>(m, buf + pair_at(k, ty, 0));
-  }
-  __syncthreads();
 #else
   double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
   contract_registers<IN, OUT>(Mz, in, r_z);
@@ -467,31 +395,6 @@ __device__ __forceinline__ void grad_collocated(const double *D, const double *D
                                                 const double *in, const Columns &out,
                                                 double *buf, int tx, int ty) {
   const bool owns = owns_column<Q_1D>(tx, ty);
-#ifdef PAIRED
-  if (owns) {  // both copies: x and y read their lines in pairs
-#pragma unroll
-    for (int k = 0; k < Q_1D; k++) {
-      buf[pair_at(k, ty, tx)] = in[k];
-      buf[PAIR_HALF + pair_at(k, tx, ty)] = in[k];
-    }
-  }
-  __syncthreads();
-  if (owns) {
-    double mx[Q_1D], my[Q_1D];
-    pair_row<Q_1D>(D, tx, mx);
-    pair_row<Q_1D>(D, ty, my);
-#pragma unroll
-    for (int k = 0; k < Q_1D; k++) {
-      double dslow = 0.0;
-#pragma unroll
-      for (int i = 0; i < Q_1D; i++) dslow += Ds[k * Q_1D + i] * in[i];
-      out.put(0, k, pair_dot<Q_1D>(mx, buf + pair_at(k, ty, 0)));
-      out.put(1, k, pair_dot<Q_1D>(my, buf + PAIR_HALF + pair_at(k, tx, 0)));
-      out.put(2, k, dslow);
-    }
-  }
-  __syncthreads();
-#else
   if (owns) {
 #pragma unroll
     for (int k = 0; k < COLUMN(Q_1D); k++) buf[column_index<T_1D>(k, tx, ty)] = in[k];
@@ -521,7 +424,6 @@ __device__ __forceinline__ void grad_collocated(const double *D, const double *D
     }
   }
   __syncthreads();
-#endif
 }
 
 // The transpose of grad_collocated: out[k] = sum_d (D_d^T in_d)[k], in.get(d, col) giving
@@ -542,31 +444,6 @@ __device__ __forceinline__ void grad_t_collocated(const double *D, const double 
     for (int i = 0; i < Q_1D; i++) out[k] += Ds[i * Q_1D + k] * col[i];
   }
 #endif
-#ifdef PAIRED
-  // x and y at once, each through its own copy: one pass, its lines read in pairs
-  in.get(0, col);
-  if (owns) {
-#pragma unroll
-    for (int k = 0; k < Q_1D; k++) buf[pair_at(k, ty, tx)] = col[k];
-  }
-  in.get(1, col);
-  if (owns) {
-#pragma unroll
-    for (int k = 0; k < Q_1D; k++) buf[PAIR_HALF + pair_at(k, tx, ty)] = col[k];
-  }
-  __syncthreads();
-  if (owns) {
-    double mx[Q_1D], my[Q_1D];  // the thread's columns of D: D^T's rows
-    pair_col<Q_1D>(D, tx, mx);
-    pair_col<Q_1D>(D, ty, my);
-#pragma unroll
-    for (int k = 0; k < Q_1D; k++) {
-      out[k] += pair_dot<Q_1D>(mx, buf + pair_at(k, ty, 0)) +
-                pair_dot<Q_1D>(my, buf + PAIR_HALF + pair_at(k, tx, 0));
-    }
-  }
-  __syncthreads();
-#else
 #pragma unroll
   for (int d = 0; d < (DIM == 1 ? 1 : DIM - 1); d++) {  // x (and y in 3D) through buf
     in.get(d, col);
@@ -588,5 +465,4 @@ __device__ __forceinline__ void grad_t_collocated(const double *D, const double 
     }
     __syncthreads();
   }
-#endif
 }

@@ -54,7 +54,6 @@ __all__ = [
     "FusedOperator",
     "dot_pairs",
     "fusable_shape",
-    "fused_block",
     "fused_threads",
     "kernel_source",
     "register_cap",
@@ -97,13 +96,6 @@ TENSOR_CORE_SHAPES = _TUNING.tensor_core_shapes
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
 # shared-memory passes or block synchronizations
 DIRECT_NODES = 8
-# threads per block of the paired layout (kernel_source's ``paired``): two elements of
-# T_1d = 10 (200 threads in 7 warps) or three of T_1d = 9 (243 in 8) leave fewer lanes idle
-# than one element per block (100 in 4 warps, 81 in 3) ...
-PAIRED_THREADS = 256
-# ... and the bytes of its buffers a block holds at most (two copies of an element's levels:
-# 16000 at T_1d = 10), which with the shared matrices stays below the 48 KiB static limit
-PAIRED_SCRATCH_BYTES = 40 * 1024
 
 
 def fusable_shape(op, max_t_1d):
@@ -138,19 +130,6 @@ def fusable_shape(op, max_t_1d):
 def fused_threads(shape):
     """Threads per block the fused kernel of ``shape`` (dim, P_1d, Q_1d) aims for."""
     return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
-
-
-def fused_block(shape, paired=False):
-    """``(elems_per_block, block)`` of the slab kernel of ``shape`` (dim, P_1d, Q_1d):
-    :func:`~.kernels.basis_block` at :func:`fused_threads`, or with ``paired`` (3D) at
-    :data:`PAIRED_THREADS`, each element's buffer twice its levels (``basis_tensor.cuh``'s
-    ``PAIRED``) within :data:`PAIRED_SCRATCH_BYTES`."""
-    if not paired:
-        return kernels.basis_block(*shape, fused_threads(shape))
-    T = max(shape[1:])
-    buffer = 8 * 2 * T * T * (T + T % 2)  # bytes: two copies, rows padded to even
-    elems = max(1, min(PAIRED_THREADS // T**2, PAIRED_SCRATCH_BYTES // buffer))
-    return elems, (T, T, elems)
 
 
 def use_tensor_cores(shape, num_regs):
@@ -451,9 +430,7 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(
-    op, shape, collocated=False, dot=False, constant_bytes=None, tensor_cores=False, paired=False
-):
+def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, tensor_cores=False):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -482,11 +459,6 @@ def kernel_source(
     tensor_cores : bool
         The x and y stages of the contractions on the fp64 tensor cores
         (``basis_mma.cuh``; 3D, compute capability 8.0 or later).
-    paired : bool
-        The paired layout (3D, not with ``tensor_cores``): the x and y stages and the
-        collocated derivative's read the element's buffer two entries per load, with the
-        thread's matrix row in registers (``basis_tensor.cuh``'s ``PAIRED``), and the block
-        holds :func:`fused_block`'s elements.
 
     Returns
     -------
@@ -496,12 +468,9 @@ def kernel_source(
     Raises
     ------
     ValueError
-        ``dot`` for an operator whose :func:`dot_pairs` is None, or ``paired`` outside 3D
-        or with ``tensor_cores``.
+        ``dot`` for an operator whose :func:`dot_pairs` is None.
     """
-    if paired and (shape[0] != 3 or tensor_cores):
-        raise ValueError("paired=True needs a 3D shape and tensor_cores=False")
-    elems, _ = fused_block(shape, paired)
+    elems, _ = kernels.basis_block(*shape, fused_threads(shape))
     dim, P_1d, Q_1d = shape
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
@@ -520,8 +489,6 @@ def kernel_source(
     defines["ELEMS_PER_BLOCK"] = elems
     if tensor_cores:
         defines["TENSOR_CORES"] = 1
-    if paired:
-        defines["PAIRED"] = 1
     params = [
         "const int num_elem",
         *(f"const double *__restrict__ {m}{j}" for j in range(len(bases)) for m in _MATRICES),
@@ -598,7 +565,7 @@ def _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot):
 {_constant_tables(src.constants)}
 extern "C" __global__ void apply(
     {params}) {{
-  __shared__ __align__(16) double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
+  __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
   {prologue}
   double *buf = s_buf + slot * BUF_SIZE;
@@ -709,12 +676,10 @@ class FusedOperator:
             matrices.append(D)
         self._op, self._shape, self._collocated = op, shape, D is not None
         self._matrices = matrices
-        elems, self._block = fused_block(shape, self.paired)
+        elems, self._block = kernels.basis_block(*shape, fused_threads(shape))
         self._tensor_cores = False
         self._kernel = _compile(self._source(), max(shape[1:]))
-        if not self.paired and use_tensor_cores(
-            shape, self._kernel.num_regs
-        ):  # the dot variant follows
+        if use_tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
             self._tensor_cores = True
             self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
@@ -724,7 +689,6 @@ class FusedOperator:
 
     layout = "slab"  # a thread per z column; operator_warp's kernels: "warp"
     _shared_mem = 0  # dynamic shared memory bytes of a launch (the kernels' own: static)
-    paired = False  # the paired layout (PairedFusedOperator)
 
     @staticmethod
     def _grid(num_elem, elems_per_block, resident):
@@ -750,12 +714,7 @@ class FusedOperator:
 
     def _source(self, dot=False):
         return kernel_source(
-            self._op,
-            self._shape,
-            self._collocated,
-            dot,
-            tensor_cores=self._tensor_cores,
-            paired=self.paired,
+            self._op, self._shape, self._collocated, dot, tensor_cores=self._tensor_cores
         )
 
     @staticmethod
