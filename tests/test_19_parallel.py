@@ -165,25 +165,34 @@ def test_ipc_copies_pair_each_send_with_the_receivers_segment():
 
 
 def test_ipc_mappings_open_each_allocation_once_and_replace_stale_ones():
-    """One mapping per neighbour allocation, counted; a new handle at a known address (the
-    neighbour freed the old allocation) closes the stale mapping before opening (CUDA refuses
-    a second mapping: "resource already mapped")."""
+    """One mapping per neighbour allocation, counted; a new allocation over the addresses of
+    a mapped one under another handle (the neighbour freed it) closes the stale mapping
+    before opening (CUDA refuses a second mapping: "resource already mapped")."""
     from hofem.parallel.ipc import Mappings
 
     opened, closed = [], []
     mappings = Mappings(lambda h: opened.append(h) or 1000 * len(opened), closed.append)
-    assert mappings.open((1, 0x7000), b"a") == 1000
-    assert mappings.open((1, 0x7000), b"a") == 1000 and opened == [b"a"]
-    assert mappings.open((2, 0x7000), b"b") == 2000  # another rank, same address
-    mappings.close((1, 0x7000), b"a")
+    a, b = (1, 0x7000, 0x100), (2, 0x7000, 0x100)  # two ranks, same addresses
+    assert mappings.open(a, b"a") == 1000
+    assert mappings.open(a, b"a") == 1000 and opened == [b"a"]
+    assert mappings.open(b, b"b") == 2000
+    assert mappings.open((1, 0x7100, 0x100), b"n") == 3000  # adjacent: both stay
+    mappings.close(a, b"a")
     assert closed == []  # one user left
-    assert mappings.open((1, 0x7000), b"c") == 3000  # reallocated by rank 1
-    assert closed == [1000] and opened == [b"a", b"b", b"c"]
-    mappings.close((1, 0x7000), b"a")  # the stale user: leaves the new mapping alone
-    assert closed == [1000] and len(mappings) == 2
-    mappings.close((1, 0x7000), b"c")
-    mappings.close((2, 0x7000), b"b")
-    assert closed == [1000, 3000, 2000] and len(mappings) == 0
+    assert mappings.open((1, 0x7080, 0x100), b"c") == 4000  # over a and the adjacent one
+    assert closed == [1000, 3000] and len(mappings) == 2
+    mappings.close(a, b"a")  # a stale user: leaves the others alone
+    assert closed == [1000, 3000] and len(mappings) == 2
+    mappings.close((1, 0x7080, 0x100), b"c")
+    mappings.close(b, b"b")
+    assert closed == [1000, 3000, 4000, 2000] and len(mappings) == 0
+
+    def refuse(handle):
+        raise OSError("cudaErrorAlreadyMapped: resource already mapped")
+
+    failing = Mappings(refuse, closed.append)
+    with pytest.raises(RuntimeError, match=r"mapping rank 1's allocation at 0x7000 \(256 bytes"):
+        failing.open(a, b"a")
 
 
 def test_ipc_channel_refuses_neighbours_it_cannot_map():

@@ -103,9 +103,9 @@ def _address_range():
     return function
 
 
-def _describe(array: Array) -> tuple[bytes, int, int]:
-    """``(IPC handle of the allocation that holds array, the allocation's address, array's
-    byte offset in it)``."""
+def _describe(array: Array) -> tuple[bytes, int, int, int]:
+    """``(IPC handle of the allocation that holds array, the allocation's address and size,
+    array's byte offset in it)``."""
     import cupy
 
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
@@ -113,21 +113,23 @@ def _describe(array: Array) -> tuple[bytes, int, int]:
     if status != 0:
         raise RuntimeError(f"cuMemGetAddressRange failed with CUresult {status}")
     handle = cupy.cuda.runtime.ipcGetMemHandle(base.value)
-    return handle, base.value, array.data.ptr - base.value
+    return handle, base.value, size.value, array.data.ptr - base.value
 
 
-Allocation = tuple[int, int]  # (rank, address of a neighbour's allocation in its process)
+Allocation = tuple[int, int, int]  # (rank, address, size) of a neighbour's allocation there
 
 
 class Mappings:
     """This process's mappings of its neighbours' allocations, opened once and counted.
 
     CUDA maps an allocation into a process once: a second ``open`` of it fails ("resource
-    already mapped"). A neighbour's allocation is known by its rank and its address there.
-    A channel that is dropped without :meth:`IpcChannel.free` leaves its mappings open; if
-    the neighbour then frees that allocation and makes a new one at the same address (its
-    memory pool releasing cached blocks), the new one comes with another handle, and the
-    stale mapping is closed before the new one is opened.
+    already mapped"), and so does a new allocation of the neighbour over addresses that a
+    stale mapping still covers. A channel dropped without :meth:`IpcChannel.free` leaves its
+    mappings open; when the neighbour's memory pool then frees those allocations and
+    allocates anew over their addresses, the new allocation comes with another handle. So a
+    neighbour's allocation is known by its rank, address and size, and opening one closes
+    first every mapping of that rank whose addresses it overlaps under another handle: the
+    neighbour has freed those (its live allocations never overlap).
 
     ``open_handle(handle) -> pointer`` and ``close_pointer(pointer)``: CUDA's IPC calls.
     """
@@ -141,13 +143,31 @@ class Mappings:
     def open(self, allocation: Allocation, handle: bytes) -> int:
         """The mapped address of ``allocation`` (``handle`` from its owner), one more user."""
         entry = self._entries.get(allocation)
-        if entry is not None and entry[0] != handle:  # the owner freed it: stale here
-            self._close(entry[1])
-            entry = None
-        if entry is None:
-            entry = self._entries[allocation] = [handle, self._open(handle), 0]
+        if entry is None or entry[0] != handle:
+            for stale in self._overlapping(allocation, handle):
+                self._close(self._entries.pop(stale)[1])
+            try:
+                pointer = self._open(handle)
+            except Exception as error:
+                raise RuntimeError(
+                    f"IpcChannel: mapping rank {allocation[0]}'s allocation at "
+                    f"{allocation[1]:#x} ({allocation[2]} bytes) failed ({error}); this process "
+                    f"maps {self._ranges(allocation[0])} of that rank"
+                ) from error
+            entry = self._entries[allocation] = [handle, pointer, 0]
         entry[2] += 1
         return entry[1]
+
+    def _overlapping(self, allocation, handle):
+        rank, start, size = allocation
+        return [
+            (q, b, n)
+            for (q, b, n), entry in self._entries.items()
+            if q == rank and b < start + size and start < b + n and entry[0] != handle
+        ]
+
+    def _ranges(self, rank):
+        return [f"{b:#x} (+{n})" for q, b, n in self._entries if q == rank]
 
     def close(self, allocation: Allocation, handle: bytes) -> None:
         """One user fewer of ``allocation`` as mapped from ``handle``; unmapped at none (a
@@ -298,13 +318,14 @@ class IpcChannel:
         received = neighbour_swap(self.comm, messages, self._targets, self.tag)
         for q, (there, *_) in received.items():
             _check_peer(self.comm.rank, place, q, there)
-        return {q: self._map(q, h, b, o) for q, (_, h, b, o) in received.items()}
+        return {q: self._map(q, h, w, o) for q, (_, h, w, o) in received.items()}
 
-    def _map(self, q: int, handle: bytes, base: int, offset: int) -> int:
-        """The address in this process of byte ``offset`` of rank ``q``'s allocation at
-        ``base`` (``handle``), mapped until :meth:`free`."""
-        self._mapped.append(((q, base), handle))
-        return _mappings().open((q, base), handle) + offset
+    def _map(self, q: int, handle: bytes, where: tuple[int, int], offset: int) -> int:
+        """The address in this process of byte ``offset`` of rank ``q``'s allocation
+        ``where``, ``(address, size)`` there (``handle``), mapped until :meth:`free`."""
+        allocation = (q, *where)
+        self._mapped.append((allocation, handle))
+        return _mappings().open(allocation, handle) + offset
 
     def _register(self, recv: Array) -> list[Copy]:
         """The copies of a round into the neighbours' arrays that correspond to ``recv``
@@ -312,11 +333,11 @@ class IpcChannel:
         _check_device_array(recv, "recv")
         key = recv.data.ptr
         if key not in self._targets_of:
-            handle, base, offset = _describe(recv) if self._sources else (b"", 0, 0)
+            handle, *where, offset = _describe(recv) if self._sources else (b"", 0, 0, 0)
             mine = segments_by_rank(self._recvs)
-            messages = {q: (handle, base, offset, mine[q]) for q in self._sources}
+            messages = {q: (handle, tuple(where), offset, mine[q]) for q in self._sources}
             received = neighbour_swap(self.comm, messages, self._targets, self.tag + 1000)
-            start = {q: self._map(q, h, b, o) for q, (h, b, o, _) in received.items()}
+            start = {q: self._map(q, h, w, o) for q, (h, w, o, _) in received.items()}
             remote = {q: segments for q, (*_, segments) in received.items()}
             copies = pair_copies(self._sends, remote, self.comm.rank)
             # remote offset as an address: the neighbour's array start plus the segment's
