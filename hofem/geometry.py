@@ -45,6 +45,7 @@ __all__ = [
     "GEOMETRY_MODES",
     "MACHINE_BALANCE",
     "ON_THE_FLY_SHAPES",
+    "ON_THE_FLY_SIMPLEX_SHAPES",
     "POINT_FLOPS",
     "check_geometry",
     "choose_geometry",
@@ -72,6 +73,10 @@ MACHINE_BALANCE = _TUNING.machine_balance
 # there the recomputed geometry fits the layout's registers, and it saves the q-data reads.
 # BP1 keeps its one stored value per point at p <= 4, where on the fly measured slower
 ON_THE_FLY_SHAPES = _TUNING.on_the_fly_shapes
+# The same for simplex bases, by (dim, P, Q) nodes and points per element: /gpu/cuda/gen's
+# tensor-core simplex kernel holds the vertices and one Jacobian per element in registers
+# and saves the q-data reads where its products leave the rest of the time to memory
+ON_THE_FLY_SIMPLEX_SHAPES = _TUNING.on_the_fly_simplex_shapes
 # Multiply-adds per element a resource's element-matrix form of the mass operator (one
 # product with B^T W B, scaled per element, on non-tensor bases with cell-constant geometry:
 # hofem.backends.numba.element_matrix) must save over B and B^T for "auto" to recompute the
@@ -130,14 +135,17 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     dict
         ``saved_bytes``, ``added_bytes``, ``added_flops`` (floats, per element); ``form``;
         ``shape``, the solution basis's ``(dim, P_1d, Q_1d)`` (None if not a tensor
-        basis); ``cell_constant``, whether the coordinates are evaluated once per element;
+        basis); ``simplex_shape``, its ``(dim, P, Q)`` if not a tensor basis (else None);
+        ``cell_constant``, whether the coordinates are evaluated once per element;
         ``element_matrix_savings``, the multiply-adds ``num_comp (2 P Q - P^2)`` of B and
         B^T over one product with B^T W B (0 for a tensor basis).
     """
     geo = basis if coordinates is None else coordinates
     dim, P, Q = basis.dim, geo.num_nodes, basis.num_qpts
     shape = (dim, basis.P_1d, basis.Q_1d) if basis.is_tensor else None
-    layout = {"form": form, "shape": shape, "cell_constant": geo.is_cell_constant}
+    simplex_shape = None if basis.is_tensor else (dim, basis.num_nodes, Q)
+    layout = {"form": form, "shape": shape, "simplex_shape": simplex_shape}
+    layout["cell_constant"] = geo.is_cell_constant
     nodes = basis.num_nodes
     layout["element_matrix_savings"] = (
         0.0 if basis.is_tensor else float(basis.num_comp * (2 * nodes * Q - nodes * nodes))
@@ -176,15 +184,16 @@ def choose_geometry(geometry, resource, costs):
     -------
     {"stored", "on_the_fly"}
         ``geometry`` unless ``"auto"``; then ``"on_the_fly"`` for cell-constant coordinates
-        at a shape of :data:`ON_THE_FLY_SHAPES`, or for a mass form whose element-matrix
-        form saves at least :data:`ELEMENT_MATRIX_SAVINGS`, else by the balance of
-        :data:`MACHINE_BALANCE`.
+        at a shape of :data:`ON_THE_FLY_SHAPES` (or :data:`ON_THE_FLY_SIMPLEX_SHAPES`), or for
+        a mass form whose element-matrix form saves at least :data:`ELEMENT_MATRIX_SAVINGS`,
+        else by the balance of :data:`MACHINE_BALANCE`.
     """
     check_geometry(geometry)
     if geometry != "auto":
         return geometry
     shapes = ON_THE_FLY_SHAPES.get(resource, {}).get(costs["form"], ())
-    if costs["cell_constant"] and costs["shape"] in shapes:
+    simplex = ON_THE_FLY_SIMPLEX_SHAPES.get(resource, {}).get(costs["form"], ())
+    if costs["cell_constant"] and (costs["shape"] in shapes or costs["simplex_shape"] in simplex):
         return "on_the_fly"
     least = ELEMENT_MATRIX_SAVINGS.get(resource)
     mass = costs["form"] == "mass" and costs["cell_constant"]

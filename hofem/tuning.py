@@ -68,6 +68,7 @@ _SCHEMA = {
     "geometry.json": {
         "machine_balance": "by_resource",
         "on_the_fly_shapes": "by_resource",
+        "on_the_fly_simplex_shapes": "by_resource",
         "element_matrix_savings": "by_resource",
     },
     "cuda_fused.json": {
@@ -110,11 +111,13 @@ class Measurement:
 @dataclasses.dataclass(frozen=True)
 class GeometryTuning:
     """``geometry.json``: ``machine_balance`` (resolved resource -> flops per byte, >= 0),
-    ``on_the_fly_shapes`` (resource -> form -> solution shapes) and
+    ``on_the_fly_shapes`` (resource -> form -> tensor solution shapes ``(dim, P_1d, Q_1d)``),
+    ``on_the_fly_simplex_shapes`` (the same for simplex shapes ``(dim, P, Q)``) and
     ``element_matrix_savings`` (resource -> multiply-adds per element, >= 0)."""
 
     machine_balance: Mapping[str, float]
     on_the_fly_shapes: Mapping[str, Mapping[str, frozenset[Shape]]]
+    on_the_fly_simplex_shapes: Mapping[str, Mapping[str, frozenset[Shape]]]
     element_matrix_savings: Mapping[str, float]
 
 
@@ -274,22 +277,26 @@ def _payload(name: str, table: str) -> object:
 def geometry() -> GeometryTuning:
     """The tables of ``geometry.json``, checked (balances and savings are numbers >= 0)."""
     name = "geometry.json"
-    balance = _numbers_by_resource(name, "machine_balance")
-    shapes = _payload(name, "on_the_fly_shapes")
+    return GeometryTuning(
+        machine_balance=_numbers_by_resource(name, "machine_balance"),
+        on_the_fly_shapes=_shapes_by_resource(name, "on_the_fly_shapes"),
+        on_the_fly_simplex_shapes=_shapes_by_resource(name, "on_the_fly_simplex_shapes"),
+        element_matrix_savings=_numbers_by_resource(name, "element_matrix_savings"),
+    )
+
+
+def _shapes_by_resource(name: str, table: str) -> Mapping[str, Mapping[str, frozenset[Shape]]]:
+    """A ``by_resource`` table of resources to forms to shapes, checked."""
+    shapes = _payload(name, table)
     if not isinstance(shapes, dict) or not all(isinstance(v, dict) for v in shapes.values()):
-        raise _bad(name, "on_the_fly_shapes' by_resource must map resources to forms to shapes")
-    on_the_fly = {
+        raise _bad(name, f"{table}'s by_resource must map resources to forms to shapes")
+    return MappingProxyType({
         resource: MappingProxyType(
-            {form: _shapes(name, f"on_the_fly_shapes[{resource!r}][{form!r}]", s)
+            {form: _shapes(name, f"{table}[{resource!r}][{form!r}]", s)
              for form, s in forms.items()}
         )
         for resource, forms in shapes.items()
-    }  # fmt: skip
-    return GeometryTuning(
-        machine_balance=balance,
-        on_the_fly_shapes=MappingProxyType(on_the_fly),
-        element_matrix_savings=_numbers_by_resource(name, "element_matrix_savings"),
-    )
+    })  # fmt: skip
 
 
 def _numbers_by_resource(name: str, table: str) -> Mapping[str, float]:

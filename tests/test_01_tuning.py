@@ -45,6 +45,9 @@ def test_geometry_tables():
     gen = geometry.on_the_fly_shapes["/gpu/cuda/gen"]
     assert gen["diffusion"] == frozenset(BP3 + BP5) | {(3, 8, 9), (3, 9, 10), (3, 9, 9)}
     assert gen["mass"] == {(3, 6, 7), (3, 7, 8)}
+    tets = geometry.on_the_fly_simplex_shapes["/gpu/cuda/gen"]
+    assert tets["mass"] == {(3, 56, 79), (3, 84, 145)}  # BP1 p = 5, 6
+    assert tets["diffusion"] == {(3, 56, 46), (3, 84, 79)}  # BP3 p = 5, 6
 
 
 def test_fused_tables():
@@ -61,9 +64,11 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
     orders_5_6 = {(3, 56, 46), (3, 56, 79), (3, 84, 79), (3, 84, 145)}
     assert table.batched_stored == orders_5_6 | {(3, 20, 125), (3, 35, 216)}  # q_extra = 1
     assert table.batched_on_the_fly == {(3, 84, 79)}
-    # BP1 and BP3 at p = 4, 5, 6 on the symmetric rules: the tensor-core variant
-    bp1 = {(3, 35, 46), (3, 56, 79), (3, 84, 145)}
-    assert table.tensor_cores == bp1 | {(3, 35, 24), (3, 56, 46), (3, 84, 79)}
+    # the tensor-core variant: BP1 at p = 3..6 and BP3 at p = 4..6 on the symmetric rules,
+    # and the collapsed rules of q_extra = 1 at p = 2, 3, 4
+    bp1 = {(3, 20, 24), (3, 35, 46), (3, 56, 79), (3, 84, 145)}
+    collapsed = {(3, 10, 64), (3, 20, 125), (3, 35, 216)}
+    assert table.tensor_cores == bp1 | {(3, 35, 24), (3, 56, 46), (3, 84, 79)} | collapsed
 
 
 def test_warp_tables_hold_the_shapes_gen_runs_one_warp_per_element():

@@ -813,18 +813,34 @@ def test_gen_simplex_tensor_cores_checks_the_device(gen):
         osx.SimplexOperator(op, shape, too_big)
 
 
-@pytest.mark.parametrize("p", [3, 4, 6])
-def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, p):
-    """gen's default simplex kernel is the tensor-core variant exactly at the shapes of
-    ``cuda_simplex.json``'s ``tensor_cores`` (this device has fp64 ``mma``)."""
+@pytest.mark.parametrize(
+    "form, p, q_extra, runs",
+    [
+        ("mass", 1, None, "scalar"),
+        ("mass", 3, None, "tensor_cores"),
+        ("diffusion", 3, None, "scalar"),
+        ("diffusion", 4, None, "tensor_cores"),
+        ("diffusion", 6, None, "tensor_cores"),
+        ("mass", 2, 1, "tensor_cores"),  # the collapsed rule, 64 points
+        ("diffusion", 4, 1, "batched"),  # 216 points: its matrices do not fit
+    ],
+)
+def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, form, p, q_extra, runs):
+    """gen's simplex kernel is the tensor-core variant at the shapes of ``cuda_simplex.json``'s
+    ``tensor_cores`` (this device has fp64 ``mma``) where its launch fits, else batched's
+    shapes go to batched and the others run the scalar kernel."""
     from hofem import tuning
     from hofem.backends.cuda import operator_simplex as osx
 
     assert int(cupy.cuda.Device().compute_capability) >= 80
-    op = hf.diffusion(hf.H1Space(gen, meshes.box(2, 3, simplex=True), p))
+    space = hf.H1Space(gen, meshes.box(2, 3, simplex=True), p)
+    op = getattr(hf, form)(space, q_extra=q_extra)
     kernel = osx.simplex_operator(op)
-    assert kernel.launch.tensor_cores == (osx.simplex_shape(op) in tuning.simplex().tensor_cores)
-    assert kernel.launch.tensor_cores == (p >= 4)
+    tensor_cores = osx.simplex_shape(op) in tuning.simplex().tensor_cores
+    if runs == "batched":
+        assert tensor_cores and kernel is None
+        return
+    assert kernel.launch.tensor_cores == tensor_cores == (runs == "tensor_cores")
 
 
 def test_gen_device_cg_on_tets(gen, ref):

@@ -19,6 +19,7 @@ from hofem.geometry import (
     AFFINE_POINT_FLOPS,
     MACHINE_BALANCE,
     ON_THE_FLY_SHAPES,
+    ON_THE_FLY_SIMPLEX_SHAPES,
     choose_geometry,
     geometry_costs,
     grad_flops,
@@ -282,6 +283,29 @@ def test_gen_recomputes_where_it_runs_one_warp_per_element():
     assert set(shapes) == {"diffusion", "mass"}
 
 
+def test_gen_recomputes_tets_where_its_tensor_core_kernel_ran_faster():
+    """gen's "auto" on affine tets with the user defaults (symmetric rules): on the fly at the
+    shapes of ``ON_THE_FLY_SIMPLEX_SHAPES`` (BP1 and BP3 at p = 5, 6), which are shapes of its
+    tensor-core simplex kernel; stored q-data at p = 4 (balance 0)."""
+    from hofem import tuning
+
+    ref = hf.Ceed("/cpu/self/ref")
+    mesh = box(1, 3, simplex=True)
+    for p in (4, 5, 6):
+        space = hf.H1Space(ref, mesh, p)
+        for form, size in (("mass", 1), ("diffusion", 6)):
+            rule = hf.form_quadrature(space, form)
+            centre = cell_center(space.coordinate_space().basis(**rule))
+            costs = geometry_costs(form, space.basis(**rule), size, centre)
+            assert costs["shape"] is None and costs["cell_constant"]
+            assert costs["simplex_shape"] in tuning.simplex().tensor_cores
+            want = "on_the_fly" if p >= 5 else "stored"
+            assert choose_geometry("auto", "/gpu/cuda/gen", costs) == want, (p, form)
+    shapes = ON_THE_FLY_SIMPLEX_SHAPES["/gpu/cuda/gen"]
+    assert set(shapes) == {"mass", "diffusion"}
+    assert shapes["mass"] | shapes["diffusion"] <= tuning.simplex().tensor_cores
+
+
 def test_register_cap_policy():
     """Kernels of REGISTER_CAP_FROM registers or more get the REGISTER_CAP ceiling while T_1d
     is small (past it: capped; below it: room to use more); others are kept."""
@@ -450,7 +474,8 @@ def test_numba_recomputes_simplex_mass_where_the_element_product_saves_enough():
         want = "on_the_fly" if 2 * P * Q - P * P >= least else "stored"
         assert want == ("on_the_fly" if p >= 4 else "stored")
         assert choose_geometry("auto", "/cpu/self/numba", costs) == want
-        assert choose_geometry("auto", "/gpu/cuda/gen", costs) == "stored"
+        gen = "on_the_fly" if p == 6 else "stored"  # ON_THE_FLY_SIMPLEX_SHAPES, not savings
+        assert choose_geometry("auto", "/gpu/cuda/gen", costs) == gen
         assert choose_geometry("auto", "/cpu/self/ref", costs) == "stored"
         if nb is not None:
             assert hf.resolve_geometry(hf.H1Space(nb, space.mesh, p), "mass") == want
