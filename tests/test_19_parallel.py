@@ -108,12 +108,15 @@ def test_ipc_segments_are_p_and_its_transpose(n):
 
 
 def test_transport_resolution_and_its_errors():
-    """ "auto" is NCCL where it works (never "ipc"); each refusal is one line naming the
+    """ "auto" is "ipc" for several GPU ranks of one node, NCCL for one rank or several
+    nodes, MPI for host arrays or shared GPUs; each refusal is one line naming the
     argument and the fix."""
     from hofem.parallel.exchange import resolve_transport
 
     gpu = ["nccl", "ipc", "mpi"]
-    assert resolve_transport("auto", True, gpu, ["a", "a"]) == "nccl"
+    assert resolve_transport("auto", True, gpu, ["a", "a"]) == "ipc"
+    assert resolve_transport("auto", True, gpu, ["a", "a", "b"]) == "nccl"
+    assert resolve_transport("auto", True, gpu, ["a"]) == "nccl"
     assert resolve_transport("auto", True, gpu, ["a", "a"], shared_gpu=True) == "mpi"
     assert resolve_transport("auto", False, ["mpi"]) == "mpi"
     assert resolve_transport("auto", True, ["mpi"]) == "mpi"  # CuPy without NCCL

