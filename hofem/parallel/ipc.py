@@ -103,9 +103,9 @@ def _address_range():
     return function
 
 
-def _describe(array: Array) -> tuple[bytes, int, int, int]:
-    """``(IPC handle of the allocation that holds array, the allocation's address and size,
-    array's byte offset in it)``."""
+def _describe(array: Array) -> tuple[bytes, tuple[int, int], int]:
+    """``(IPC handle of the allocation that holds array, (the allocation's address, its
+    size), array's byte offset in it)``."""
     import cupy
 
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
@@ -113,7 +113,7 @@ def _describe(array: Array) -> tuple[bytes, int, int, int]:
     if status != 0:
         raise RuntimeError(f"cuMemGetAddressRange failed with CUresult {status}")
     handle = cupy.cuda.runtime.ipcGetMemHandle(base.value)
-    return handle, base.value, size.value, array.data.ptr - base.value
+    return handle, (base.value, size.value), array.data.ptr - base.value
 
 
 Allocation = tuple[int, int, int]  # (rank, address, size) of a neighbour's allocation there
@@ -313,8 +313,8 @@ class IpcChannel:
 
         bus_id = cupy.cuda.runtime.deviceGetPCIBusId(cupy.cuda.Device().id)
         place = (MPI.Get_processor_name(), bus_id)
-        handle, base, offset = _describe(self._flags) if self._sources else (b"", 0, 0)
-        messages = {q: (place, handle, base, offset + 8 * k) for k, q in enumerate(self._sources)}
+        handle, where, offset = _describe(self._flags) if self._sources else (b"", (0, 0), 0)
+        messages = {q: (place, handle, where, offset + 8 * k) for k, q in enumerate(self._sources)}
         received = neighbour_swap(self.comm, messages, self._targets, self.tag)
         for q, (there, *_) in received.items():
             _check_peer(self.comm.rank, place, q, there)
@@ -333,9 +333,9 @@ class IpcChannel:
         _check_device_array(recv, "recv")
         key = recv.data.ptr
         if key not in self._targets_of:
-            handle, *where, offset = _describe(recv) if self._sources else (b"", 0, 0, 0)
+            handle, where, offset = _describe(recv) if self._sources else (b"", (0, 0), 0)
             mine = segments_by_rank(self._recvs)
-            messages = {q: (handle, tuple(where), offset, mine[q]) for q in self._sources}
+            messages = {q: (handle, where, offset, mine[q]) for q in self._sources}
             received = neighbour_swap(self.comm, messages, self._targets, self.tag + 1000)
             start = {q: self._map(q, h, w, o) for q, (h, w, o, _) in received.items()}
             remote = {q: segments for q, (*_, segments) in received.items()}
