@@ -54,6 +54,7 @@ __all__ = [
     "mma_kernel_source",
     "mma_launch",
     "mma_pitch",
+    "node_contraction",
 ]
 
 # dynamic shared memory of one block at most: the H100's opt-in maximum (227 KiB)
@@ -186,6 +187,25 @@ def mma_host_matrices(bases: list) -> list[np.ndarray]:
     return arrays
 
 
+def node_contraction(regs: str, D: int, C: int, P: int, node: str, entry: Any) -> list[str]:
+    """Statements declaring ``double regs[D * C]`` and filling ``regs[d * C + c]`` with
+    ``sum_i entry(d) * node`` over the ``P`` nodes (``node``: the expression of node ``i``
+    of component ``c``; ``entry(d)``: that of the matrix entry of row ``d``, in ``i``)."""
+    dims = range(D)
+    return [
+        f"double {regs}[{D * C}];",
+        "#pragma unroll",
+        f"for (int c = 0; c < {C}; c++) {{",
+        "  double " + ", ".join(f"a{d} = 0.0" for d in dims) + ";",
+        f"  for (int i = 0; i < {P}; i++) {{",
+        f"    const double x = {node};",
+        *(f"    a{d} += {entry(d)} * x;" for d in dims),
+        "  }",
+        *(f"  {regs}[{d * C} + c] = a{d};" for d in dims),
+        "}",
+    ]
+
+
 class _MmaSource:
     """The tensor-core kernel's parameters, shared arrays and stages, built field by field."""
 
@@ -262,19 +282,9 @@ class _MmaSource:
         grad = field.eval_mode is EVAL_GRAD
         D, NP, MP, M = self._sizes(field.basis, grad)
         C, P, XS = field.basis.num_comp, field.basis.num_nodes, _node_stride(field)
-        dims = range(D)
-        return [
-            f"double c_{name}[{D * C}];",
-            "#pragma unroll",
-            f"for (int c = 0; c < {C}; c++) {{",
-            "  double " + ", ".join(f"a{d} = 0.0" for d in dims) + ";",
-            f"  for (int i = 0; i < {P}; i++) {{",
-            f"    const double x = s_{name}[e * {XS} + c * {NP} + i];",
-            *(f"    a{d} += {M}[{d * self.QR * MP} + i] * x;" for d in dims),
-            "  }",
-            *(f"  c_{name}[{d * C} + c] = a{d};" for d in dims),
-            "}",
-        ]
+        node = f"s_{name}[e * {XS} + c * {NP} + i]"
+        entry = lambda d: f"{M}[{d * self.QR * MP} + i]"  # noqa: E731
+        return node_contraction(f"c_{name}", D, C, P, node, entry)
 
     def output(self, k, field):
         """Declare output ``k`` (registers at a point); returns ``store(row)``."""
