@@ -290,16 +290,8 @@ class _Source:
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at the point ``q``."""
         name = f"in{k}"
-        if field.eval_mode is EVAL_WEIGHT:  # the basis's weights (Q,)
-            self.params.append(f"const double *__restrict__ {name}")
-            return lambda row: f"(qok ? {name}[q] : 0.0)"
-        address = field_address(self.params.append, name, field, writable=False)
-        if field.eval_mode is EVAL_NONE:
-
-            def load(row):
-                pointer, idx, base = address(row, "NUM_QPTS")
-                return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
-
+        load, address = simplex_mma.point_input(self.params, name, field)
+        if load is not None:
             return load
         self._gather(name, field, address)
         if field.basis.is_cell_constant:  # once per thread, at the element's first point
