@@ -481,10 +481,10 @@ class Exchange:
         if staged:  # (sum of the receive sizes,) in the T-vector channel's order (_ghost_l's)
             self._stage_l = self.xp.empty(int(sum(recv_sizes)))
             self._scatter = kernels.ipc_module().get_function("ipc_scatter")
-        self._forward_l = IpcChannel.over(
+        self._forward_l = IpcChannel(
             self.comm, sends, recvs, send_buf=self._forward.send_buf, recv_buf=self._stage_l, tag=23
         )
-        self._reverse_l = IpcChannel.over(
+        self._reverse_l = IpcChannel(
             self.comm, back_sends, back_recvs, recv_buf=self._reverse.recv_buf, tag=24
         )
 
