@@ -327,9 +327,10 @@ def resolve_transport(
     -------
     str
         ``"nccl"``, ``"ipc"`` or ``"mpi"``. ``"auto"``: ``"ipc"`` where several ranks run on
-        one node, each with a GPU of its own (the halo on the copy engines measured 1.13x NCCL's
-        iteration rate on 2 GPUs and 1.13x on 4), ``"nccl"`` across nodes, ``"mpi"`` for
-        host arrays, without NCCL or where ranks share a GPU.
+        one node, each with a GPU of its own (the device CG's halo on the copy engines, beside
+        the interior kernels, where NCCL's send waits for free SMs: docs/parallel.md),
+        ``"nccl"`` on one rank and across nodes, ``"mpi"`` for host arrays, without NCCL or
+        where ranks share a GPU.
 
     Raises
     ------
