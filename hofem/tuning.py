@@ -82,6 +82,9 @@ _SCHEMA = {
     },
     "cuda_simplex.json": {
         "tensor_cores": "shapes",
+        "tensor_core_threads": "entries",
+        "tensor_core_tiles": "entries",
+        "tensor_core_elems": "entries",
         "batched_stored": "shapes",
         "batched_on_the_fly": "shapes",
     },
@@ -151,10 +154,13 @@ class WarpTuning:
 @dataclasses.dataclass(frozen=True)
 class SimplexTuning:
     """``cuda_simplex.json``: the simplex shapes ``(dim, P, Q)`` that ``/gpu/cuda/gen`` runs
-    on the fp64 tensor cores, and those it hands to the batched kernels (with stored q-data
-    and with the geometry on the fly) where the tensor-core variant cannot run."""
+    on the fp64 tensor cores, with the launches (threads, tiles, elements per block) where
+    another than the default measured faster, and those it hands to the batched kernels
+    (with stored q-data and with the geometry on the fly) where the tensor-core variant
+    cannot run."""
 
     tensor_cores: frozenset[Shape]
+    tensor_core_launches: Mapping[Shape, Mapping[str, int]]
     batched_stored: frozenset[Shape]
     batched_on_the_fly: frozenset[Shape]
 
@@ -337,7 +343,15 @@ def simplex() -> SimplexTuning:
         key: _shapes(name, key, _payload(name, key))
         for key in ("tensor_cores", "batched_stored", "batched_on_the_fly")
     }
-    return SimplexTuning(**tables)
+    launches = {}  # shape -> {"threads": n, ...}: simplex_launch's override keywords
+    for field in ("threads", "tiles", "elems"):
+        key = f"tensor_core_{field}"
+        for shape, value in _entries(name, key, _payload(name, key)).items():
+            if shape not in tables["tensor_cores"]:
+                raise _bad(name, f"{key} lists {list(shape)}, which tensor_cores does not")
+            launches.setdefault(shape, {})[field] = value
+    launches = {shape: MappingProxyType(v) for shape, v in launches.items()}
+    return SimplexTuning(tensor_core_launches=MappingProxyType(launches), **tables)
 
 
 @functools.cache

@@ -20,7 +20,7 @@ def data_dir(tmp_path, monkeypatch):
     for name in FILES:
         shutil.copy(tuning.DATA_DIR / name, tmp_path / name)
     monkeypatch.setattr(tuning, "DATA_DIR", tmp_path)
-    caches = (tuning.load, tuning.geometry, tuning.fused, tuning.warp)
+    caches = (tuning.load, tuning.geometry, tuning.fused, tuning.warp, tuning.simplex)
     for cached in caches:
         cached.cache_clear()
     yield tmp_path
@@ -69,6 +69,12 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
     bp1 = {(3, 20, 24), (3, 35, 46), (3, 56, 79), (3, 84, 145)}
     collapsed = {(3, 10, 64), (3, 20, 125), (3, 35, 216)}
     assert table.tensor_cores == bp1 | {(3, 35, 24), (3, 56, 46), (3, 84, 79)} | collapsed
+    assert dict(table.tensor_core_launches) == {
+        (3, 20, 24): {"threads": 256},  # BP1 p = 3
+        (3, 35, 24): {"threads": 256, "tiles": 1},  # BP3 p = 4
+        (3, 56, 46): {"threads": 256, "elems": 16},  # BP3 p = 5
+        (3, 35, 216): {"elems": 16},  # BP1 p = 4, collapsed rule
+    }
 
 
 def test_warp_tables_hold_the_shapes_gen_runs_one_warp_per_element():
@@ -103,6 +109,8 @@ def _rewrite(path, edit):
         ("cuda_fused.json", lambda t: t["threads"].update(value="128"), "positive integer"),
         ("cuda_fused.json", lambda t: t.pop("constant_bytes"), "must hold exactly"),
         ("cuda_fused.json", lambda t: t["threads"]["measured"][0].pop("date"), "'date'"),
+        ("cuda_simplex.json", lambda t: t["tensor_core_tiles"]["entries"].append(
+            {"shape": [3, 4, 4], "value": 1}), "which tensor_cores does not"),
         ("geometry.json", lambda t: t["machine_balance"]["by_resource"].update(x=-1.0), ">= 0"),
         ("geometry.json", lambda t: t["on_the_fly_shapes"]["by_resource"]["/gpu/cuda/gen"]
          .update(mass=[[3, 6, 7], [3, 6, 7]]), "twice"),
@@ -110,7 +118,11 @@ def _rewrite(path, edit):
 )  # fmt: skip
 def test_malformed_file_is_refused_in_one_line(data_dir, name, edit, message):
     _rewrite(data_dir / name, edit)
-    reader = {"geometry.json": tuning.geometry, "cuda_fused.json": tuning.fused}
+    reader = {
+        "geometry.json": tuning.geometry,
+        "cuda_fused.json": tuning.fused,
+        "cuda_simplex.json": tuning.simplex,
+    }
     with pytest.raises(tuning.TuningFileError, match=message) as info:
         reader.get(name, tuning.warp)()
     assert str(data_dir / name) in str(info.value) and "\n" not in str(info.value)

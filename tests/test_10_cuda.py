@@ -821,7 +821,7 @@ def test_gen_simplex_tensor_cores_checks_the_device(gen):
         ("mass", 1, None, "scalar"),
         ("mass", 3, None, "tensor_cores"),
         ("diffusion", 3, None, "scalar"),
-        ("diffusion", 4, None, "tensor_cores"),
+        ("diffusion", 4, None, "tensor_cores"),  # the table's launch: 256 threads, 1 tile
         ("diffusion", 6, None, "tensor_cores"),
         ("mass", 2, 1, "tensor_cores"),  # the collapsed rule, 64 points
         ("diffusion", 4, 1, "batched"),  # 216 points: its matrices do not fit
@@ -843,6 +843,8 @@ def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, form, p, 
         assert tensor_cores and kernel is None
         return
     assert kernel.launch.tensor_cores == tensor_cores == (runs == "tensor_cores")
+    tuned = osx.tensor_core_overrides(osx.simplex_shape(op)) if tensor_cores else {}
+    assert all(getattr(kernel.launch, key) == value for key, value in tuned.items())
 
 
 def test_gen_device_cg_on_tets(gen, ref):

@@ -72,6 +72,7 @@ __all__ = [
     "simplex_launch",
     "simplex_operator",
     "simplex_shape",
+    "tensor_core_overrides",
 ]
 
 # static shared memory of one block (the limit without an opt-in); the matrices that do
@@ -598,12 +599,24 @@ def simplex_operator(op: Any) -> SimplexOperator | None:
 
 
 def _tensor_core_launch(op, shape):
-    """The tensor-core launch of ``op`` within this device's opt-in shared memory, or None
-    where the device has no fp64 tensor cores or 8 elements do not fit."""
+    """The tensor-core launch of ``op`` within this device's opt-in shared memory (the
+    table's launch for ``shape`` where it fits, else the default), or None where the device
+    has no fp64 tensor cores or 8 elements do not fit."""
     limit = _optin_shared_bytes()
     if limit is None:
         return None
-    return simplex_launch(op, shape, min(limit, simplex_mma.MMA_SHARED_BYTES), tensor_cores=True)
+    budget = min(limit, simplex_mma.MMA_SHARED_BYTES)
+    tuned = tensor_core_overrides(shape)
+    launch = simplex_launch(op, shape, budget, tensor_cores=True, **tuned)
+    if tuned and (launch is None or launch.used_bytes > budget):
+        launch = simplex_launch(op, shape, budget, tensor_cores=True)
+    return launch
+
+
+def tensor_core_overrides(shape: tuple[int, int, int]) -> dict[str, int]:
+    """``simplex_launch`` keywords (``threads``, ``tiles``, ``elems``) of the tensor-core
+    kernel at ``shape`` where ``cuda_simplex.json`` lists a launch faster than the default."""
+    return dict(_TUNING.tensor_core_launches.get(tuple(shape), {}))
 
 
 def _batched_shapes(op):
