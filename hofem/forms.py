@@ -74,8 +74,8 @@ _FORM_ARGS = weakref.WeakKeyDictionary()
 
 # a device fills the levels' diagonals in chunks of this many times H1Space.CHUNK_POINTS
 # points: each chunk costs the same launches and Python calls whatever its size (the q-data
-# build, the coordinates' gather, a contraction per direction, the sum), which host-side
-# chunks of 2^20 points (48 MB of diffusion q-data) do not amortize on a GPU
+# build, the coordinates' gather, a contraction per direction, the sum), and chunks sized
+# for a host's caches leave those costs unamortized on a GPU
 DEVICE_CHUNK_FACTOR = 4
 
 _QDATA_SIZE = {"Mass": {1: 1, 2: 1, 3: 1}, "Poisson": {1: 1, 2: 3, 3: 6}}

@@ -60,8 +60,9 @@ __all__ = [
 
 # dynamic shared memory of one block at most: the H100's opt-in maximum (227 KiB)
 MMA_SHARED_BYTES = 227 * 1024
-# threads per block: 16 warps share the tiles of the block's element groups; fewer leave
-# the tensor cores waiting on shared-memory loads at p = 5, 6 (cuda_simplex.json)
+# threads per block: 16 warps share the tiles of the block's element groups, so that
+# enough tiles are in flight to hide the shared-memory loads that feed them (the shapes
+# where another launch is faster: cuda_simplex.json)
 MMA_THREADS = 512
 # elements per block at most (a multiple of 8, the M side of a tile): 32 give the warps
 # 4 element groups; more would only shrink the blocks per SM where matrices are small
