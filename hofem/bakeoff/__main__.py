@@ -100,8 +100,8 @@ def parse_args(argv):
         "--transport",
         choices=("auto", "mpi", "nccl", "ipc"),
         default="auto",
-        help="under mpiexec, how halos move (default auto: NCCL between GPUs when available; "
-        "ipc: the device CG's halo on the copy engines, every rank on one node)",
+        help="under mpiexec, how halos move (default auto: ipc for GPU ranks on one node, "
+        "nccl across nodes, mpi on CPUs; ipc: the device CG's halo on the copy engines)",
     )
     add_geometry_argument(parser)
     parser.add_argument(

@@ -385,10 +385,10 @@ class Exchange:
     xp : module
         NumPy or CuPy: where the vectors live.
     transport : {"auto", "nccl", "ipc", "mpi"}
-        ``"auto"``: NCCL for CuPy arrays when CuPy has NCCL, else MPI (host
-        staged on a GPU). ``"ipc"``: as ``"nccl"``, but the device CG's halo (the
-        ``*_l`` methods) moves on the copy engines (:mod:`hofem.parallel.ipc`; every
-        rank on one node).
+        ``"mpi"``: host-staged on a GPU. ``"nccl"``: device buffers through NCCL.
+        ``"ipc"``: as ``"nccl"``, but the device CG's halo (the ``*_l`` methods) moves
+        on the copy engines (:mod:`hofem.parallel.ipc`; every rank on one node).
+        ``"auto"``: as :func:`resolve_transport` picks for the run.
 
     Raises
     ------
@@ -436,6 +436,7 @@ class Exchange:
             (self._send_t[a:b], received[a:b]) for a, b in _segments(send_sizes) if b > a
         ]
         self._stage_l = None  # ("ipc", several components) where the ghosts land first
+        self._prolonged_l = None  # the L-vector of the staged prolongation in flight
         if transport != "mpi":
             self._open_l_path(numbering, send_sizes, recv_sizes)
 

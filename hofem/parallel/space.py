@@ -70,9 +70,9 @@ class ParH1Space:
     comm : mpi4py.MPI.Comm, optional
         Default ``MPI.COMM_WORLD``.
     transport : {"auto", "mpi", "nccl", "ipc"}
-        How halos move; ``"auto"`` picks NCCL for GPU backends when CuPy has
-        it, else MPI (host-staged on GPUs); ``"ipc"`` moves the device CG's halo on
-        the copy engines (:class:`~hofem.parallel.Exchange`).
+        How halos move (:class:`~hofem.parallel.Exchange`); ``"auto"`` picks ``"ipc"``
+        for several GPU ranks on one node (the device CG's halo on the copy engines),
+        ``"nccl"`` across nodes or on one GPU rank, else ``"mpi"`` (host-staged on GPUs).
 
     Attributes
     ----------
