@@ -60,7 +60,6 @@ from .operator_fuse import (
     _dot_params,
     _qfunction_stage,
     dot_pairs,
-    field_address,
 )
 from .ref import cupy
 
@@ -327,11 +326,9 @@ class _Source:
     def output(self, k, field):
         """Declare output ``k`` (registers at a point); returns ``store(row)``."""
         name, rows = f"out{k}", field.size
-        self.point.append(f"double r_{name}[{rows}] = {{}};")  # rows the body never writes: 0
-        store = lambda row: f"r_{name}[{row}]"  # noqa: E731
-        if not field.is_active:
+        store, address = simplex_mma.point_output(self.point, self.params, name, field)
+        if address is None:
             return store
-        address = field_address(self.params.append, name, field, writable=True)
         decl = f"__shared__ double s_{name}[ELEMS * {rows} * NUM_QPTS];  // (elems, rows, Q)"
         self.shared.append(decl)
         self.after += [

@@ -56,6 +56,7 @@ __all__ = [
     "mma_pitch",
     "node_contraction",
     "point_input",
+    "point_output",
 ]
 
 # dynamic shared memory of one block at most: the H100's opt-in maximum (227 KiB)
@@ -208,6 +209,18 @@ def point_input(params: list[str], name: str, field: Any) -> tuple[Any, Any]:
     return load, address
 
 
+def point_output(point: list[str], params: list[str], name: str, field: Any) -> tuple[Any, Any]:
+    """``(store, address)`` of output ``name``: its registers at a point declared in
+    ``point`` (zero: rows the QFunction never writes stay 0) and ``store(row)`` naming
+    them; for an active output its kernel parameters appended to ``params`` and
+    ``address`` for its scatter, else None."""
+    point.append(f"double r_{name}[{field.size}] = {{}};")
+    store = lambda row: f"r_{name}[{row}]"  # noqa: E731
+    if not field.is_active:
+        return store, None
+    return store, field_address(params.append, name, field, writable=True)
+
+
 def node_contraction(regs: str, D: int, C: int, P: int, node: str, entry: Any) -> list[str]:
     """Statements declaring ``double regs[D * C]`` and filling ``regs[d * C + c]`` with
     ``sum_i entry(d) * node`` over the ``P`` nodes (``node``: the expression of node ``i``
@@ -302,11 +315,9 @@ class _MmaSource:
     def output(self, k, field):
         """Declare output ``k`` (registers at a point); returns ``store(row)``."""
         name, rows = f"out{k}", field.size
-        self.point.append(f"double r_{name}[{rows}] = {{}};")  # rows the body never writes: 0
-        store = lambda row: f"r_{name}[{row}]"  # noqa: E731
-        if not field.is_active:
+        store, address = point_output(self.point, self.params, name, field)
+        if address is None:
             return store
-        address = field_address(self.params.append, name, field, writable=True)
         row0 = self.out_rows[k]
         # past the last element the QFunction may see zero geometry: keep its outputs finite
         self.after += [
