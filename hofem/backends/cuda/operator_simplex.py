@@ -336,24 +336,10 @@ class _Source:
             for row in range(rows)
         ]
         if field.eval_mode is EVAL_NONE:
-            self.nodes += self._scatter_points(name, rows, address)
+            self.nodes += simplex_mma.scatter_points(rows, address, f"s_{name}[t]")
         else:
             self.nodes += self._transpose(name, field, address)
         return store
-
-    @staticmethod
-    def _scatter_points(name, rows, address):
-        """The nodes-stage loop adding an ``EVAL_NONE`` output's points to its L-vector."""
-        pointer, idx, base = address("row", "NUM_QPTS")
-        return [
-            f"for (int t = threadIdx.x; t < ELEMS * {rows} * NUM_QPTS; t += blockDim.x) {{",
-            f"  const int e = t / ({rows} * NUM_QPTS), row = t / NUM_QPTS % {rows};",
-            "  const int q = t % NUM_QPTS;",
-            "  const index_t elem = first + e;",
-            "  if (elem < num_elem)",
-            f"    atomicAdd(&({pointer})[entry({idx}, {base} + q)], s_{name}[t]);",
-            "}",
-        ]
 
     def _transpose(self, name, field, address):
         """The nodes-stage loop: B^T (or G^T) of output ``name``'s points, added to its

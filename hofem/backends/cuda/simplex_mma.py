@@ -57,6 +57,7 @@ __all__ = [
     "node_contraction",
     "point_input",
     "point_output",
+    "scatter_points",
 ]
 
 # dynamic shared memory of one block at most: the H100's opt-in maximum (227 KiB)
@@ -221,6 +222,22 @@ def point_output(point: list[str], params: list[str], name: str, field: Any) -> 
     return store, field_address(params.append, name, field, writable=True)
 
 
+def scatter_points(rows: int, address: Any, value: str) -> list[str]:
+    """The nodes-stage loop adding an ``EVAL_NONE`` output's ``rows`` values at each point
+    of the block's elements to its L-vector (``value``: the expression of row ``row`` at
+    point ``q`` of element ``e``; thread ``t`` takes one)."""
+    pointer, idx, base = address("row", "NUM_QPTS")
+    return [
+        f"for (int t = threadIdx.x; t < ELEMS * {rows} * NUM_QPTS; t += blockDim.x) {{",
+        f"  const int e = t / ({rows} * NUM_QPTS), row = t / NUM_QPTS % {rows};",
+        "  const int q = t % NUM_QPTS;",
+        "  const index_t elem = first + e;",
+        "  if (elem < num_elem)",
+        f"    atomicAdd(&({pointer})[entry({idx}, {base} + q)], {value});",
+        "}",
+    ]
+
+
 def node_contraction(regs: str, D: int, C: int, P: int, node: str, entry: Any) -> list[str]:
     """Statements declaring ``double regs[D * C]`` and filling ``regs[d * C + c]`` with
     ``sum_i entry(d) * node`` over the ``P`` nodes (``node``: the expression of node ``i``
@@ -325,25 +342,11 @@ class _MmaSource:
             for row in range(rows)
         ]
         if field.eval_mode is EVAL_NONE:
-            self.nodes += self._scatter_points(name, rows, row0, address)
+            value = f"s_pts[e * YS + ({row0} + row) * QR + q]"
+            self.nodes += scatter_points(rows, address, value)
         else:
             self.nodes += self._transpose(name, field, row0, address)
         return store
-
-    @staticmethod
-    def _scatter_points(name, rows, row0, address):
-        """The nodes-stage loop adding an ``EVAL_NONE`` output's points to its L-vector."""
-        pointer, idx, base = address("row", "NUM_QPTS")
-        return [
-            f"for (int t = threadIdx.x; t < ELEMS * {rows} * NUM_QPTS; t += blockDim.x) {{",
-            f"  const int e = t / ({rows} * NUM_QPTS), row = t / NUM_QPTS % {rows};",
-            "  const int q = t % NUM_QPTS;",
-            "  const index_t elem = first + e;",
-            "  if (elem < num_elem)",
-            f"    atomicAdd(&({pointer})[entry({idx}, {base} + q)],"
-            f" s_pts[e * YS + ({row0} + row) * QR + q]);",
-            "}",
-        ]
 
     def _transpose(self, name, field, row0, address):
         """The nodes-stage call: B^T (or G^T) of output ``name``'s points on the tensor
