@@ -164,10 +164,12 @@ def diagonal_source(launch: DiagonalLaunch) -> str:
     num_nodes, num_qpts = launch.K**launch.dim, launch.Q_1d**launch.dim
     indent = lambda lines, n: ("\n" + " " * n).join(lines)  # noqa: E731
     shared = [
+        f"constexpr int A_SIZE = {a};  // doubles per element of s_a",
         "__shared__ double s_F[DIM * FACTOR];  // (dim, size, Q_1d, K): F_d[k][i][j]",
         "__shared__ double s_a[ELEMS * A_SIZE];  // the points; the odd stages' outputs",
     ]
-    if b:
+    if b:  # none in 1D: the only stage is the last
+        shared.insert(1, f"constexpr int B_SIZE = {b};  // doubles per element of s_b")
         shared.append("__shared__ double s_b[ELEMS * B_SIZE];  // the even stages' outputs")
     stages = [line for d in range(launch.dim) for line in _stage(launch, d)]
     return f"""extern "C" __global__ void __launch_bounds__({launch.threads}) apply(
@@ -175,13 +177,13 @@ def diagonal_source(launch: DiagonalLaunch) -> str:
   constexpr int NUM_THREADS = {launch.threads}, ELEMS = {launch.elems}, DIM = {launch.dim};
   constexpr int SIZE = {launch.size}, Q_1D = {launch.Q_1d}, K_1D = {launch.K};
   constexpr int NUM_QPTS = {num_qpts}, NUM_NODES = {num_nodes}, FACTOR = SIZE * Q_1D * K_1D;
-  constexpr int A_SIZE = {a}, B_SIZE = {b};
   constexpr int OWN = (ELEMS * NUM_NODES + NUM_THREADS - 1) / NUM_THREADS;  // outputs/thread
   {indent(shared, 2)}
   {indent(_load_factors(launch), 2)}
   for (long long first = (long long)blockIdx.x * ELEMS; first < num_elem;
        first += (long long)gridDim.x * ELEMS) {{
-    const int elems = (int)min(num_elem - first, (long long)ELEMS);
+    const long long rest = num_elem - first;  // elements from first on
+    const int elems = rest < ELEMS ? (int)rest : ELEMS;
     double acc[OWN];  // this thread's outputs t = threadIdx.x + r NUM_THREADS, summed over k
 #pragma unroll
     for (int r = 0; r < OWN; r++) acc[r] = 0.0;
