@@ -9,7 +9,9 @@ cost about ten times the chunk's memory traffic; here a block loads the factors
 stages the entry's points through shared memory and contracts them direction by direction
 (fastest first, as the slab kernels of ``basis_tensor.cuh``), ping-ponging between two
 shared buffers; the last direction adds into registers, which sum the entries and are
-added to ``out`` once per element.  The q values are read once, coalesced.
+added to ``out`` once per element.  The q values are read once, coalesced, each entry's
+into registers while the block contracts the previous one (their latency hidden within
+the block, not only by other resident blocks).
 
 Stage ``d`` maps ``Q_1d**(dim-d) K**d`` values (the directions ``>= d`` still at points,
 the faster ones at nodes) to ``Q_1d**(dim-1-d) K**(d+1)``, one output per thread:
@@ -140,6 +142,19 @@ def _stage(launch, d):
     ]
 
 
+def _points(assign, k):
+    """Lines loading each thread's points of entry ``k`` (an expression) of the group's
+    elements from ``q``: ``assign`` (e.g. ``"next[r] = "``) followed by the value."""
+    at = "((first + t / NUM_QPTS) * SIZE + {k}) * NUM_QPTS + t % NUM_QPTS"
+    return [
+        "#pragma unroll",
+        "for (int r = 0; r < LOADS; r++) {",
+        "  const int t = threadIdx.x + r * NUM_THREADS;",
+        f"  if (t < elems * NUM_QPTS) {assign}q[{at.format(k=k)}];",
+        "}",
+    ]
+
+
 def _params(dim):
     """The kernel's parameter declarations."""
     return [
@@ -178,6 +193,7 @@ def diagonal_source(launch: DiagonalLaunch) -> str:
   constexpr int SIZE = {launch.size}, Q_1D = {launch.Q_1d}, K_1D = {launch.K};
   constexpr int NUM_QPTS = {num_qpts}, NUM_NODES = {num_nodes}, FACTOR = SIZE * Q_1D * K_1D;
   constexpr int OWN = (ELEMS * NUM_NODES + NUM_THREADS - 1) / NUM_THREADS;  // outputs/thread
+  constexpr int LOADS = (ELEMS * NUM_QPTS + NUM_THREADS - 1) / NUM_THREADS;  // points/thread
   {indent(shared, 2)}
   {indent(_load_factors(launch), 2)}
   for (long long first = (long long)blockIdx.x * ELEMS; first < num_elem;
@@ -187,13 +203,19 @@ def diagonal_source(launch: DiagonalLaunch) -> str:
     double acc[OWN];  // this thread's outputs t = threadIdx.x + r NUM_THREADS, summed over k
 #pragma unroll
     for (int r = 0; r < OWN; r++) acc[r] = 0.0;
+    double next[LOADS];  // points t = threadIdx.x + r NUM_THREADS of the next entry
+    {indent(_points("next[r] = ", "0"), 4)}
     for (int k = 0; k < SIZE; k++) {{
       __syncthreads();  // the factors loaded; the previous entry's last stage read s_a
-      for (int t = threadIdx.x; t < elems * NUM_QPTS; t += NUM_THREADS) {{
-        const int e = t / NUM_QPTS, p = t % NUM_QPTS;
-        s_a[e * A_SIZE + p] = q[((first + e) * SIZE + k) * NUM_QPTS + p];
+#pragma unroll
+      for (int r = 0; r < LOADS; r++) {{
+        const int t = threadIdx.x + r * NUM_THREADS;
+        if (t < elems * NUM_QPTS) s_a[t / NUM_QPTS * A_SIZE + t % NUM_QPTS] = next[r];
       }}
-      __syncthreads();  // the entry's points loaded
+      __syncthreads();  // the entry's points in s_a
+      if (k + 1 < SIZE) {{  // the next entry's loads, in flight while this one is contracted
+        {indent(_points("next[r] = ", "k + 1"), 8)}
+      }}
       {indent(stages, 6)}
     }}
 #pragma unroll
