@@ -4,7 +4,7 @@ The CUDA kernel of :meth:`hofem.backends.contract.Backend.tensor_element_diagona
 ``out[e, j] += sum_k sum_q q[e, k, q] prod_d F_d[k][q_d, j_d]`` for a chunk of elements.
 The reference implementation (:func:`hofem.entry_contraction.contract_entries`) is
 ``dim`` batched matmuls of tiny matrices a chunk, whose launches and poorly filled tiles
-cost about ten times the chunk's memory traffic; here a block loads the factors
+cost far more than reading the chunk's q-data; here a block loads the factors
 ``F_d[k]`` into shared memory once, then for each of its elements and each entry ``k``
 stages the entry's points through shared memory and contracts them direction by direction
 (fastest first, as the slab kernels of ``basis_tensor.cuh``), ping-ponging between two
@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from . import kernels
+from .device import cupy
 
 if TYPE_CHECKING:
     from ...typing import Array
@@ -230,16 +233,14 @@ def diagonal_source(launch: DiagonalLaunch) -> str:
 
 @functools.cache
 def _kernel(launch):
-    from . import kernels
-
+    """The compiled kernel of ``launch`` (NVRTC, also cached on disk by CuPy)."""
     return kernels.raw_module(diagonal_source(launch)).get_function("apply")
 
 
 @functools.cache
-def _sm_count():
-    from .device import cupy
-
-    return cupy.cuda.Device().attributes["MultiProcessorCount"]
+def _sm_count(device_id):
+    """Streaming multiprocessors of device ``device_id``."""
+    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
 
 def add_element_diagonal(
@@ -262,8 +263,6 @@ def add_element_diagonal(
     ValueError
         ``out`` not a C-contiguous float64 array of shape ``(n, K**dim)``.
     """
-    from .device import cupy
-
     n = q.shape[0]
     if out.shape != (n, launch.K**launch.dim) or out.dtype != np.float64:
         raise ValueError(
@@ -275,5 +274,5 @@ def add_element_diagonal(
         return
     factors = [cupy.ascontiguousarray(f, dtype=np.float64) for f in (right, *left)]
     q = cupy.ascontiguousarray(q, dtype=np.float64)  # (n, size, Q_1d**dim)
-    blocks = min(-(-n // launch.elems), BLOCKS_PER_SM * _sm_count())
+    blocks = min(-(-n // launch.elems), BLOCKS_PER_SM * _sm_count(cupy.cuda.Device().id))
     _kernel(launch)((blocks,), (launch.threads,), (np.int64(n), q, *factors, out))
