@@ -12,8 +12,9 @@ matrices, sizes 1 and ``dim (dim + 1) / 2``, p = 1..8, Gauss points ``Q_1d = p +
 the collocated Gauss-Lobatto ones ``Q_1d = P_1d``, 1D to 3D), with the device's launch and
 with an odd one (37 threads, two elements per block: loops past the threads, a partial last
 group of elements, blocks looping over groups).  A kernel broken on purpose must fail the
-comparison.  Every source also compiles with nvcc for sm_90, without spills.  The device
-test is in ``test_17_multigrid.py``.
+comparison.  The backend method's glue (launch, arguments) runs behind a real hierarchy's
+level fill with its kernels on the host.  Every source also compiles with nvcc for sm_90,
+without spills.  The device test is in ``test_17_multigrid.py``.
 """
 
 import re
@@ -124,6 +125,47 @@ def test_generated_kernel_is_the_contraction_on_the_host(cases, tmp_path):
                 assert _check(lib, j, source, cases[-1], rng) > 1e-3, "the broken kernel passed"
             k += 1
     assert not found, "\n".join(found)
+
+
+def test_cuda_backend_method_fills_the_levels_on_the_host(tmp_path, monkeypatch):
+    """The batched CUDA backends' ``tensor_element_diagonal`` (the shape's launch, the
+    arguments in the kernel's order) behind a real hierarchy's level fill, its kernels run
+    on the host (CuPy's calls made NumPy's): every level's diagonal equals the NumPy
+    backend's, BP3 3D p = 4 and 2D p = 7 (each fine level sum-factorized)."""
+    from types import SimpleNamespace
+
+    from hofem.backends.cuda.batched import CudaBatchedBackend
+    from hofem.forms import multigrid_hierarchy
+
+    def host_kernel(launch):
+        source = ed.diagonal_source(launch)
+        lib = build([source], tmp_path / f"{launch.dim}d-{launch.K}.so")
+        calls.append(launch)
+        return lambda grid, block, args: lib.launch_0(
+            grid[0], block[0], *ctypes_args(params(source), args)
+        )
+
+    calls = []
+    device = SimpleNamespace(id=0)
+    fake_cupy = SimpleNamespace(
+        ascontiguousarray=np.ascontiguousarray, cuda=SimpleNamespace(Device=lambda: device)
+    )
+    for dim, p in ((3, 4), (2, 7)):
+        ref = hf.Ceed("/cpu/self/ref")
+        space = hf.H1Space(ref, meshes.box(2, dim, distort=0.1), p)
+        A = hf.restrict_dofs(hf.diffusion(space), space.free_dofs())
+        want = [a.linear_assemble_diagonal() for a in multigrid_hierarchy(A).assembly]
+        with monkeypatch.context() as patch:
+            patch.setattr(ed, "cupy", fake_cupy)
+            patch.setattr(ed, "_kernel", host_kernel)
+            patch.setattr(ed, "_sm_count", lambda device_id: 1)  # 8 blocks: they loop
+            method = CudaBatchedBackend().tensor_element_diagonal
+            patch.setattr(ref.backend, "tensor_element_diagonal", method)
+            got = [a.linear_assemble_diagonal() for a in multigrid_hierarchy(A).assembly]
+        for level, expected in zip(got, want, strict=True):
+            assert rel_error(level, expected) <= 1e-13
+        assert calls[-1] == ed.diagonal_launch(dim, p + 1, p + 2, dim * (dim + 1) // 2)
+    assert len(calls) == 2
 
 
 def test_launch_shapes():
