@@ -5,6 +5,11 @@
 # OLD_TREE holds an older ``hofem`` package (e.g. ``git archive REV hofem | tar -x -C OLD_TREE``);
 # the current checkout is the other. Each process times CG and pmg on BP3 (bakeoff/pmg_measure.py);
 # CASES lists "order dofs" pairs, each run old then new (default: the GPU cases).
+# A change against its base commit, e.g. the level diagonals' generated kernel
+# (Backend.tensor_element_diagonal) against the batched GEMMs it replaces, on the 8e7 case:
+#   mkdir -p /tmp/old && git archive BASE hofem | tar -x -C /tmp/old   # BASE: before the change
+#   CASES="6 8e7;6 8e7" bash bakeoff/pmg_setup_ab.sh /tmp/old /tmp/pmg_diag_ab
+# and compare the "set-up" of the old and new lines (the solve and iterations should match).
 set -uo pipefail
 old=$1
 out=${2:-/tmp/pmg_setup_ab}

@@ -37,7 +37,8 @@ _WATCHED = (
     ("forms.py", "_pointwise_chunks"),
     ("forms.py", "_fill_levels"),
     ("level_assembly.py", "add"),
-    ("level_assembly.py", "_contract"),
+    ("entry_contraction.py", "contract_entries"),
+    ("element_diagonal.py", "add_element_diagonal"),
     ("level_assembly.py", "linear_assemble_diagonal"),
 )
 

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse
 
 from .constants import EVAL_GRAD, EVAL_INTERP, TRANSPOSE
+from .entry_contraction import contract_entries
 from .restriction import index_dtype
 
 if TYPE_CHECKING:
@@ -73,30 +74,9 @@ def basis_rows(basis: Basis, eval_mode: EvalMode) -> list:
     return [basis.grad[a] for a in range(dim)]
 
 
-def _contract(xp, t, left, right):
-    """Every entry's ``sum_q t[n, k, q] prod_d F_d[k][q_d, j_d]``: ``t (n, size, Q_1d**dim)``
-    -> ``(n, size, K**dim)``.
-
-    ``F_d[k]`` ``(Q_1d, K)`` is entry ``k``'s factor in direction ``d``, direction 0 the
-    fastest axis of ``q`` and of the result: ``right`` is ``F_0`` ``(size, Q_1d, K)`` and
-    ``left[d - 1]`` is ``F_d`` transposed, ``(size, K, Q_1d)``, for ``d >= 1``.  Each
-    direction is one ``matmul`` for every entry, its matrices broadcast over the cells
-    (NumPy loops over the batch, CuPy makes it one batched GEMM; neither copies them):
-    ``dim`` calls a chunk, not ``dim`` per entry.  Every product is a batch of small ones,
-    never one tall GEMM of inner dimension ``Q_1d``: a threaded BLAS splits such a product
-    over its threads, which on a loaded machine wait for each other far longer than it takes.
-    """
-    n, size = t.shape[:2]
-    Q_1d = right.shape[1]
-    for d in range(len(left), 0, -1):  # slowest direction first, from the left
-        t = t.reshape(n, size, -1, Q_1d, Q_1d**d)  # (n, size, K**(dim-1-d), Q_1d, Q_1d**d)
-        t = xp.matmul(left[d - 1][:, None], t)  # (n, size, K**(dim-1-d), K, Q_1d**d)
-    t = xp.matmul(t.reshape(n, size, -1, Q_1d), right)  # (n, size, K**(dim-1), K): x last
-    return t.reshape(n, size, -1)
-
-
 def _factors(xp, per_entry):
-    """``(left, right)`` of :func:`_contract` from ``per_entry[k][d]`` ``(Q_1d, K)`` host arrays."""
+    """``(left, right)`` of :func:`~hofem.entry_contraction.contract_entries` from
+    ``per_entry[k][d]`` ``(Q_1d, K)`` host arrays."""
     dim = len(per_entry[0])
     stack = [np.stack([factors[d] for factors in per_entry]) for d in range(dim)]  # (size, Q, K)
     left = [xp.asarray(np.ascontiguousarray(s.transpose(0, 2, 1))) for s in stack[1:]]
@@ -112,7 +92,8 @@ class _Weights(NamedTuple):
     """What :meth:`LevelAssembly.add` multiplies one chunk's entries by, for one list of pairs.
 
     Dense weights (``diag``, ``matrices``: ``(size * Q, P)``, ``(size * Q, P * P)``) where
-    they are cheaper than sum factorization, else None and the :func:`_contract` factors:
+    they are cheaper than sum factorization, else None and the factors of
+    :func:`~hofem.entry_contraction.contract_entries`:
     ``diag_factors`` of every entry at once (its weight, 2 off the diagonal, in direction
     0), ``matrix_factors`` one entry at a time (an entry's element matrices are
     ``(P P')^dim`` values a cell: all entries at once would hold ``size`` times that).
@@ -185,12 +166,11 @@ class LevelAssembly:
             per_cell = size * Q_1d ** (len(weights.diag_factors[0]) + 1)
             slab = n if xp is not np else max(1, HOST_CONTRACT_ENTRIES // per_cell)
             for a, b in ((a, min(a + slab, n)) for a in range(0, n, slab)):
-                # (b - a, size, P) summed over the entries; no name holds it into the next
-                # slab's products, whose temporaries then reuse its memory (held, the host
-                # allocator maps fresh pages for them: twice the time)
-                self.diag[start + a : start + b] += _contract(
-                    xp, q[a:b], *weights.diag_factors
-                ).sum(axis=1)
+                # the backend's contraction, summed over the entries (a generated kernel on
+                # the CUDA backends); the host's slabs bound its temporaries
+                self.ceed.backend.tensor_element_diagonal(
+                    q[a:b], *weights.diag_factors, self.diag[start + a : start + b]
+                )
         if self.matrices is None:
             return
         if weights.matrices is not None:
@@ -199,7 +179,7 @@ class LevelAssembly:
             return
         dim, P_1d = len(self.host_rows[0]), self.host_rows[0][0].shape[1]
         for k, (a, b) in enumerate(pairs):
-            mats = _contract(xp, q[:, k : k + 1], *weights.matrix_factors[k])  # (n, 1, .)
+            mats = contract_entries(xp, q[:, k : k + 1], *weights.matrix_factors[k])  # (n, 1, .)
             mats = self._node_order(mats.reshape(n, -1), dim, P_1d)
             self.matrices[start:stop] += mats
             if a != b:  # D_ba's part

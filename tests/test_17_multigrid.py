@@ -462,6 +462,52 @@ def test_level_assembly_in_chunks_is_the_one_chunk_assembly(ceed, monkeypatch):
     np.testing.assert_allclose(chunked[1], whole[1], rtol=0, atol=1e-13 * abs(whole[1]).max())
 
 
+def _diagonals_and_iterations(ceed, mesh, p, form):
+    """Every level's diagonal (host) and pmg's CG iterations on ``form``'s BP (on the fly)."""
+    space = hf.H1Space(ceed, mesh, p)
+    A = hf.restrict_dofs(getattr(hf, form)(space, geometry="on_the_fly"), space.free_dofs())
+    diagonals = [
+        ceed.to_numpy(a.linear_assemble_diagonal()) for a in multigrid_hierarchy(A).assembly
+    ]
+    b = ceed.asarray(np.random.default_rng(17).standard_normal(A.shape[0]))
+    _, info = hf.cg(A, b, M=hf.pmg(A), rtol=1e-8)
+    assert info == 0, info.message
+    return diagonals, info.iterations
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("resource", ["/gpu/cuda/batched", "/gpu/cuda/gen"])
+@pytest.mark.parametrize(
+    ("dim", "p", "form"), [(3, 6, "diffusion"), (3, 4, "mass"), (2, 8, "diffusion")]
+)
+def test_cuda_level_diagonals_are_numpys_and_pmg_iterates_alike(
+    resource, dim, p, form, monkeypatch
+):
+    """The CUDA backends' level diagonals from the generated kernel of
+    ``tensor_element_diagonal`` (BP3 at p = 6 as the bake-off's set-up, BP1, 2D) equal
+    NumPy's to 1e-13, and pmg takes as many CG iterations as with the batched products
+    the kernel replaces (on the same device: the smoothers' random start vectors differ
+    between NumPy and CuPy)."""
+    if resource not in hf.backends.available():
+        pytest.skip(f"{resource} is not available here")
+    from hofem.backends.cuda import element_diagonal
+
+    mesh = meshes.box(3, dim=dim, distort=0.1)
+    expected, _ = _diagonals_and_iterations(hf.Ceed("/cpu/self/ref"), mesh, p, form)
+    with monkeypatch.context() as patch:  # no launch: the inherited batched products
+        patch.setattr(element_diagonal, "diagonal_launch", lambda *shape: None)
+        _, products = _diagonals_and_iterations(hf.Ceed(resource), mesh, p, form)
+    calls = []
+    kernel = element_diagonal.add_element_diagonal
+    spy = lambda *args: calls.append(args[0]) or kernel(*args)  # noqa: E731
+    monkeypatch.setattr(element_diagonal, "add_element_diagonal", spy)
+    got, iterations = _diagonals_and_iterations(hf.Ceed(resource), mesh, p, form)
+    assert (dim, p + 1) in {(launch.dim, launch.K) for launch in calls}, calls
+    for level, want in zip(got, expected, strict=True):
+        np.testing.assert_allclose(level, want, rtol=1e-13, atol=1e-15 * abs(want).max())
+    assert iterations == products
+
+
 @pytest.mark.parametrize("cells", ["hex", "tet"])
 def test_level_fill_gathers_on_the_fly_coordinates_as_the_blocks_interpolate(
     ceed, cells, monkeypatch

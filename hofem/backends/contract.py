@@ -265,6 +265,26 @@ class Backend(Protocol):
     def operator_assemble(self, op: Any) -> Any:
         """The CSR matrix ``(out_size, in_size)`` in the backend's sparse type."""
 
+    def tensor_element_diagonal(self, q: Array, left: list, right: Array, out: Array) -> None:
+        """Add the sum-factorized element diagonals of a pointwise matrix's entries to ``out``:
+        ``out[e, j] += sum_k sum_q q[e, k, q] prod_d F_d[k][q_d, j_d]``.
+
+        ``F_d[k]`` ``(Q_1d, K)`` is entry ``k``'s 1D factor in direction ``d`` (its weight
+        folded in), direction 0 the fastest axis of the points ``q`` and of the nodes ``j``
+        (:func:`hofem.entry_contraction.contract_entries`, the reference implementation).
+
+        Parameters
+        ----------
+        q : array (n, size, Q_1d**dim), C-contiguous
+            The pointwise matrix's distinct entries at each element's points.
+        left : list of dim - 1 arrays (size, K, Q_1d)
+            ``left[d - 1][k]`` is ``F_d[k]`` transposed, for ``d = 1 .. dim - 1``.
+        right : array (size, Q_1d, K)
+            ``right[k]`` is ``F_0[k]``.
+        out : array (n, K**dim), C-contiguous
+            Updated in place (a view of the caller's element diagonals).
+        """
+
     def host_csr(self, values: Array, rows: Array, cols: Array, shape: tuple[int, int]) -> Any:
         """The host ``scipy.sparse.csr_matrix`` of COO triplets ``(n,)`` held by the backend,
         duplicates summed where the triplets live (e.g. for pyamg)."""

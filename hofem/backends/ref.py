@@ -13,6 +13,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT, NOTRANSPOSE, TRANSPOSE
+from ..entry_contraction import contract_entries
 from ..memory import owning_array
 from ..restriction import expand_offsets
 from ..vector_ops import VectorOps
@@ -482,6 +483,16 @@ class RefBackend(Backend):
         """Return the host CSR matrix in this backend's sparse type."""
         matrix.sum_duplicates()
         return matrix
+
+    def tensor_element_diagonal(self, q, left, right, out):
+        """``out (n, K**dim) += `` the entries' contractions (:func:`contract_entries`, one
+        ``matmul`` per direction for every entry) summed over the entries.
+
+        ``q (n, size, Q_1d**dim)``, ``left`` ``dim - 1`` arrays ``(size, K, Q_1d)``, ``right``
+        ``(size, Q_1d, K)``: see :meth:`~hofem.backends.contract.Backend.tensor_element_diagonal`.
+        No temporary outlives the call: the caller's next slab reuses their memory.
+        """
+        out += contract_entries(self.xp, q, left, right).sum(axis=1)
 
     def host_csr(self, values, rows, cols, shape):
         """SciPy's COO to CSR (sums the duplicates)."""

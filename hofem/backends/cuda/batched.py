@@ -407,3 +407,21 @@ class CudaBatchedBackend(CudaRefBackend):
         q = cupy.ascontiguousarray(q)
         self._tensor_kernel(field.basis, TRANSPOSE, field.eval_mode, q, e, E, (Q, E * Q))
         self._scatter_add(r, e, v)
+
+    # --- assembly ----------------------------------------------------------------------------
+    def tensor_element_diagonal(self, q, left, right, out):
+        """``out (n, K**dim) +=`` the entries' sum-factorized diagonals of ``q (n, size,
+        Q_1d**dim)`` in one generated kernel (:mod:`.element_diagonal`: a block per few
+        elements, the factors and the stages in shared memory), instead of ``dim`` batched
+        GEMMs of tiny matrices; shapes whose block exceeds the static shared memory take the
+        GEMMs (inherited).  ``left`` ``dim - 1`` arrays ``(size, K, Q_1d)``, ``right``
+        ``(size, Q_1d, K)``: see :meth:`~hofem.backends.contract.Backend.tensor_element_diagonal`.
+        """
+        from .element_diagonal import add_element_diagonal, diagonal_launch
+
+        size, Q_1d, K = right.shape
+        launch = diagonal_launch(len(left) + 1, K, Q_1d, size)
+        if launch is None:
+            super().tensor_element_diagonal(q, left, right, out)
+            return
+        add_element_diagonal(launch, q, left, right, out)
