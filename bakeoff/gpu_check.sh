@@ -32,14 +32,21 @@ for ((i = 0; i < gpus; i++)); do
     grep -E "^(FAILED|ERROR) " "$out/tests_$i.log"  # the names, where the logs stay behind
 done
 echo "== tests: $((SECONDS - start)) s"
+# "auto" is the copy-engine halo (ipc) for one GPU per rank on one node; nccl explicitly too
 part mpi_equal timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py equal /gpu/cuda/gen
+part mpi_equal_nccl timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py equal /gpu/cuda/gen nccl
 part mpi_pmg timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg /gpu/cuda/gen
 # the distributed device CG loop needs NCCL, one GPU per rank
 if [ "$gpus" -ge 2 ]; then
     part mpi_device timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py device /gpu/cuda/gen
+    part mpi_device_ipc timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py device /gpu/cuda/gen ipc
+    part mpi_ipc_channel timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py ipc_channel /gpu/cuda/gen
 fi
 if [ "$gpus" -ge 3 ]; then
     part mpi_device_3 timeout 240 mpiexec -n 3 "$py" tests/mpi/cases.py device /gpu/cuda/gen
+fi
+if [ "$gpus" -ge 4 ]; then
+    part mpi_equal_4 timeout 240 mpiexec -n 4 "$py" tests/mpi/cases.py equal /gpu/cuda/gen
 fi
 part mpi_pmg_assembly timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg_assembly /gpu/cuda/gen
 part mpi_pmg_galerkin timeout 240 mpiexec -n 2 "$py" tests/mpi/cases.py pmg_galerkin /gpu/cuda/gen

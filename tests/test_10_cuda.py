@@ -746,8 +746,18 @@ def _check_simplex(gen, ref, make, tol=1e-12):
     else:
         assert not _fused(op_gen)  # handed to batched, which measured faster there
     # the scalar kernel, which gen leaves for the tensor cores or batched at these shapes
+    _check_simplex_launch(gen, op_gen, op_ref, u, {}, tol)
+
+
+def _check_simplex_launch(gen, op_gen, op_ref, u, overrides, tol):
+    """The simplex kernel of ``op_gen`` at ``simplex_launch(..., **overrides)`` equals
+    ``op_ref`` on ``u`` and gives ``u . Au`` from its dot variant."""
+    from hofem.backends.cuda import operator_simplex as osx
+
     shape = osx.simplex_shape(op_gen)
-    kernel = osx.SimplexOperator(op_gen, shape, osx.simplex_launch(op_gen, shape))
+    launch = osx.simplex_launch(op_gen, shape, **overrides)
+    assert launch is not None and launch.tensor_cores == overrides.get("tensor_cores", False)
+    kernel = osx.SimplexOperator(op_gen, shape, launch)
     v = cupy.zeros(op_gen.shape[0])
     kernel(gen.asarray(u), v)
     assert rel_error(v.get(), op_ref(u)) < tol
@@ -780,18 +790,10 @@ def test_gen_fuses_curved_and_vector_tets(gen, ref, p, form, geometry):
 def _check_simplex_mma(gen, ref, make, tol=1e-12):
     """The tensor-core simplex kernel (``simplex_launch(..., tensor_cores=True)``) of
     ``make(ceed)`` equals ``/cpu/self/ref`` and gives ``u . Au`` from its dot variant."""
-    from hofem.backends.cuda import operator_simplex as osx
 
     op_gen, op_ref = make(gen), make(ref)
-    shape = osx.simplex_shape(op_gen)
-    launch = osx.simplex_launch(op_gen, shape, tensor_cores=True)
-    assert launch is not None and launch.tensor_cores
-    kernel = osx.SimplexOperator(op_gen, shape, launch)
     u = np.random.default_rng(op_ref.shape[1]).standard_normal(op_ref.shape[1])
-    v = cupy.zeros(op_gen.shape[0])
-    kernel(gen.asarray(u), v)
-    assert rel_error(v.get(), op_ref(u)) < tol
-    _check_dot(gen, op_gen, kernel)
+    _check_simplex_launch(gen, op_gen, op_ref, u, {"tensor_cores": True}, tol)
 
 
 @pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])

@@ -198,6 +198,73 @@ def test_ipc_mappings_open_each_allocation_once_and_replace_stale_ones():
         failing.open(a, b"a")
 
 
+def test_ipc_channel_handshake_maps_the_neighbours_arrays(monkeypatch):
+    """Two ranks' :class:`IpcChannel` handshakes (the flags, then a receive array), run in
+    two threads over an in-process wire with CUDA's IPC calls faked: each rank writes its
+    flag and its segments at the addresses where the neighbour's arrays are mapped, at the
+    neighbour's offsets. The message formats of the set-up, which otherwise run on GPUs."""
+    import collections
+    import queue
+    import threading
+    import types
+
+    from hofem.parallel import ipc
+
+    wire = collections.defaultdict(queue.Queue)  # (source, destination, tag) -> messages
+
+    def swap(comm, messages, sources, tag):
+        for q, message in messages.items():
+            wire[comm.rank, q, tag].put(message)
+        return {q: wire[q, comm.rank, tag].get(timeout=10) for q in sources}
+
+    pointers = {b"flags0": 0x10000, b"flags1": 0x20000, b"recv0": 0x30000, b"recv1": 0x40000}
+    mappings = ipc.Mappings(pointers.__getitem__, lambda pointer: None)
+    runtime = types.SimpleNamespace(deviceGetPCIBusId=lambda device: "0000:00:00.0")
+    fake_cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=runtime, Device=lambda: types.SimpleNamespace(id=0)))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(ipc, "neighbour_swap", swap)
+    monkeypatch.setattr(ipc, "_mappings", lambda: mappings)
+    monkeypatch.setattr(ipc, "_check_peer", lambda *args: None)
+    monkeypatch.setattr(ipc, "_check_device_array", lambda array, name: None)
+    # a fake array: its handle, (allocation address, size) in its own process, byte offset
+    monkeypatch.setattr(ipc, "_describe", lambda a: (a.handle, (a.base, 4096), a.offset))
+
+    def array(handle, base, offset):
+        data = types.SimpleNamespace(ptr=base + offset)
+        return types.SimpleNamespace(handle=handle, base=base, offset=offset, data=data)
+
+    # rank 0 sends 3 values to rank 1, which receives them at offset 5; rank 1 sends 2,
+    # which rank 0 receives at offset 3
+    plans = {0: ([(1, 0, 3)], [(1, 3, 2)]), 1: ([(0, 0, 2)], [(0, 5, 3)])}
+    channels, results = {}, {}
+    for r, (sends, recvs) in plans.items():
+        channel = object.__new__(ipc.IpcChannel)
+        channel.comm, channel.tag = types.SimpleNamespace(rank=r), 23
+        channel._sends, channel._recvs = sends, recvs
+        channel._sources = sorted(ipc.segments_by_rank(recvs))
+        channel._targets = sorted(ipc.segments_by_rank(sends))
+        channel._mapped, channel._targets_of = [], {}
+        channel._flags = array(f"flags{r}".encode(), 0x1000 * (r + 1), 16)
+        channels[r] = channel
+
+    def handshake(r):
+        flags = channels[r]._exchange_flags()
+        recv = array(f"recv{r}".encode(), 0x5000 * (r + 1), 64)
+        results[r] = flags, channels[r]._register(recv)
+
+    threads = [threading.Thread(target=handshake, args=(r,)) for r in plans]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert set(results) == {0, 1}
+    # rank 0's flag slot at rank 1: rank 1's flags mapped here, its offset 16, slot 0
+    assert results[0] == ({1: 0x20000 + 16}, [(1, 0, 0x40000 + 64 + 8 * 5, 3)])
+    assert results[1] == ({0: 0x10000 + 16}, [(0, 0, 0x30000 + 64 + 8 * 3, 2)])
+    assert len(mappings) == 4  # each rank's flags and receive array, mapped once each
+
+
 def test_ipc_channel_refuses_neighbours_it_cannot_map():
     """A neighbour on another node, or on this rank's GPU: one line naming the fix."""
     from hofem.parallel.ipc import _check_peer

@@ -327,9 +327,10 @@ def resolve_transport(
     -------
     str
         ``"nccl"``, ``"ipc"`` or ``"mpi"``. ``"auto"``: ``"ipc"`` where several ranks run on
-        one node, each with a GPU of its own (the halo on the copy engines measured 1.13x NCCL's
-        iteration rate on 2 GPUs and 1.13x on 4), ``"nccl"`` across nodes, ``"mpi"`` for
-        host arrays, without NCCL or where ranks share a GPU.
+        one node, each with a GPU of its own (the device CG's halo on the copy engines, beside
+        the interior kernels, where NCCL's send waits for free SMs: docs/parallel.md),
+        ``"nccl"`` on one rank and across nodes, ``"mpi"`` for host arrays, without NCCL or
+        where ranks share a GPU.
 
     Raises
     ------
@@ -481,10 +482,10 @@ class Exchange:
         if staged:  # (sum of the receive sizes,) in the T-vector channel's order (_ghost_l's)
             self._stage_l = self.xp.empty(int(sum(recv_sizes)))
             self._scatter = kernels.ipc_module().get_function("ipc_scatter")
-        self._forward_l = IpcChannel.over(
+        self._forward_l = IpcChannel(
             self.comm, sends, recvs, send_buf=self._forward.send_buf, recv_buf=self._stage_l, tag=23
         )
-        self._reverse_l = IpcChannel.over(
+        self._reverse_l = IpcChannel(
             self.comm, back_sends, back_recvs, recv_buf=self._reverse.recv_buf, tag=24
         )
 

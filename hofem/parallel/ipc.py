@@ -292,20 +292,6 @@ class IpcChannel:
         self._targets_of: dict[int, tuple[Array, list[Copy]]] = {}  # recv pointer -> copies
         self._flag_at = self._exchange_flags()  # {target: address of this rank's flag}
 
-    @classmethod
-    def over(
-        cls,
-        comm: MPI.Comm,
-        sends: Sequence[Segment],
-        recvs: Sequence[Segment],
-        send_buf: Array | None = None,
-        recv_buf: Array | None = None,
-        tag: int = 23,
-    ) -> IpcChannel:
-        """A channel over explicit segments (as :meth:`NcclChannel.over
-        <hofem.parallel.exchange.NcclChannel.over>`)."""
-        return cls(comm, sends, recvs, send_buf=send_buf, recv_buf=recv_buf, tag=tag)
-
     def _exchange_flags(self) -> dict[int, int]:
         """Tell each source where its flag is; learn where this rank's flags go (and check
         that each target shares this node and has a GPU of its own)."""

@@ -5,6 +5,7 @@ prints ``rank R: ...`` lines; the last line of a passing run is ``OK GROUP``.
 Every serial oracle is computed on each rank (the problems are small).
 """
 
+import functools
 import sys
 
 import numpy as np
@@ -480,12 +481,9 @@ def play_segments(sends, recvs, send_from, recv_into):
     MPI.Request.Waitall(requests)
 
 
-def group_l_path(resource):
-    """The in-place L-vector exchange of the device CG (``l_path_segments``), played over
-    MPI on host arrays: ``P`` and ``Pᵀ`` as :meth:`Exchange.prolong` and
-    :meth:`Exchange.prolong_transpose` give them, one and three components, box blocks and
-    a partitioned tet box."""
-    ceed = hf.Ceed(resource)
+def _l_path_cases(ceed):
+    """``(exchange, numbering, num_comp)`` of the L-path groups: one and three components,
+    box blocks and a partitioned tet box."""
     locals_ = (
         par.box_local(comm, (4, 3, 3)),
         par.distribute_mesh(comm, meshes.box(3, simplex=True)),
@@ -493,23 +491,42 @@ def group_l_path(resource):
     for local in locals_:
         for num_comp in (1, 3):
             space = par.ParH1Space(ceed, local, 2, num_comp, transport="mpi")
-            exchange, numbering = space.exchange, space.numbering
-            send_l, buffers, ghosts = par.exchange.l_path_segments(numbering, num_comp)
-            own, nodes, nc = numbering.num_owned, numbering.num_nodes, num_comp
-            owned = (np.arange(nc)[:, None] * nodes + np.arange(own)).ravel()  # (t_size,)
-            rng = np.random.default_rng(3 + rank)
-            x_t = rng.standard_normal(nc * own)
-            x_l = np.zeros(nc * nodes)
-            x_l[owned] = x_t
-            play_segments(buffers, ghosts, x_l[send_l], x_l)
-            assert np.array_equal(x_l, ceed.to_numpy(exchange.prolong(ceed.asarray(x_t))))
-            y_l = rng.standard_normal(nc * nodes)
-            received = np.zeros(len(send_l))
-            play_segments(ghosts, buffers, y_l, received)
-            y = y_l.copy()
-            np.add.at(y, send_l, received)
-            expected = ceed.to_numpy(exchange.prolong_transpose(ceed.asarray(y_l)))
-            assert np.allclose(y[owned], expected, rtol=1e-14, atol=1e-14)
+            yield space.exchange, space.numbering, num_comp
+
+
+def _check_plays(ceed, exchange, numbering, num_comp, seed, forward, backward):
+    """``forward(send_values, x_l)`` writes the ghosts of ``P x`` into ``x_l`` and
+    ``backward(y_l, received)`` receives what ``Pᵀ`` sends back to the owners: both as
+    :meth:`Exchange.prolong` and :meth:`Exchange.prolong_transpose` give them."""
+    send_l = par.exchange.l_path_segments(numbering, num_comp)[0]
+    own, nodes, nc = numbering.num_owned, numbering.num_nodes, num_comp
+    owned = (np.arange(nc)[:, None] * nodes + np.arange(own)).ravel()  # (t_size,)
+    rng = np.random.default_rng(seed)
+    x_t = rng.standard_normal(nc * own)
+    x_l = np.zeros(nc * nodes)
+    x_l[owned] = x_t
+    forward(x_l[send_l], x_l)
+    assert np.array_equal(x_l, ceed.to_numpy(exchange.prolong(ceed.asarray(x_t))))
+    y_l = rng.standard_normal(nc * nodes)
+    received = np.zeros(len(send_l))
+    backward(y_l, received)
+    y = y_l.copy()
+    np.add.at(y, send_l, received)
+    expected = ceed.to_numpy(exchange.prolong_transpose(ceed.asarray(y_l)))
+    assert np.allclose(y[owned], expected, rtol=1e-14, atol=1e-14)
+
+
+def group_l_path(resource):
+    """The in-place L-vector exchange of the device CG (``l_path_segments``), played over
+    MPI on host arrays: ``P`` and ``Pᵀ`` as :meth:`Exchange.prolong` and
+    :meth:`Exchange.prolong_transpose` give them, one and three components, box blocks and
+    a partitioned tet box."""
+    ceed = hf.Ceed(resource)
+    for exchange, numbering, nc in _l_path_cases(ceed):
+        _, buffers, ghosts = par.exchange.l_path_segments(numbering, nc)
+        forward = functools.partial(play_segments, buffers, ghosts)
+        backward = functools.partial(play_segments, ghosts, buffers)
+        _check_plays(ceed, exchange, numbering, nc, 3 + rank, forward, backward)
     if rank == 0:
         print("rank 0: l_path ok", flush=True)
 
@@ -539,37 +556,21 @@ def group_ipc_plan(resource):
     from hofem.parallel.exchange import ipc_l_path_segments
 
     ceed = hf.Ceed(resource)
-    locals_ = (
-        par.box_local(comm, (4, 3, 3)),
-        par.distribute_mesh(comm, meshes.box(3, simplex=True)),
-    )
-    for local in locals_:
-        for num_comp in (1, 3):
-            space = par.ParH1Space(ceed, local, 2, num_comp, transport="mpi")
-            exchange, numbering = space.exchange, space.numbering
-            send_l, _, _ = par.exchange.l_path_segments(numbering, num_comp)
-            sends, recvs, back_sends, back_recvs, staged = ipc_l_path_segments(numbering, num_comp)
-            assert staged == (num_comp > 1)
-            own, nodes, nc = numbering.num_owned, numbering.num_nodes, num_comp
-            owned = (np.arange(nc)[:, None] * nodes + np.arange(own)).ravel()  # (t_size,)
-            rng = np.random.default_rng(5 + rank)
-            x_t = rng.standard_normal(nc * own)
-            x_l = np.zeros(nc * nodes)
-            x_l[owned] = x_t
+    for exchange, numbering, nc in _l_path_cases(ceed):
+        sends, recvs, back_sends, back_recvs, staged = ipc_l_path_segments(numbering, nc)
+        assert staged == (nc > 1)
+        ghost_l = ceed.to_numpy(exchange._ghost_l)
+
+        def forward(values, x_l, sends=sends, recvs=recvs, staged=staged, ghost_l=ghost_l):
             if staged:  # the ghosts in the T-vector channel's order, then put in place
-                stage = np.zeros(exchange._ghost_l.size)
-                _play_plan(sends, recvs, x_l[send_l], stage, tag=7)
-                x_l[ceed.to_numpy(exchange._ghost_l)] = stage
+                stage = np.zeros(ghost_l.size)
+                _play_plan(sends, recvs, values, stage, tag=7)
+                x_l[ghost_l] = stage
             else:
-                _play_plan(sends, recvs, x_l[send_l], x_l, tag=7)
-            assert np.array_equal(x_l, ceed.to_numpy(exchange.prolong(ceed.asarray(x_t))))
-            y_l = rng.standard_normal(nc * nodes)
-            received = np.zeros(len(send_l))
-            _play_plan(back_sends, back_recvs, y_l, received, tag=9)
-            y = y_l.copy()
-            np.add.at(y, send_l, received)
-            expected = ceed.to_numpy(exchange.prolong_transpose(ceed.asarray(y_l)))
-            assert np.allclose(y[owned], expected, rtol=1e-14, atol=1e-14)
+                _play_plan(sends, recvs, values, x_l, tag=7)
+
+        backward = functools.partial(_play_plan, back_sends, back_recvs, tag=9)
+        _check_plays(ceed, exchange, numbering, nc, 5 + rank, forward, backward)
     if rank == 0:
         print("rank 0: ipc_plan ok", flush=True)
 

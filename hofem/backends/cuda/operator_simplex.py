@@ -290,16 +290,8 @@ class _Source:
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at the point ``q``."""
         name = f"in{k}"
-        if field.eval_mode is EVAL_WEIGHT:  # the basis's weights (Q,)
-            self.params.append(f"const double *__restrict__ {name}")
-            return lambda row: f"(qok ? {name}[q] : 0.0)"
-        address = field_address(self.params.append, name, field, writable=False)
-        if field.eval_mode is EVAL_NONE:
-
-            def load(row):
-                pointer, idx, base = address(row, "NUM_QPTS")
-                return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
-
+        load, address = simplex_mma.point_input(self.params, name, field)
+        if load is not None:
             return load
         self._gather(name, field, address)
         if field.basis.is_cell_constant:  # once per thread, at the element's first point
@@ -326,20 +318,10 @@ class _Source:
         gradient) at point ``q`` from the gathered nodes of element ``e``."""
         C, P, j = field.basis.num_comp, field.basis.num_nodes, self.index(field.basis)
         grad = field.eval_mode is EVAL_GRAD
-        dims = range(self.dim) if grad else range(1)
         M = f"{'G' if grad else 'B'}{j}"
-        return [
-            f"double {regs}[{len(dims) * C}];",
-            "#pragma unroll",
-            f"for (int c = 0; c < {C}; c++) {{",
-            "  double " + ", ".join(f"a{d} = 0.0" for d in dims) + ";",
-            f"  for (int i = 0; i < {P}; i++) {{",
-            f"    const double x = s_{name}[(e * {C} + c) * {P} + i];",
-            *(f"    a{d} += {self.matrix(M, d, q, 'i', 'points')} * x;" for d in dims),
-            "  }",
-            *(f"  {regs}[{d * C} + c] = a{d};" for d in dims),
-            "}",
-        ]
+        node = f"s_{name}[(e * {C} + c) * {P} + i]"
+        entry = lambda d: self.matrix(M, d, q, "i", "points")  # noqa: E731
+        return simplex_mma.node_contraction(regs, self.dim if grad else 1, C, P, node, entry)
 
     def output(self, k, field):
         """Declare output ``k`` (registers at a point); returns ``store(row)``."""

@@ -54,6 +54,8 @@ __all__ = [
     "mma_kernel_source",
     "mma_launch",
     "mma_pitch",
+    "node_contraction",
+    "point_input",
 ]
 
 # dynamic shared memory of one block at most: the H100's opt-in maximum (227 KiB)
@@ -186,6 +188,44 @@ def mma_host_matrices(bases: list) -> list[np.ndarray]:
     return arrays
 
 
+def point_input(params: list[str], name: str, field: Any) -> tuple[Any, Any]:
+    """``(load, address)`` of input ``name``, its kernel parameters appended to ``params``:
+    ``load(row)``, the value at point ``q``, for an input read at the point itself (the
+    basis's weights, or values stored per point), else None and ``address`` for the
+    gather of its nodes."""
+    if field.eval_mode is EVAL_WEIGHT:  # the basis's weights (Q,)
+        params.append(f"const double *__restrict__ {name}")
+        return (lambda row: f"(qok ? {name}[q] : 0.0)"), None
+    address = field_address(params.append, name, field, writable=False)
+    if field.eval_mode is not EVAL_NONE:
+        return None, address
+
+    def load(row):
+        pointer, idx, base = address(row, "NUM_QPTS")
+        return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
+
+    return load, address
+
+
+def node_contraction(regs: str, D: int, C: int, P: int, node: str, entry: Any) -> list[str]:
+    """Statements declaring ``double regs[D * C]`` and filling ``regs[d * C + c]`` with
+    ``sum_i entry(d) * node`` over the ``P`` nodes (``node``: the expression of node ``i``
+    of component ``c``; ``entry(d)``: that of the matrix entry of row ``d``, in ``i``)."""
+    dims = range(D)
+    return [
+        f"double {regs}[{D * C}];",
+        "#pragma unroll",
+        f"for (int c = 0; c < {C}; c++) {{",
+        "  double " + ", ".join(f"a{d} = 0.0" for d in dims) + ";",
+        f"  for (int i = 0; i < {P}; i++) {{",
+        f"    const double x = {node};",
+        *(f"    a{d} += {entry(d)} * x;" for d in dims),
+        "  }",
+        *(f"  {regs}[{d * C} + c] = a{d};" for d in dims),
+        "}",
+    ]
+
+
 class _MmaSource:
     """The tensor-core kernel's parameters, shared arrays and stages, built field by field."""
 
@@ -211,16 +251,8 @@ class _MmaSource:
     def input(self, k, field):
         """Declare input ``k``; returns ``load(row)``, its value at point ``q`` of ``e``."""
         name = f"in{k}"
-        if field.eval_mode is EVAL_WEIGHT:  # the basis's weights (Q,)
-            self.params.append(f"const double *__restrict__ {name}")
-            return lambda row: f"(qok ? {name}[q] : 0.0)"
-        address = field_address(self.params.append, name, field, writable=False)
-        if field.eval_mode is EVAL_NONE:
-
-            def load(row):
-                pointer, idx, base = address(row, "NUM_QPTS")
-                return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
-
+        load, address = point_input(self.params, name, field)
+        if load is not None:
             return load
         self._gather(name, field, address)
         if field.basis.is_cell_constant:
@@ -262,19 +294,9 @@ class _MmaSource:
         grad = field.eval_mode is EVAL_GRAD
         D, NP, MP, M = self._sizes(field.basis, grad)
         C, P, XS = field.basis.num_comp, field.basis.num_nodes, _node_stride(field)
-        dims = range(D)
-        return [
-            f"double c_{name}[{D * C}];",
-            "#pragma unroll",
-            f"for (int c = 0; c < {C}; c++) {{",
-            "  double " + ", ".join(f"a{d} = 0.0" for d in dims) + ";",
-            f"  for (int i = 0; i < {P}; i++) {{",
-            f"    const double x = s_{name}[e * {XS} + c * {NP} + i];",
-            *(f"    a{d} += {M}[{d * self.QR * MP} + i] * x;" for d in dims),
-            "  }",
-            *(f"  c_{name}[{d * C} + c] = a{d};" for d in dims),
-            "}",
-        ]
+        node = f"s_{name}[e * {XS} + c * {NP} + i]"
+        entry = lambda d: f"{M}[{d * self.QR * MP} + i]"  # noqa: E731
+        return node_contraction(f"c_{name}", D, C, P, node, entry)
 
     def output(self, k, field):
         """Declare output ``k`` (registers at a point); returns ``store(row)``."""
