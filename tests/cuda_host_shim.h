@@ -1,6 +1,8 @@
-// Runs a generated CUDA kernel on the host, for tests without a GPU (test_23_simplex_gen.py).
+// Runs a generated CUDA kernel on the host, for tests without a GPU (test_23_simplex_gen.py,
+// test_24_warp_gen.py, test_25_blocked_gen.py).
 //
-// Each CUDA thread of a block is a std::thread; __syncthreads() is a std::barrier over the
+// Each CUDA thread of a block is a std::thread (a block of up to three dimensions, x
+// fastest; warps are 32 consecutive threads of that order); __syncthreads() is a std::barrier over the
 // block's threads; __shared__ arrays are function statics, shared by the block's threads
 // (blocks run one after another); atomicAdd takes a lock.  A kernel whose stages are loops
 // over the block's threads between barriers computes here what it computes on a device.
@@ -27,6 +29,7 @@ struct shim_dim3 {
 };
 
 inline thread_local shim_dim3 threadIdx;
+inline thread_local int shim_tid;  // the thread's linear index in its block
 inline shim_dim3 blockIdx, blockDim, gridDim;
 inline std::barrier<> *shim_block_barrier = nullptr;
 inline std::mutex shim_atomic_lock;
@@ -37,6 +40,12 @@ inline std::mutex shim_atomic_lock;
 #define __shared__ static
 #define __constant__
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+struct double2 {
+  double x, y;
+};
+inline double2 make_double2(double x, double y) { return {x, y}; }
 
 inline void __syncthreads() { shim_block_barrier->arrive_and_wait(); }
 
@@ -52,8 +61,8 @@ inline std::vector<double> shim_dynamic_shared;
 // mma.cuh's tile: c[g][2 t + i] += sum_k a[g][k] b[k][2 t + i], lane l = 4 g + t holding
 // a[l / 4][l % 4] and b[l % 4][l / 4]; every lane of a full warp must call it
 inline void mma_m8n8k4(double &c0, double &c1, double a, double b) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  shim_warp &warp = shim_warps[threadIdx.x / 32];
+  const int lane = shim_tid % 32, g = lane / 4, t = lane % 4;
+  shim_warp &warp = shim_warps[shim_tid / 32];
   warp.a[lane] = a;
   warp.b[lane] = b;
   warp.barrier->arrive_and_wait();
@@ -76,14 +85,15 @@ inline double atomicAdd(double *address, double value) {
   return old;
 }
 
-// kernel(): the kernel called with its arguments, on grid x block threads, with
-// shared_bytes of dynamic shared memory.
+// kernel(): the kernel called with its arguments, on grid x (shape.x, shape.y, shape.z)
+// threads, with shared_bytes of dynamic shared memory.
 template <class Kernel>
-void shim_launch(int grid, int block, Kernel kernel, long shared_bytes = 0) {
+void shim_launch(int grid, shim_dim3 shape, Kernel kernel, long shared_bytes = 0) {
+  const int block = shape.x * shape.y * shape.z;
   std::barrier<> barrier(block);
   shim_block_barrier = &barrier;
   gridDim.x = grid;
-  blockDim.x = block;
+  blockDim = shape;
   shim_warps = std::vector<shim_warp>((block + 31) / 32);
   for (int w = 0; w < (int)shim_warps.size(); w++) {  // a partial last warp: its threads
     const int lanes = w < block / 32 ? 32 : block % 32;
@@ -95,8 +105,9 @@ void shim_launch(int grid, int block, Kernel kernel, long shared_bytes = 0) {
     std::fill(shim_dynamic_shared.begin(), shim_dynamic_shared.end(),
               std::numeric_limits<double>::quiet_NaN());
     std::vector<std::thread> threads;
-    for (int t = 0; t < block; t++) threads.emplace_back([&kernel, t] {
-        threadIdx.x = t;
+    for (int t = 0; t < block; t++) threads.emplace_back([&kernel, t, shape] {
+        shim_tid = t;
+        threadIdx = {t % shape.x, t / shape.x % shape.y, t / (shape.x * shape.y)};
         kernel();
       });
     for (auto &thread : threads) thread.join();
@@ -104,17 +115,23 @@ void shim_launch(int grid, int block, Kernel kernel, long shared_bytes = 0) {
   shim_block_barrier = nullptr;
 }
 
+// ... on grid x block threads of one dimension
+template <class Kernel>
+void shim_launch(int grid, int block, Kernel kernel, long shared_bytes = 0) {
+  shim_launch(grid, shim_dim3{(unsigned)block, 1, 1}, kernel, shared_bytes);
+}
+
 // The warp-level intrinsics of the one-warp-per-element kernels (warp_element.cuh):
 // __syncwarp() is the warp's barrier, and a shuffle writes each lane's value into the warp's
 // exchange (the mma operands' array) between two barriers, as mma_m8n8k4 does; every lane of
 // a full warp must call them, with the full mask.
 inline void __syncwarp(unsigned = 0xffffffffu) {
-  shim_warps[threadIdx.x / 32].barrier->arrive_and_wait();
+  shim_warps[shim_tid / 32].barrier->arrive_and_wait();
 }
 
 inline double shim_shuffle(double value, int src_lane) {
-  shim_warp &warp = shim_warps[threadIdx.x / 32];
-  warp.a[threadIdx.x % 32] = value;
+  shim_warp &warp = shim_warps[shim_tid / 32];
+  warp.a[shim_tid % 32] = value;
   warp.barrier->arrive_and_wait();
   const double out = warp.a[src_lane % 32];
   warp.barrier->arrive_and_wait();  // every lane has read before the next exchange writes
@@ -124,7 +141,7 @@ inline double __shfl_sync(unsigned, double value, int src_lane, int = 32) {
   return shim_shuffle(value, src_lane);
 }
 inline double __shfl_xor_sync(unsigned, double value, int mask, int = 32) {
-  return shim_shuffle(value, (threadIdx.x % 32) ^ mask);
+  return shim_shuffle(value, (shim_tid % 32) ^ mask);
 }
 
 // CUDA's min of mixed integer types (the kernels' min(index_t, int))

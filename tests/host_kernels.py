@@ -33,11 +33,16 @@ def params(source: str) -> list[str]:
     return [decl.strip() for decl in head.split(",\n")]
 
 
-def unit(sources: Sequence[str], shared_bytes: Sequence[int] | None = None) -> str:
+def unit(
+    sources: Sequence[str], shared_bytes: Sequence[int] | None = None, block_3d: bool = False
+) -> str:
     """One C++ translation unit of ``sources``: kernel k renamed ``kernel_k`` and launched
     by ``launch_k(grid, block, parameters...)`` with ``shared_bytes[k]`` of dynamic shared
-    memory (default none)."""
+    memory (default none); with ``block_3d`` by ``launch_k(grid, bx, by, bz, parameters...)``
+    on blocks of ``(bx, by, bz)`` threads (the slab kernels' ``(T, T, elems)``)."""
     parts = []
+    block = "int bx, int by, int bz" if block_3d else "int block"
+    shape = "shim_dim3{(unsigned)bx, (unsigned)by, (unsigned)bz}" if block_3d else "block"
     for k, source in enumerate(sources):
         decls = params(source)
         names = ", ".join(re.search(r"(\w+)$", d).group(1) for d in decls)
@@ -46,8 +51,8 @@ def unit(sources: Sequence[str], shared_bytes: Sequence[int] | None = None) -> s
             f"#define apply kernel_{k}",
             source,
             "#undef apply",
-            f'extern "C" void launch_{k}(int grid, int block, {", ".join(decls)}) {{',
-            f"  shim_launch(grid, block, [&] {{ kernel_{k}({names}); }}, {dynamic});",
+            f'extern "C" void launch_{k}(int grid, {block}, {", ".join(decls)}) {{',
+            f"  shim_launch(grid, {shape}, [&] {{ kernel_{k}({names}); }}, {dynamic});",
             "}",
         ]
     return "\n".join(parts)
@@ -75,10 +80,12 @@ def build(
     path: pathlib.Path,
     shim: pathlib.Path = SHIM,
     shared_bytes: Sequence[int] | None = None,
+    block_3d: bool = False,
 ) -> ctypes.CDLL:
-    """The shared library at ``path`` (its ``.cpp`` beside it) of :func:`unit`'s ``sources``
-    and ``shared_bytes``, compiled after ``shim`` (default ``cuda_host_shim.h``)."""
-    path.with_suffix(".cpp").write_text(unit(sources, shared_bytes))
+    """The shared library at ``path`` (its ``.cpp`` beside it) of :func:`unit`'s ``sources``,
+    ``shared_bytes`` and ``block_3d``, compiled after ``shim`` (default
+    ``cuda_host_shim.h``)."""
+    path.with_suffix(".cpp").write_text(unit(sources, shared_bytes, block_3d))
     cmd = [CXX, *_FLAGS, "-shared", f"-I{INCLUDE}", "-include", str(shim)]
     proc = subprocess.run(
         [*cmd, str(path.with_suffix(".cpp")), "-o", str(path)], capture_output=True, text=True

@@ -521,6 +521,24 @@ def _check_box_layout(gen, ref, form, p, warp, geometry, layout="warp", **box):
     _check_dot(gen, op_gen)
 
 
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+@pytest.mark.parametrize("form", ["mass", "diffusion"])
+@pytest.mark.parametrize("p", [7, 8])
+def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry):
+    """The register-blocked slab (operator_blocked, two columns a thread) where the warp layout
+    stops, Q_1d = 9, 10: BP1 and BP3 on 27 elements (two per block: a partial last block),
+    stored q-data on distorted cells and the Jacobian of affine cells on the fly, equal to
+    ref; the u . Au variant and a stopped CG's status.  The slab at the same shape is the
+    control."""
+    from hofem.backends.cuda import operator_blocked
+
+    warp = 0.1 if geometry == "stored" else 0.0
+    _check_box_layout(gen, ref, form, p, warp, geometry, layout="slab")
+    shape = (3, p + 1, p + 2)  # box_operator's Q_1d = P_1d + 1 Gauss points
+    monkeypatch.setattr(operator_blocked, "BLOCKED_SHAPES", frozenset({shape}))
+    _check_box_layout(gen, ref, form, p, warp, geometry, layout="blocked")
+
+
 @pytest.mark.parametrize("p", range(1, 7))
 def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     """One warp per element (operator_warp): mass on 27 distorted elements (warps of a block

@@ -116,9 +116,12 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path = tmp_path / f"op{k}-{int(collocated)}-{int(dot)}.cu"
                 path.write_text(kernel_source(op, shape, collocated, dot=dot))
                 jobs.append(path)
-            if shape[0] == 3:  # the x and y stages on the tensor cores
+            if shape[0] == 3:  # the x and y stages on the tensor cores; two columns a thread
                 path = tmp_path / f"op{k}-{int(collocated)}-mma.cu"
                 path.write_text(kernel_source(op, shape, collocated, tensor_cores=True))
+                jobs.append(path)
+                path = tmp_path / f"op{k}-{int(collocated)}-blocked.cu"
+                path.write_text(kernel_source(op, shape, collocated, dot=variants[-1], blocking=2))
                 jobs.append(path)
     assert dots == 18  # the apply operators: 13 scalar and 5 vector ones
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
@@ -196,4 +199,44 @@ def test_simplex_tensor_core_kernels_compile_without_spills(tmp_path):
             path.with_suffix(".ptx").read_text()
         ):
             failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
+    assert not failures, "\n".join(failures)
+
+
+def test_blocked_mass_kernels_compile_without_spills(tmp_path):
+    """The register-blocked slab (``kernel_source(..., blocking=2)``, operator_blocked): BP1 at
+    p = 7, 8, stored and on the fly, the apply and the CG variant, compile for sm_90 without
+    spilling, and read the buffer in 16-byte pairs (``ld.shared.v2.f64``).  (Its BP3 kernels
+    spill at 255 registers: operator_blocked's docstring.)"""
+    from hofem.backends.cuda.operator_fuse import fusable_shape, kernel_source
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    include = ROOT / "backends" / "cuda"
+    jobs = []
+    for p in (7, 8):
+        for geometry in ("stored", "on_the_fly"):
+            op = hf.mass(hf.H1Space(ceed, meshes.box(2), p), geometry=geometry)
+            for dot in (False, True):
+                path = tmp_path / f"mass-p{p}-{geometry}-{int(dot)}.cu"
+                path.write_text(kernel_source(op, fusable_shape(op, 16), True, dot, blocking=2))
+                jobs.append(path)
+
+    def compile_one(path):
+        cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "-Xptxas", "-v", f"-I{include}"]
+        ptx = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{include}", str(path)]
+        cubin = subprocess.run(
+            [*cmd, str(path), "-o", str(path.with_suffix(".cubin"))], capture_output=True, text=True
+        )
+        ptx = subprocess.run([*ptx, "-o", str(path.with_suffix(".ptx"))], capture_output=True)
+        return path, cubin, ptx
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_one, jobs))
+    failures = []
+    for path, proc, ptx in results:
+        if proc.returncode or ptx.returncode:
+            failures.append(f"{path.name}:\n{proc.stderr}")
+        elif "0 bytes spill stores" not in proc.stderr:
+            failures.append(f"{path.name} spills:\n{proc.stderr}")
+        elif "ld.shared.v2.f64" not in path.with_suffix(".ptx").read_text():
+            failures.append(f"{path.name} reads no 16-byte pairs")
     assert not failures, "\n".join(failures)

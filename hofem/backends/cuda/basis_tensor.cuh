@@ -18,7 +18,9 @@
 // Compile-time defines (all required):
 //   DIM (1..3), P_1D, Q_1D, T_1D = max(P_1D, Q_1D), ELEMS_PER_BLOCK
 // Optional: TENSOR_CORES (DIM = 3, sm_80 and later): contract's x and y stages on the fp64
-// tensor cores (basis_mma.cuh), with a larger buffer per element.
+// tensor cores (basis_mma.cuh), with a larger buffer per element.  BLOCKED (DIM = 3): each
+// thread owns two x-adjacent columns (basis_blocked.cuh): COLUMN(n) is 2 n registers, tx the
+// thread's column pair.
 #pragma once
 
 #ifndef DIM
@@ -35,6 +37,9 @@ typedef long long index_t;
 #ifdef TENSOR_CORES
 #include "basis_mma.cuh"
 #define BUF_SIZE (2 * MMA_PART)
+#elif defined(BLOCKED)
+#include "basis_blocked.cuh"
+#define BUF_SIZE (T_1D * T_1D * ROW_1D)
 #else
 #define BUF_SIZE POW_DIM(T_1D)
 #endif
@@ -93,6 +98,8 @@ __device__ __forceinline__ void contract(const double *Mx, const double *My, con
   double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
   contract_registers<IN, OUT>(Mz, in, r_z);
   contract_xy_mma<IN, OUT>(Mx, My, r_z, out, buf, tx, ty);
+#elif defined(BLOCKED)
+  contract_blocked<IN, OUT>(Mx, My, Mz, in, out, buf, tx, ty);
 #else
   double r_z[OUT];  // (OUT_z) at (y, x) = (ty, tx), input side in x and y
   contract_registers<IN, OUT>(Mz, in, r_z);
@@ -129,14 +136,22 @@ __device__ __forceinline__ void contract(const double *Mx, const double *My, con
 #endif
 }
 
+#ifdef BLOCKED
+// Registers along the slowest axis: IN entries per column, two columns.
+#define COLUMN(n) (2 * (n))
+#else
 // Registers along the slowest axis: IN entries (DIM = 1: one).
 #define COLUMN(n) ((DIM) == 1 ? 1 : (n))
+#endif
 
 // Linear index of this thread's point k along the slowest axis, in an element array with
-// SIDE_1D points per direction; valid when tx, ty < SIDE_1D.
+// SIDE_1D points per direction; valid when tx, ty < SIDE_1D (BLOCKED: point k % SIDE_1D of
+// column k / SIDE_1D, at x = 2 tx + k / SIDE_1D).
 template <int SIDE_1D>
 __device__ __forceinline__ int column_index(int k, int tx, int ty) {
-#if DIM == 1
+#if defined(BLOCKED)
+  return ((k % SIDE_1D) * SIDE_1D + ty) * SIDE_1D + 2 * tx + k / SIDE_1D;
+#elif DIM == 1
   return tx;
 #elif DIM == 2
   return k * SIDE_1D + tx;
@@ -145,10 +160,26 @@ __device__ __forceinline__ int column_index(int k, int tx, int ty) {
 #endif
 }
 
-// Whether this thread holds a column of an element array with SIDE_1D points per direction.
+// Whether this thread holds a column of an element array with SIDE_1D points per direction
+// (BLOCKED: its first column).
 template <int SIDE_1D>
 __device__ __forceinline__ bool owns_column(int tx, int ty) {
+#ifdef BLOCKED
+  return 2 * tx < SIDE_1D && ty < SIDE_1D;
+#else
   return tx < SIDE_1D && (DIM < 3 || ty < SIDE_1D);
+#endif
+}
+
+// Whether this thread's point k (of COLUMN(SIDE_1D)) is in an element array with SIDE_1D
+// points per direction: owns_column, and for BLOCKED the point's column inside too.
+template <int SIDE_1D>
+__device__ __forceinline__ bool owns_point(int k, int tx, int ty) {
+#ifdef BLOCKED
+  return 2 * tx + k / SIDE_1D < SIDE_1D && ty < SIDE_1D;
+#else
+  return owns_column<SIDE_1D>(tx, ty);
+#endif
 }
 
 // Load this thread's column of an element array with SIDE_1D points per direction
@@ -156,10 +187,9 @@ __device__ __forceinline__ bool owns_column(int tx, int ty) {
 template <int SIDE_1D>
 __device__ __forceinline__ void load_column(const double *__restrict__ src, bool active,
                                             int tx, int ty, double *r) {
-  const bool owns = active && owns_column<SIDE_1D>(tx, ty);
 #pragma unroll
   for (int k = 0; k < COLUMN(SIDE_1D); k++)
-    r[k] = owns ? src[column_index<SIDE_1D>(k, tx, ty)] : 0.0;
+    r[k] = active && owns_point<SIDE_1D>(k, tx, ty) ? src[column_index<SIDE_1D>(k, tx, ty)] : 0.0;
 }
 
 template <int SIDE_1D>
@@ -167,7 +197,8 @@ __device__ __forceinline__ void store_column(double *__restrict__ dst, bool acti
                                              const double *r) {
   if (!active || !owns_column<SIDE_1D>(tx, ty)) return;
 #pragma unroll
-  for (int k = 0; k < COLUMN(SIDE_1D); k++) dst[column_index<SIDE_1D>(k, tx, ty)] = r[k];
+  for (int k = 0; k < COLUMN(SIDE_1D); k++)
+    if (owns_point<SIDE_1D>(k, tx, ty)) dst[column_index<SIDE_1D>(k, tx, ty)] = r[k];
 }
 
 // Shared matrices and this block's element/thread coordinates.
@@ -264,11 +295,10 @@ template <int SIDE_1D, typename I>
 __device__ __forceinline__ void gather_column(const double *__restrict__ l,
                                               const I *__restrict__ idx, index_t base,
                                               bool active, int tx, int ty, double *r) {
-  const bool owns = active && owns_column<SIDE_1D>(tx, ty);
 #pragma unroll
   for (int k = 0; k < COLUMN(SIDE_1D); k++) {
     const index_t j = base + column_index<SIDE_1D>(k, tx, ty);
-    r[k] = owns ? l[entry(idx, j)] : 0.0;
+    r[k] = active && owns_point<SIDE_1D>(k, tx, ty) ? l[entry(idx, j)] : 0.0;
   }
 }
 
@@ -352,6 +382,7 @@ __device__ __forceinline__ void scatter_column(double *l, const I *__restrict__ 
   if (!active || !owns_column<SIDE_1D>(tx, ty)) return;
 #pragma unroll
   for (int k = 0; k < COLUMN(SIDE_1D); k++) {
+    if (!owns_point<SIDE_1D>(k, tx, ty)) continue;
     const index_t j = base + column_index<SIDE_1D>(k, tx, ty);
     atomicAdd(l + entry(idx, j), r[k]);
   }
@@ -386,6 +417,7 @@ struct GlobalColumns {
   }
 };
 
+#ifndef BLOCKED  // basis_blocked.cuh has these two for its two columns
 // Collocated gradient: out.put(d, k, .) = the derivative along x_d of a column of values
 // at the quadrature points, D (Q_1D, Q_1D) row-major in shared memory (D B = G), Ds its
 // copy read along the slowest axis.  The axes other than the slowest are read from buf
@@ -466,3 +498,4 @@ __device__ __forceinline__ void grad_t_collocated(const double *D, const double 
     __syncthreads();
   }
 }
+#endif  // BLOCKED

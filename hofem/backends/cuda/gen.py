@@ -4,7 +4,8 @@ G, B, the QFunction, B^T and G^T run in one kernel per operator
 (:mod:`hofem.backends.cuda.operator_fuse`): E-vectors and Q-vectors stay in
 registers and shared memory; 3D operators of ``P_1d, Q_1d <= 8`` run one warp per element
 with every x and y stage (and the collocated derivative's) on the fp64 tensor cores where
-that measured faster (:mod:`hofem.backends.cuda.operator_warp`).  Operators of dense
+that measured faster (:mod:`hofem.backends.cuda.operator_warp`), and the shapes of
+:mod:`hofem.backends.cuda.operator_blocked` give each thread two columns.  Operators of dense
 (simplex) bases fuse into one kernel of gather, point and node stages
 (:mod:`hofem.backends.cuda.operator_simplex`).  Operators that cannot
 fuse (tensor and dense bases mixed, oriented restrictions, QFunction bodies that cannot be
@@ -31,6 +32,7 @@ class CudaGenBackend(CudaBatchedBackend):
 
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
+        from .operator_blocked import BlockedFusedOperator, use_blocked_layout
         from .operator_fuse import FusedOperator, fusable_shape
         from .operator_simplex import simplex_operator
         from .operator_warp import WarpFusedOperator, use_warp_layout
@@ -40,6 +42,8 @@ class CudaGenBackend(CudaBatchedBackend):
             if shape is None:  # dense (simplex) bases, or None
                 return simplex_operator(op)
             fused = WarpFusedOperator if use_warp_layout(op, shape) else FusedOperator
+            if fused is FusedOperator and use_blocked_layout(op, shape):
+                fused = BlockedFusedOperator
             return fused(op, shape)
 
         return self._traced(op, "gen", build)

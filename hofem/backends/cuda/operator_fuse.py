@@ -54,6 +54,7 @@ __all__ = [
     "FusedOperator",
     "dot_pairs",
     "fusable_shape",
+    "fused_block",
     "fused_threads",
     "kernel_source",
     "register_cap",
@@ -96,6 +97,12 @@ TENSOR_CORE_SHAPES = _TUNING.tensor_core_shapes
 # hexes) are evaluated at the points by each thread from all nodes (direct_columns), with no
 # shared-memory passes or block synchronizations
 DIRECT_NODES = 8
+# threads per block of the register-blocked slab (kernel_source's ``blocking=2``,
+# operator_blocked): two elements of T_1d = 9 or 10 (90 or 100 threads), as the slab's 128
+# gives it one; BLOCKED_SCRATCH_BYTES caps its buffers (an element's T_1d^2 ROW_1D entries,
+# 8000 bytes at T_1d = 10), which with the shared matrices stays below the 48 KiB static limit
+BLOCKED_THREADS = 128
+BLOCKED_SCRATCH_BYTES = 40 * 1024
 
 
 def fusable_shape(op, max_t_1d):
@@ -130,6 +137,21 @@ def fusable_shape(op, max_t_1d):
 def fused_threads(shape):
     """Threads per block the fused kernel of ``shape`` (dim, P_1d, Q_1d) aims for."""
     return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
+
+
+def fused_block(shape, blocking=1):
+    """``(elems_per_block, block)`` of the slab kernel of ``shape`` (dim, P_1d, Q_1d):
+    :func:`~.kernels.basis_block` at :func:`fused_threads`, or with ``blocking=2`` (3D) a
+    block of ``(ceil(T_1d / 2), T_1d, elems)`` threads at :data:`BLOCKED_THREADS`, each
+    element's buffer of ``T_1d^2`` rows of ``2 ceil(T_1d / 2)`` entries within
+    :data:`BLOCKED_SCRATCH_BYTES`."""
+    if blocking == 1:
+        return kernels.basis_block(*shape, fused_threads(shape))
+    T = max(shape[1:])
+    pairs = -(-T // 2)  # threads along x: each owns the columns 2 tx, 2 tx + 1
+    buffer = 8 * T * T * 2 * pairs  # bytes
+    elems = max(1, min(BLOCKED_THREADS // (pairs * T), BLOCKED_SCRATCH_BYTES // buffer))
+    return elems, (pairs, T, elems)
 
 
 def use_tensor_cores(shape, num_regs):
@@ -271,8 +293,9 @@ def _register_blocks(field, dim):
 class _Source:
     """The generated kernel's parameters and body statements, built field by field."""
 
-    def __init__(self, dim, collocated, basis_index, matrices, constant_bytes):
+    def __init__(self, dim, collocated, basis_index, matrices, constant_bytes, blocking=1):
         self.dim = dim
+        self.blocking = blocking  # columns per thread (fused_block)
         self.collocated = collocated
         self.basis_index = basis_index  # basis -> its matrix set (s_B{j}, ...): _matrix_bases
         self.matrices = matrices  # name ("B0", "Gt1", "D") -> host 1D matrix (_host_matrices)
@@ -337,15 +360,23 @@ class _Source:
         the QFunction derives from them out of the point loop."""
         C, P, j = field.basis.num_comp, field.basis.P_1d, self.basis_index(field.basis)
         constant = field.basis.is_cell_constant
-        position, row_of = ("0, 0", "0") if constant else ("tx, ty", "direct_row(k, tx)")
-        self.lines.append(f"double r_{name}[{C * 3 * P}];")
-        for c in range(C):
-            pointer, idx, base = address(c, P**self.dim)
-            self.lines.append(
-                f"{{ double r[{P**self.dim}]; "
-                f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
-                f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {c * 3 * P}, {position}); }}"
-            )
+        columns = 1 if constant else self.blocking  # blocked: point k in column k / Q_1D
+        size = C * 3 * P  # registers of one column
+        self.lines.append(f"double r_{name}[{columns * size}];")
+        for col in range(columns):
+            x = "tx" if self.blocking == 1 else f"2 * tx + {col}"
+            position = "0, 0" if constant else f"{x}, ty"
+            for c in range(C):
+                pointer, idx, base = address(c, P**self.dim)
+                self.lines.append(
+                    f"{{ double r[{P**self.dim}]; "
+                    f"gather_nodes<{P}>({pointer}, {idx}, {base}, active, r); "
+                    f"direct_columns<{P}>(s_B{j}, s_G{j}, r, r_{name} + {col * size + c * 3 * P},"
+                    f" {position}); }}"
+                )
+        row_of = "direct_row(k, tx)" if columns == 1 else "k % Q_1D"
+        column = "" if columns == 1 else f" + k / Q_1D * {size}"
+        row_of = "0" if constant else row_of
 
         def load(row):
             if field.eval_mode is EVAL_GRAD:
@@ -354,7 +385,7 @@ class _Source:
                 M, col = ("G", 0) if d == self.dim - 1 else ("B", d + 1)
             else:
                 M, col, c = "B", 0, row
-            regs = f"r_{name} + {(3 * c + col) * P}"
+            regs = f"r_{name} + {(3 * c + col) * P}{column}"
             # row k of the matrix: the slowest axis (1D: row tx, where slow() gives s_)
             return f"direct_at<{P}>({self.slow(f'{M}{j}')}, {regs}, {row_of})"
 
@@ -430,7 +461,9 @@ class _Source:
         return store, epilogue
 
 
-def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, tensor_cores=False):
+def kernel_source(
+    op, shape, collocated=False, dot=False, constant_bytes=None, tensor_cores=False, blocking=1
+):
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -459,6 +492,11 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
     tensor_cores : bool
         The x and y stages of the contractions on the fp64 tensor cores
         (``basis_mma.cuh``; 3D, compute capability 8.0 or later).
+    blocking : int
+        Columns of the element per thread: 1 (the slab), or 2 (3D, not with
+        ``tensor_cores``): each thread owns two x-adjacent columns and contracts them
+        together (``basis_blocked.cuh``, :mod:`.operator_blocked`), on a block of
+        :func:`fused_block`'s.
 
     Returns
     -------
@@ -468,16 +506,20 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
     Raises
     ------
     ValueError
-        ``dot`` for an operator whose :func:`dot_pairs` is None.
+        ``dot`` for an operator whose :func:`dot_pairs` is None; ``blocking`` other than 1,
+        or 2 with a 3D shape and ``tensor_cores=False``.
     """
-    elems, _ = kernels.basis_block(*shape, fused_threads(shape))
+    if blocking not in (1, 2) or (blocking == 2 and (shape[0] != 3 or tensor_cores)):
+        raise ValueError(f"blocking={blocking}: use 1, or 2 for a 3D shape without tensor_cores")
+    elems, _ = fused_block(shape, blocking)
     dim, P_1d, Q_1d = shape
     pairs = dot_pairs(op) if dot else []
     if pairs is None:
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     bases, basis_index = _matrix_bases(op)
     budget = CONSTANT_BYTES if constant_bytes is None else constant_bytes
-    src = _Source(dim, collocated, basis_index, _host_matrices(bases, collocated), budget)
+    matrices = _host_matrices(bases, collocated)
+    src = _Source(dim, collocated, basis_index, matrices, budget, blocking)
     loads = [src.input(k, f) for k, f in enumerate(op.input_fields)]  # gather, basis
     stores, epilogue = [], []  # the transposed basis and the scatter of each output
     for k, field in enumerate(op.output_fields):
@@ -489,6 +531,8 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
     defines["ELEMS_PER_BLOCK"] = elems
     if tensor_cores:
         defines["TENSOR_CORES"] = 1
+    if blocking == 2:
+        defines["BLOCKED"] = 1
     params = [
         "const int num_elem",
         *(f"const double *__restrict__ {m}{j}" for j in range(len(bases)) for m in _MATRICES),
@@ -497,7 +541,7 @@ def kernel_source(op, shape, collocated=False, dot=False, constant_bytes=None, t
         *_dot_params(dot),
     ]
     prologue = (_DOT_BEGIN if dot else "") + _shared_matrices(bases, Q_1d, collocated)
-    return _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot)
+    return _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot, blocking)
 
 
 _MATRICES = ("B", "G", "Bt", "Gt")  # each matrix set's kernel parameters, in this order
@@ -552,10 +596,16 @@ def _shared_matrices(bases, Q_1d, collocated):
     )
 
 
-def _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot):
+def _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot, blocking=1):
     """The kernel's source around the stages: defines, constant tables, the element loop
-    with the inputs' stages (``src.lines``), the points (``body``), the ``epilogue``."""
+    with the inputs' stages (``src.lines``), the points (``body``), the ``epilogue``.  With
+    ``blocking=2`` the buffer is 16-byte aligned (its pair loads) and whether a point is the
+    element's (``qok``) is known per point (the thread's two columns)."""
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    align = "__align__(16) " if blocking == 2 else ""
+    qok = "const bool qok = active && owns_{}<Q_1D>({}tx, ty);"
+    qok_element, qok_point = (qok.format("column", ""), "") if blocking == 1 else ("", qok)
+    qok_point = qok_point and qok_point.format("point", "k, ") + "\n      "
     params = ",\n    ".join(params)
     stage = "\n    ".join(src.lines)
     point = "\n      ".join(body)
@@ -565,17 +615,17 @@ def _fused_kernel_text(defines, src, params, prologue, body, epilogue, dot):
 {_constant_tables(src.constants)}
 extern "C" __global__ void apply(
     {params}) {{
-  __shared__ double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
+  __shared__ {align}double s_buf[ELEMS_PER_BLOCK * BUF_SIZE];
   THREAD_SETUP
   {prologue}
   double *buf = s_buf + slot * BUF_SIZE;
   for_each_element(num_elem, slot, [&](index_t elem, bool active) {{
-    const bool qok = active && owns_column<Q_1D>(tx, ty);
+    {qok_element}
     {stage}
 #pragma unroll
     for (int k = 0; k < COLUMN(Q_1D); k++) {{
       const index_t q = column_index<Q_1D>(k, tx, ty);
-      {point}
+      {qok_point}{point}
     }}
     {finish}
   }});{_dot_end(dot, "tid", "NUM_THREADS")}
@@ -676,10 +726,11 @@ class FusedOperator:
             matrices.append(D)
         self._op, self._shape, self._collocated = op, shape, D is not None
         self._matrices = matrices
-        elems, self._block = kernels.basis_block(*shape, fused_threads(shape))
+        elems, self._block = fused_block(shape, self.blocking)
         self._tensor_cores = False
         self._kernel = _compile(self._source(), max(shape[1:]))
-        if use_tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
+        scalar = self.blocking == 1
+        if scalar and use_tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
             self._tensor_cores = True
             self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None  # compiled on the first apply_dot
@@ -688,6 +739,7 @@ class FusedOperator:
         self.num_blocks = self._grid(op.num_elem, elems, resident)
 
     layout = "slab"  # a thread per z column; operator_warp's kernels: "warp"
+    blocking = 1  # columns per thread (operator_blocked's: 2)
     _shared_mem = 0  # dynamic shared memory bytes of a launch (the kernels' own: static)
 
     @staticmethod
@@ -714,7 +766,12 @@ class FusedOperator:
 
     def _source(self, dot=False):
         return kernel_source(
-            self._op, self._shape, self._collocated, dot, tensor_cores=self._tensor_cores
+            self._op,
+            self._shape,
+            self._collocated,
+            dot,
+            tensor_cores=self._tensor_cores,
+            blocking=self.blocking,
         )
 
     @staticmethod
