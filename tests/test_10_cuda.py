@@ -533,9 +533,11 @@ def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry
     from hofem.backends.cuda import operator_blocked
 
     warp = 0.1 if geometry == "stored" else 0.0
+    monkeypatch.setattr(operator_blocked, "BLOCKED_SHAPES", frozenset())
     _check_box_layout(gen, ref, form, p, warp, geometry, layout="slab")
     shape = (3, p + 1, p + 2)  # box_operator's Q_1d = P_1d + 1 Gauss points
-    monkeypatch.setattr(operator_blocked, "BLOCKED_SHAPES", frozenset({shape}))
+    table = "BLOCKED_SHAPES" if form == "mass" else "BLOCKED_GRAD_SHAPES"
+    monkeypatch.setattr(operator_blocked, table, frozenset({shape}))
     _check_box_layout(gen, ref, form, p, warp, geometry, layout="blocked")
 
 
@@ -683,14 +685,15 @@ def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypat
 
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),
-    ("mass", 2, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "slab"),
+    ("mass", 2, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "blocked"),
     ("diffusion", 7, "stored", "slab"), ("diffusion", 4, "stored", "warp"),
     ("diffusion", 3, "on_the_fly", "warp"), ("diffusion", 2, "on_the_fly", "warp"),
     ("diffusion", 4, "on_the_fly", "warp"), ("diffusion", 7, "on_the_fly", "slab")])  # fmt: skip
 def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
     """gen's rule: one warp per element (four at p = 2) for the shapes of the tables where it
-    measured faster (BP1 p = 2..6; BP3 p = 2..6 with stored q-data or on the fly), the slab
-    elsewhere (p = 1 not measured, Q_1d > 8); CG runs."""
+    measured faster (BP1 p = 2..6; BP3 p = 2..6 with stored q-data or on the fly), two
+    columns a thread for BP1 p = 7 (BLOCKED_SHAPES), the slab elsewhere (p = 1 not measured,
+    Q_1d > 8); CG runs."""
     from hofem.backends.cuda import operator_warp as ow
 
     op, _ = box_operator(gen, form, 4, p, 3, geometry=geometry)

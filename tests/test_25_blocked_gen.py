@@ -169,3 +169,16 @@ def test_blocking_needs_a_3d_shape_without_tensor_cores(kernels):
             of.kernel_source(op, shape, collocated, **bad)
     with pytest.raises(ValueError, match="blocking="):
         of.kernel_source(op, (2, 9, 10), collocated, blocking=2)
+
+
+def test_gen_runs_the_blocked_layout_where_it_measured_faster(kernels):
+    """gen's rule (``use_blocked_layout``): BP1 at p = 7 with stored q-data and on the fly
+    (the coordinates' cell-constant basis counts neither as gradients nor as values per
+    point), the slab for BP1 p = 8, BP2 (three values per point) and every gradient form;
+    never a 2D shape."""
+    from hofem.backends.cuda.operator_blocked import use_blocked_layout
+
+    chosen = {name for name, op, shape, *_ in kernels if use_blocked_layout(op, shape)}
+    assert chosen == {"bp1-p7-stored", "bp1-p7-on_the_fly"}
+    _, op, shape, *_ = kernels[0]
+    assert not use_blocked_layout(op, (2, *shape[1:]))

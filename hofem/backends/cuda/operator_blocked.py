@@ -35,23 +35,35 @@ against the slab's 100-134, no spills; BP3 255 for both, the blocked kernels spi
 bytes (the two columns' three gradient blocks in and out, 120 values, beside the
 prefetched q-data).
 
-:func:`use_blocked_layout` chooses it for the shapes of :data:`BLOCKED_SHAPES` (none until
-an A/B run on a GPU, ``bakeoff/ab/ab_blocked.py``, measures it faster than the slab).
+:func:`use_blocked_layout` chooses it where the A/B run on a GPU
+(``bakeoff/ab/ab_blocked.py``, numbers in ``bakeoff/JOURNAL.md``) measured it faster than the
+slab: :data:`BLOCKED_SHAPES` for operators that interpolate one value per point (BP1 at
+``Q_1d = 9``), :data:`BLOCKED_GRAD_SHAPES` for those with gradients (none: the spills above
+cost more than the loads save).
 """
 
 from .operator_fuse import FusedOperator
+from .operator_warp import has_grad, point_rows
 
-__all__ = ["BLOCKED_SHAPES", "BlockedFusedOperator", "use_blocked_layout"]
+__all__ = ["BLOCKED_GRAD_SHAPES", "BLOCKED_SHAPES", "BlockedFusedOperator", "use_blocked_layout"]
 
-# the (dim, P_1d, Q_1d) of gen's fused kernels that run the blocked layout: none until an A/B
-# run on a device (bakeoff/ab/ab_blocked.py) measures it faster than the slab
-BLOCKED_SHAPES = frozenset()
+# the (dim, P_1d, Q_1d) where the blocked layout measured faster than the slab (A/B on an
+# H100, bakeoff/ab/ab_blocked.py): one interpolated value per point; with gradients
+BLOCKED_SHAPES = frozenset({(3, 8, 9)})
+BLOCKED_GRAD_SHAPES = frozenset()
 
 
 def use_blocked_layout(op, shape) -> bool:
     """Whether gen applies ``op`` (of fused ``shape``, ``(dim, P_1d, Q_1d)``) in the blocked
-    layout rather than the slab: ``shape`` in :data:`BLOCKED_SHAPES` (3D)."""
-    return shape[0] == 3 and tuple(shape) in BLOCKED_SHAPES
+    layout rather than the slab: 3D, ``shape`` in :data:`BLOCKED_GRAD_SHAPES` where the main
+    basis has gradients, else in :data:`BLOCKED_SHAPES` where one value per point goes in and
+    out (more add registers the A/B run has not measured; the coordinates read on the fly
+    are on a cell-constant basis and count for neither)."""
+    if shape[0] != 3:
+        return False
+    if has_grad(op):
+        return tuple(shape) in BLOCKED_GRAD_SHAPES
+    return max(point_rows(op)) == 1 and tuple(shape) in BLOCKED_SHAPES
 
 
 class BlockedFusedOperator(FusedOperator):

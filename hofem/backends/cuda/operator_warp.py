@@ -147,10 +147,10 @@ def use_warp_layout(op, shape):
     """
     if not warp_fusable(op):
         return False
-    limit = MAX_GRAD_ROWS if _has_grad(op) else MAX_POINT_ROWS
-    if tuple(shape) not in warp_shapes(op) or max(_point_rows(op)) > limit:
+    limit = MAX_GRAD_ROWS if has_grad(op) else MAX_POINT_ROWS
+    if tuple(shape) not in warp_shapes(op) or max(point_rows(op)) > limit:
         return False
-    if _has_grad(op) and _main_basis(op).backend_data.collocated is None:
+    if has_grad(op) and _main_basis(op).backend_data.collocated is None:
         return False  # the backend's collocated derivative turned off
     return int(cupy.cuda.Device().compute_capability) >= 80
 
@@ -163,8 +163,8 @@ def warp_shapes(op):
     values read at each point), :data:`WARP_GRAD_SHAPES` (other gradients), or with
     gradients of more than :data:`MAX_POINT_ROWS` values per point
     :data:`WARP_VECTOR_GRAD_STORED_SHAPES` and :data:`WARP_VECTOR_GRAD_SHAPES`."""
-    rows = _point_rows(op)
-    if not _has_grad(op):
+    rows = point_rows(op)
+    if not has_grad(op):
         if rows[0] > 1:
             return WARP_VECTOR_SHAPES
         return WARP_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else WARP_SHAPES
@@ -174,9 +174,10 @@ def warp_shapes(op):
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 
 
-def _point_rows(op):
+def point_rows(op) -> tuple:
     """Values per point of the main basis's fields, ``(inputs, outputs)``: what each side
-    keeps in registers."""
+    keeps in registers (a cell-constant input's basis, e.g. the coordinates read on the fly,
+    is not the main one)."""
     sides = op.input_fields, op.output_fields
     return tuple(sum(f.size for f in fields if _on_main_basis(f)) for fields in sides)
 
@@ -208,7 +209,9 @@ def _is_grad(field):
     return field.eval_mode is EVAL_GRAD and _on_main_basis(field)
 
 
-def _has_grad(op):
+def has_grad(op) -> bool:
+    """Whether a field of ``op`` on the main basis (not a cell-constant input's) has
+    gradients."""
     return any(_is_grad(f) for f in op.input_fields + op.output_fields)
 
 
@@ -271,7 +274,7 @@ def warp_fusable(op):
     weights = [f.basis.q_weight_1d for f in op.input_fields if f.eval_mode is EVAL_WEIGHT]
     if any(not np.array_equal(w, weights[0]) for w in weights):
         return False  # the operand table holds one set of weight factors
-    return not _has_grad(op) or collocated_grad(first.interp_1d, first.grad_1d) is not None
+    return not has_grad(op) or collocated_grad(first.interp_1d, first.grad_1d) is not None
 
 
 def warp_side(shape):
@@ -339,7 +342,7 @@ def warp_kernel_source(op, shape, dot=False, registers=None):
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     basis = _main_basis(op)
     tables = {"B0": basis.interp_1d}  # (Q_1d, P_1d)
-    if _has_grad(op):
+    if has_grad(op):
         tables["D"] = collocated_grad(basis.interp_1d, basis.grad_1d)  # (Q_1d, Q_1d)
     stages = _WarpStages(_Source(3, False, None, {}, 0), tables)  # declares the parameters
     for k, field in enumerate(op.input_fields):
