@@ -64,15 +64,18 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
     orders_5_6 = {(3, 56, 46), (3, 56, 79), (3, 84, 79), (3, 84, 145)}
     assert table.batched_stored == orders_5_6 | {(3, 20, 125), (3, 35, 216)}  # q_extra = 1
     assert table.batched_on_the_fly == {(3, 84, 79)}
-    # the tensor-core variant: BP1 at p = 3..6 and BP3 at p = 4..6 on the symmetric rules,
-    # and the collapsed rules of q_extra = 1 at p = 2, 3, 4
+    # the tensor-core variant: BP1 and BP3 at p = 3..6 on the symmetric rules, and the
+    # collapsed rules of q_extra = 1 at p = 2, 3, 4
     bp1 = {(3, 20, 24), (3, 35, 46), (3, 56, 79), (3, 84, 145)}
     collapsed = {(3, 10, 64), (3, 20, 125), (3, 35, 216)}
-    assert table.tensor_cores == bp1 | {(3, 35, 24), (3, 56, 46), (3, 84, 79)} | collapsed
+    bp3 = {(3, 20, 14), (3, 35, 24), (3, 56, 46), (3, 84, 79)}
+    assert table.tensor_cores == bp1 | bp3 | collapsed
     assert dict(table.tensor_core_launches) == {
         (3, 20, 24): {"threads": 256},  # BP1 p = 3
+        (3, 20, 14): {"threads": 256},  # BP3 p = 3
         (3, 35, 24): {"threads": 256, "tiles": 1},  # BP3 p = 4
-        (3, 56, 46): {"threads": 256, "elems": 16},  # BP3 p = 5
+        (3, 56, 46): {"elems": 16},  # BP3 p = 5
+        (3, 56, 79): {"elems": 16},  # BP1 p = 5
         (3, 35, 216): {"elems": 16},  # BP1 p = 4, collapsed rule
     }
 

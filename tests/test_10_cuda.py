@@ -841,7 +841,8 @@ def test_gen_simplex_tensor_cores_checks_the_device(gen):
     [
         ("mass", 1, None, "scalar"),
         ("mass", 3, None, "tensor_cores"),
-        ("diffusion", 3, None, "scalar"),
+        ("mass", 2, None, "scalar"),
+        ("diffusion", 3, None, "tensor_cores"),  # 256 threads
         ("diffusion", 4, None, "tensor_cores"),  # the table's launch: 256 threads, 1 tile
         ("diffusion", 6, None, "tensor_cores"),
         ("mass", 2, 1, "tensor_cores"),  # the collapsed rule, 64 points
