@@ -76,6 +76,8 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
         (3, 35, 24): {"threads": 256, "tiles": 1},  # BP3 p = 4
         (3, 56, 46): {"elems": 16},  # BP3 p = 5
         (3, 56, 79): {"elems": 16},  # BP1 p = 5
+        (3, 84, 145): {"tiles": 1},  # BP1 p = 6
+        (3, 84, 79): {"tiles": 1},  # BP3 p = 6
         (3, 35, 216): {"elems": 16},  # BP1 p = 4, collapsed rule
     }
 
