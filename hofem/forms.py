@@ -530,8 +530,9 @@ def multigrid_hierarchy(
         op, space = coarse, coarse_space
     assembly = _level_assemblies(levels, sources, args)
 
-    def coarse_solver(make):
-        return make(assembly[-1].linear_assemble(), levels[-1].ceed.xp)
+    def coarse_solver():
+        A_host, xp = assembly[-1].linear_assemble(), levels[-1].ceed.xp  # (n_c, n_c) CSR
+        return lambda make: make(A_host, xp)
 
     # free coarse DOFs are those whose interpolation misses every constrained fine DOF
     return Hierarchy(

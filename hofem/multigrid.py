@@ -45,6 +45,7 @@ __all__ = [
     "pmg",
     "register_hierarchy",
     "smoothed_aggregation",
+    "start_max_eigenvalue",
 ]
 
 _HIERARCHIES = []  # (class, builder) pairs, see register_hierarchy
@@ -74,10 +75,13 @@ class Hierarchy:
         ``restrict[l]`` is its transpose.
     orders : list of int
     coarse_solver : callable or None
-        ``coarse_solver(make)`` -> ``solve(b) -> x`` on the coarsest level,
-        where ``make(A_host_csr, xp)`` builds a host-assembled solver; the
-        distributed hierarchy gathers the matrix and the vectors around it.
-        :func:`pmg` drops it once it has the solve.
+        ``coarse_solver()`` -> ``build``, then ``build(make)`` -> ``solve(b) -> x``
+        on the coarsest level, where ``make(A_host_csr, xp)`` builds a
+        host-assembled solver.  The first call does the assembly that needs the
+        device (the serial hierarchy's order-1 matrix comes to the host there), so
+        that :func:`pmg` can queue device work before the host work of ``build``;
+        the distributed hierarchy gathers the matrix and the vectors around it in
+        ``build``.  :func:`pmg` drops it once it has the solve.
     assembly : list or None
         Per level, an object whose ``linear_assemble_diagonal()`` (and, on the
         coarsest, ``linear_assemble()``, a host matrix) are those of ``operators``,
@@ -139,14 +143,10 @@ def coarse_orders(order: int, orders: Sequence[int] | None = None) -> list:
     return out
 
 
-def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
+def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0) -> float:
     """Largest eigenvalue of ``D^-1 A`` from ``steps`` Jacobi-preconditioned CG steps (Lanczos).
 
-    The CG scalars stay where the vectors live (0-d arrays) and come to the host once,
-    after the last step: on a GPU one synchronization instead of two a step, so the
-    steps' launches run ahead of the device.  A breakdown (``p.Ap <= 0`` or
-    ``r.z <= 0``) ends the tridiagonal matrix at the step before it, as a loop that
-    stopped there would (the later steps' values are dropped).
+    :func:`start_max_eigenvalue` and its result at once.
 
     Parameters
     ----------
@@ -163,6 +163,28 @@ def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
     float
         The largest Ritz value of the CG tridiagonal matrix (a lower bound
         that converges fast to the largest eigenvalue).
+    """
+    return start_max_eigenvalue(apply, inv_diag, ops, steps, seed)()
+
+
+def start_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0) -> Callable[[], float]:
+    """Run the steps of :func:`estimate_max_eigenvalue` and defer their one synchronization.
+
+    The CG scalars stay where the vectors live (0-d arrays) and come to the host once, when
+    the returned callable is called: on a GPU the steps are only queued on the device, so the
+    host may do other work (:func:`pmg` builds the coarse AMG hierarchy) while they run.  A
+    breakdown (``p.Ap <= 0`` or ``r.z <= 0``) ends the tridiagonal matrix at the step before
+    it, as a loop that stopped there would (the later steps' values are dropped).
+
+    Parameters
+    ----------
+    apply, inv_diag, ops, steps, seed
+        As :func:`estimate_max_eigenvalue`.
+
+    Returns
+    -------
+    callable
+        ``() -> float``: the largest Ritz value (waits for the device).
     """
     xp = ops.xp
     n = inv_diag.shape[0]
@@ -182,7 +204,13 @@ def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0):
             rz.append(ops.dot(r, z))
             p *= rz[-1] / rz[-2]  # beta_j
             p += z
-    rz, pAp = _host_scalars(xp, rz), _host_scalars(xp, pAp)  # the one synchronization
+    # the vectors may go: the device's stream-ordered memory pool reuses them after the steps
+    return lambda: _ritz_max(_host_scalars(xp, rz), _host_scalars(xp, pAp))
+
+
+def _ritz_max(rz, pAp):
+    """The largest eigenvalue of the CG tridiagonal matrix of the host scalars ``rz``
+    ``(steps,)`` and ``pAp`` ``(steps,)``, up to the first breakdown (1.0 at the first step)."""
     k = 0
     while k < pAp.size and pAp[k] > 0 and rz[k] > 0:
         k += 1
@@ -837,28 +865,39 @@ def pmg(
             f"one, or their hofem.parallel versions), got {type(A).__name__}"
         )
     hierarchy = builder(A, orders)
-    seconds = {"levels": time.perf_counter() - start, "diagonals": 0.0, "eigenvalues": 0.0}
-    smoothers = []
-    assembly = hierarchy.assembly or hierarchy.operators
-    for op, twin in zip(hierarchy.operators[:-1], assembly, strict=False):
-        mark = time.perf_counter()
-        inv_diag = 1.0 / twin.linear_assemble_diagonal()
-        ops = op.vector_ops()
-        seconds["diagonals"] += time.perf_counter() - mark
-        mark = time.perf_counter()
-        lam = estimate_max_eigenvalue(*_whole_vectors(op, inv_diag), ops, eig_steps)
-        seconds["eigenvalues"] += time.perf_counter() - mark
-        smoothers.append(Chebyshev(op.apply, inv_diag, lam, degree, bounds, ops))
+    seconds = {"levels": time.perf_counter() - start}
+    mark = time.perf_counter()
+    smoothed = hierarchy.operators[:-1]  # each level but the coarsest, and its assembly
+    vector_ops = [op.vector_ops() for op in smoothed]
+    assembly = (hierarchy.assembly or hierarchy.operators)[:-1]
+    inv_diags = [1.0 / twin.linear_assemble_diagonal() for twin in assembly]
+    seconds["diagonals"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    build_coarse = hierarchy.coarse_solver()  # the order-1 matrix, before the queued steps
+    seconds["coarse"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    estimates = [
+        start_max_eigenvalue(*_whole_vectors(op, d), ops, eig_steps)
+        for op, d, ops in zip(smoothed, inv_diags, vector_ops, strict=True)
+    ]
+    seconds["eigenvalues"] = time.perf_counter() - mark
     mark = time.perf_counter()
     local_ops = hierarchy.operators[0].ceed.backend.vector_ops()
 
     def make(A_host, xp):  # xp: where the cycle runs (a distributed hierarchy's rank 0)
         return amg_solver(A_host, xp, coarse_cycles, local_ops if local_ops.xp is xp else None)
 
-    coarse = hierarchy.coarse_solver(make)
+    # the AMG set-up's host work (aggregation, candidate) runs while a GPU does the steps
+    coarse = build_coarse(make)
     # the set-up's parts: the level assemblies (element diagonals and matrices), which
     # the coarse solver's builder reaches too
     hierarchy.assembly = hierarchy.coarse_solver = None
-    seconds["coarse"] = time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
+    seconds["coarse"] += time.perf_counter() - mark  # order-1 matrix and AMG hierarchy
+    mark = time.perf_counter()
+    smoothers = [
+        Chebyshev(op.apply, d, lam(), degree, bounds, ops)
+        for op, d, lam, ops in zip(smoothed, inv_diags, estimates, vector_ops, strict=True)
+    ]
+    seconds["eigenvalues"] += time.perf_counter() - mark  # what the host waited for them
     hierarchy.info["setup_seconds"] = seconds
     return PMG(hierarchy, smoothers, coarse, time.perf_counter() - start)

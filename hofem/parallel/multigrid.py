@@ -199,11 +199,11 @@ def par_multigrid_hierarchy(
         restrict.append(R)
         space = coarse
 
-    def coarse_solver(make):
+    def coarse_solver():
         local = None  # the backend's generic assembly of the parts
         if forms:  # the forms' element matrices from their q-data, summed over the parts
             local = sum(form_assembly(op, matrix=True).linear_assemble() for op in parts)
-        return GatheredSolver(levels[-1], make, local)
+        return lambda make: GatheredSolver(levels[-1], make, local)
 
     return Hierarchy(levels, prolong, restrict, orders, coarse_solver)
 

@@ -304,7 +304,7 @@ def _gathered_matrices(hierarchy):
     def capture(A_host, xp):  # make(A_host, xp): keeps the matrix, makes no solver
         matrices.append(A_host.tocsr())
 
-    hierarchy.coarse_solver(capture)
+    hierarchy.coarse_solver()(capture)
     GatheredSolver(hierarchy.operators[-1], capture)
     return matrices if matrices else (None, None)
 
