@@ -186,15 +186,17 @@ def test_generated_kernels_compile_for_sm_90(kernels, tmp_path):
 
 
 def test_tensor_core_table_launches_fit():
-    """The launches of ``cuda_simplex.json``'s tensor-core table (BP1 p = 3, BP3 p = 4, 5, BP1
-    p = 4 on the collapsed rule) fit the H100's opt-in shared memory at their shapes, stored
-    and on the fly; the other shapes keep the default launch."""
+    """The launches of ``cuda_simplex.json``'s tensor-core table (BP1 p = 3, 5, 6, BP3 p = 3..6,
+    BP1 p = 4 on the collapsed rule) fit the H100's opt-in shared memory at their shapes,
+    stored and on the fly; the other shapes keep the default launch."""
     from hofem.backends.cuda import simplex_mma as mma
 
     ref = hf.Ceed("/cpu/self/ref")
     mesh = meshes.box(1, 3, simplex=True)
-    for form, p, q_extra in ((hf.mass, 3, None), (hf.diffusion, 4, None),
-                             (hf.diffusion, 5, None), (hf.mass, 4, 1)):  # fmt: skip
+    for form, p, q_extra in ((hf.mass, 3, None), (hf.mass, 5, None), (hf.mass, 6, None),
+                             (hf.diffusion, 3, None), (hf.diffusion, 4, None),
+                             (hf.diffusion, 5, None), (hf.diffusion, 6, None),
+                             (hf.mass, 4, 1)):  # fmt: skip
         for geometry in ("stored", "on_the_fly"):
             op = form(hf.H1Space(ref, mesh, p), geometry=geometry, q_extra=q_extra)
             shape = osx.simplex_shape(op)
@@ -203,7 +205,7 @@ def test_tensor_core_table_launches_fit():
             launch = osx.simplex_launch(op, shape, tensor_cores=True, **tuned)
             assert launch.used_bytes <= mma.MMA_SHARED_BYTES, (shape, geometry)
             assert all(getattr(launch, key) == value for key, value in tuned.items())
-    assert osx.tensor_core_overrides((3, 84, 79)) == {}  # BP3 p = 6: the default
+    assert osx.tensor_core_overrides((3, 35, 46)) == {}  # BP1 p = 4: the default
 
 
 def test_tensor_core_launch_budget():
