@@ -135,6 +135,17 @@ def event_seconds(fn, repeat):
     return float(np.median(times))
 
 
+def dot_args(fused, u=None, v=None):
+    """Arguments of a fused kernel's ``apply_dot`` (``gen``'s CG variant): ``u``, ``v``
+    (zeros where None), the partial sums and a running status."""
+    import cupy
+
+    size = fused._op.shape[1]
+    u = cupy.zeros(size) if u is None else u  # (l_size,)
+    v = cupy.zeros(size) if v is None else v  # (l_size,)
+    return u, v, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64)
+
+
 def emit(**record):
     """Print ``record`` as one JSON line on stdout."""
     print(json.dumps(record), flush=True)

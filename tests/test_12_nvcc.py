@@ -156,6 +156,26 @@ def test_generated_operator_kernels_compile(tmp_path):
     assert not failures, "\n".join(failures)
 
 
+def _cubin_and_ptx(paths, include):
+    """``(path, cubin, ptx)`` for each CUDA source: ``nvcc -arch=sm_90`` to a cubin with
+    ptxas' register report (``cubin.stderr``) and to PTX beside it (``path.with_suffix(".ptx")``),
+    two at a time."""
+    common = [NVCC, "-arch=sm_90", "-std=c++17", f"-I{include}"]
+
+    def compile_one(path):
+        cubin = path.with_suffix(".cubin")
+        run = [*common, "-cubin", "-Xptxas", "-v", str(path), "-o", str(cubin)]
+        ptx = [*common, "--ptx", str(path), "-o", str(path.with_suffix(".ptx"))]
+        return (
+            path,
+            subprocess.run(run, capture_output=True, text=True),
+            subprocess.run(ptx, capture_output=True, text=True),
+        )
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(compile_one, paths))
+
+
 def test_simplex_tensor_core_kernels_compile_without_spills(tmp_path):
     """The tensor-core simplex kernel (``simplex_launch(..., tensor_cores=True)``): BP1 and
     BP3 on tets, p = 2, 4, 6, with and without the CG's u . Au, compile for sm_90 to
@@ -175,24 +195,8 @@ def test_simplex_tensor_core_kernels_compile_without_spills(tmp_path):
                 path.write_text(osx.kernel_source(op, launch, dot))
                 jobs.append(path)
 
-    def compile_one(path):
-        cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "-Xptxas", "-v", f"-I{include}"]
-        ptx = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{include}", str(path)]
-        ptx_out = path.with_suffix(".ptx")
-        return (
-            path,
-            subprocess.run(
-                [*cmd, str(path), "-o", str(path.with_suffix(".cubin"))],
-                capture_output=True,
-                text=True,
-            ),
-            subprocess.run([*ptx, "-o", str(ptx_out)], capture_output=True, text=True),
-        )
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(compile_one, jobs))
     failures = []
-    for path, proc, ptx in results:
+    for path, proc, ptx in _cubin_and_ptx(jobs, include):
         if proc.returncode or ptx.returncode:
             failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
         elif "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
@@ -220,21 +224,10 @@ def test_blocked_mass_kernels_compile_without_spills(tmp_path):
                 path.write_text(kernel_source(op, fusable_shape(op, 16), True, dot, blocking=2))
                 jobs.append(path)
 
-    def compile_one(path):
-        cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "-Xptxas", "-v", f"-I{include}"]
-        ptx = [NVCC, "-arch=sm_90", "--ptx", "-std=c++17", f"-I{include}", str(path)]
-        cubin = subprocess.run(
-            [*cmd, str(path), "-o", str(path.with_suffix(".cubin"))], capture_output=True, text=True
-        )
-        ptx = subprocess.run([*ptx, "-o", str(path.with_suffix(".ptx"))], capture_output=True)
-        return path, cubin, ptx
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(compile_one, jobs))
     failures = []
-    for path, proc, ptx in results:
+    for path, proc, ptx in _cubin_and_ptx(jobs, include):
         if proc.returncode or ptx.returncode:
-            failures.append(f"{path.name}:\n{proc.stderr}")
+            failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
         elif "0 bytes spill stores" not in proc.stderr:
             failures.append(f"{path.name} spills:\n{proc.stderr}")
         elif "ld.shared.v2.f64" not in path.with_suffix(".ptx").read_text():

@@ -39,6 +39,7 @@ import sys
 import tempfile
 
 import hofem as hf
+from bakeoff.common import dot_args
 from hofem import meshes
 
 FORMS = ("mass", "diffusion", "vector-mass", "vector-diffusion")  # BP1, BP3, BP2, BP4
@@ -82,17 +83,6 @@ def build(blocking, settings, op, shape, dot):
         if dot:
             fused.apply_dot(*dot_args(fused))
     return fused
-
-
-def dot_args(fused, u=None, v=None):
-    """Arguments of ``fused.apply_dot``: ``u``, ``v`` (zeros where None), the partial sums
-    and a running status."""
-    import cupy
-
-    size = fused._op.shape[1]
-    u = cupy.zeros(size) if u is None else u  # (l_size,)
-    v = cupy.zeros(size) if v is None else v  # (l_size,)
-    return u, v, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64)
 
 
 def _runner(fused, u, dot):

@@ -43,7 +43,7 @@ import statistics
 import cupy
 
 import hofem as hf
-from bakeoff.common import box_operator, time_events
+from bakeoff.common import box_operator, dot_args, time_events
 from hofem import meshes
 from hofem.backends.cuda import operator_fuse as of
 from hofem.backends.cuda import operator_warp as ow
@@ -125,15 +125,6 @@ def compiled(fused, dot):
     if dot:
         fused.apply_dot(*dot_args(fused))
     return fused
-
-
-def dot_args(fused, u=None, v=None):
-    """Arguments of ``fused.apply_dot``: ``u``, ``v`` (zeros where None), the partial sums
-    and a running status."""
-    size = fused._op.shape[1]
-    u = cupy.zeros(size) if u is None else u  # (l_size,)
-    v = cupy.zeros(size) if v is None else v  # (l_size,)
-    return u, v, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64)
 
 
 def case(ceed, form, geometry, kind, p, dot=False, rounds=5):
