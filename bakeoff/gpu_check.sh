@@ -19,16 +19,22 @@ part() {
     echo "== $name: exit $? in $((SECONDS - start)) s; $(tail -n 1 "$out/$name.log")"
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1
-# the GPU tests in one contiguous slice per GPU (--shard), all at once
+# the GPU tests in three contiguous slices per GPU (--shard), GPU g running slices g,
+# g + gpus, g + 2 gpus one after the other: the slow modules (test_10_cuda) spread over GPUs
 gpus=$(nvidia-smi -L | wc -l)
+shards=$((3 * gpus))
 start=$SECONDS
-for ((i = 0; i < gpus; i++)); do
-    CUDA_VISIBLE_DEVICES=$i timeout 540 "$py" -m pytest -q -p no:cacheprovider \
-        -m "gpu and not slow" --shard "$i/$gpus" tests >"$out/tests_$i.log" 2>&1 &
+for ((g = 0; g < gpus; g++)); do
+    (
+        for ((i = g; i < shards; i += gpus)); do
+            CUDA_VISIBLE_DEVICES=$g timeout 540 "$py" -m pytest -q -p no:cacheprovider \
+                -m "gpu and not slow" --shard "$i/$shards" tests >"$out/tests_$i.log" 2>&1
+        done
+    ) &
 done
 wait
-for ((i = 0; i < gpus; i++)); do
-    echo "== tests $i/$gpus: $(tail -n 1 "$out/tests_$i.log")"
+for ((i = 0; i < shards; i++)); do
+    echo "== tests $i/$shards: $(tail -n 1 "$out/tests_$i.log")"
     grep -E "^(FAILED|ERROR) " "$out/tests_$i.log"  # the names, where the logs stay behind
 done
 echo "== tests: $((SECONDS - start)) s"
