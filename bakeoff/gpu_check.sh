@@ -27,7 +27,7 @@ start=$SECONDS
 for ((g = 0; g < gpus; g++)); do
     (
         for ((i = g; i < shards; i += gpus)); do
-            CUDA_VISIBLE_DEVICES=$g timeout 540 "$py" -m pytest -q -p no:cacheprovider \
+            CUDA_VISIBLE_DEVICES=$g timeout 300 "$py" -m pytest -q -p no:cacheprovider \
                 -m "gpu and not slow" --shard "$i/$shards" tests >"$out/tests_$i.log" 2>&1
         done
     ) &
