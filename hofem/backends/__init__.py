@@ -13,7 +13,13 @@ asking for it by full name raises an error that names the extra; a prefix such
 as ``/cpu/self`` resolves to the available backend of highest priority.
 """
 
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .contract import Backend
 
 __all__ = [
     "BackendUnavailable",
@@ -34,7 +40,7 @@ class BackendUnavailable(RuntimeError):
 _REGISTRY = {}
 
 
-def register(resource, module, cls, priority):
+def register(resource: str, module: str, cls: str, priority: int) -> None:
     """Register a backend class by module path (imported on first use).
 
     Parameters
@@ -66,7 +72,7 @@ def _load(resource):
     return backend_cls
 
 
-def registered():
+def registered() -> list[str]:
     """Return the full resource names of all registered backends, available here or not.
 
     Returns
@@ -77,7 +83,7 @@ def registered():
     return sorted(_REGISTRY)
 
 
-def prefixes():
+def prefixes() -> list[str]:
     """Return the prefixes that name the best available backend under them.
 
     Returns
@@ -111,7 +117,7 @@ def available() -> list[str]:
     return names
 
 
-def resolve(resource):
+def resolve(resource: str) -> Backend:
     """Instantiate the backend for a resource string.
 
     Parameters
@@ -155,7 +161,7 @@ def resolve(resource):
     )
 
 
-def array_backend(x):
+def array_backend(x: Any) -> Backend | None:
     """The simplest available backend whose array module holds ``x``, or None.
 
     The priority-0 (reference) backends are tried first, so a CuPy array gets

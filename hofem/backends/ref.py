@@ -5,8 +5,12 @@ CUDA reference backend reuses it with CuPy), one array expression per step,
 no element loops in Python.
 """
 
+from __future__ import annotations
+
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse
@@ -18,6 +22,13 @@ from ..memory import owning_array
 from ..restriction import expand_offsets
 from ..vector_ops import VectorOps
 from .contract import Array, Backend
+
+if TYPE_CHECKING:
+    from ..basis import Basis
+    from ..constants import EvalMode, TransposeMode
+    from ..operator import Operator, OperatorField
+    from ..restriction import ElemRestriction
+    from ..typing import LinearOperator, SparseMatrix
 
 __all__ = ["RefBackend", "RefBasisData", "RefRestrictionData"]
 
@@ -75,28 +86,30 @@ class RefBackend(Backend):
     device_cg = None
 
     @classmethod
-    def check_available(cls):
+    def check_available(cls) -> None:
         """Raise ImportError when this backend cannot run here (always runs)."""
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait for queued device work (nothing to wait for on the CPU)."""
 
-    def release_cached_memory(self):
+    def release_cached_memory(self) -> None:
         """Give cached free device memory back (nothing cached on the CPU)."""
 
     # --- arrays --------------------------------------------------------------------------
-    def asarray(self, x, dtype=None):
+    def asarray(self, x: Any, dtype: Any = None) -> Array:
         """Copy or view ``x`` (host or device) as an array of this backend."""
         return self.xp.asarray(self.to_numpy(x), dtype=dtype)
 
     @staticmethod
-    def to_numpy(x):
+    def to_numpy(x: Any) -> np.ndarray:
         """Host NumPy array of ``x`` (copies device arrays)."""
         if hasattr(x, "get") and not isinstance(x, np.ndarray):
             return x.get()
         return np.asarray(x)
 
-    def check_vector(self, x, name, shape, flat_ok=False):
+    def check_vector(
+        self, x: Any, name: str, shape: tuple[int, ...] | None, flat_ok: bool = False
+    ) -> None:
         """Raise TypeError/ValueError unless ``x`` is a float64 ``xp`` array of ``shape``.
 
         ``shape=None`` skips the shape check; ``flat_ok`` also accepts the
@@ -118,12 +131,12 @@ class RefBackend(Backend):
             return
         raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
 
-    def vector_ops(self):
+    def vector_ops(self) -> VectorOps:
         """CG's vector work as array expressions of :attr:`xp` (see :mod:`hofem.vector_ops`)."""
         return VectorOps(self.xp)
 
     @staticmethod
-    def scatter_entries(values, index, out):
+    def scatter_entries(values: Array, index: Array, out: Array) -> None:
         """``out[index] = values``: a vector of free DOFs into an L-vector.
 
         Parameters
@@ -136,7 +149,7 @@ class RefBackend(Backend):
         out[index] = values
 
     @staticmethod
-    def gather_add_entries(w, index, v):
+    def gather_add_entries(w: Array, index: Array, v: Array) -> None:
         """``v += w[index]``: the free DOFs of an L-vector added into ``v``.
 
         Parameters
@@ -148,7 +161,7 @@ class RefBackend(Backend):
         v += w[index]
 
     # --- restriction -------------------------------------------------------------------------
-    def restriction_setup(self, r):
+    def restriction_setup(self, r: ElemRestriction) -> None:
         """Move offset indices (and signs) to the device; on the host, index when applied.
 
         With device memory (``xp`` not NumPy) the component-0 offsets of
@@ -167,7 +180,7 @@ class RefBackend(Backend):
         signs = None if r.signs is None else self.xp.asarray(r.signs)
         r.backend_data = RefRestrictionData(indices=indices, signs=signs)
 
-    def restriction_device_offsets(self, r):
+    def restriction_device_offsets(self, r: ElemRestriction) -> Array | None:
         """The device component-0 offsets ``(num_elem * elem_size,)`` of ``r``, or None."""
         return r.backend_data.indices
 
@@ -198,7 +211,9 @@ class RefBackend(Backend):
         offsets = offsets.reshape(r.num_elem, 1, r.elem_size)
         return expand_offsets(offsets, r.num_comp, r.component_stride, r.l_size, self.xp).ravel()
 
-    def restriction_apply(self, r, u, t_mode, signed=True):
+    def restriction_apply(
+        self, r: ElemRestriction, u: Array, t_mode: TransposeMode, signed: bool = True
+    ) -> Array:
         """L (l_size,) -> E (num_elem, num_comp, elem_size), or the transpose (summing)."""
         xp = self.xp
         signs = r.backend_data.signs if signed else None
@@ -215,7 +230,7 @@ class RefBackend(Backend):
         return xp.bincount(indices, weights=u.ravel(), minlength=r.l_size).astype(np.float64)
 
     # --- basis -------------------------------------------------------------------------------
-    def basis_setup(self, b):
+    def basis_setup(self, b: Basis) -> None:
         """Move the basis matrices to the device."""
         xp = self.xp
         if b.is_tensor:
@@ -240,7 +255,7 @@ class RefBackend(Backend):
             u = self._contract(mat, u, len(lead) + b.dim - 1 - d)
         return u.reshape((*lead, -1))
 
-    def basis_apply(self, b, t_mode, eval_mode, u):
+    def basis_apply(self, b: Basis, t_mode: TransposeMode, eval_mode: EvalMode, u: Array) -> Array:
         """Interp/grad and transposes; layouts as in :meth:`hofem.Basis.apply`."""
         data = b.backend_data
         num_elem = u.shape[0]
@@ -268,7 +283,7 @@ class RefBackend(Backend):
             out += self._tensor(b, [G if e == d else B for e in range(b.dim)], u[:, d], lead)
         return out
 
-    def basis_weight(self, b, num_elem):
+    def basis_weight(self, b: Basis, num_elem: int) -> Array:
         """Quadrature weights broadcast to (num_elem, Q)."""
         w = self.xp.asarray(b.q_weight_1d if b.is_tensor else b.q_weight)
         if b.is_tensor:
@@ -288,7 +303,7 @@ class RefBackend(Backend):
         a = a.reshape(a.shape[0], num_elem, num_qpts).transpose(1, 0, 2)
         return self.xp.ascontiguousarray(a).reshape(shape)
 
-    def input_qvec(self, op, field, u):
+    def input_qvec(self, op: Operator, field: OperatorField, u: Array | None) -> Array:
         """The Q-vector (size, E*Q) of an input field (``u``: active L-vector)."""
         E, Q = op.num_elem, op.num_qpts
         if field.eval_mode is EVAL_WEIGHT:
@@ -299,7 +314,7 @@ class RefBackend(Backend):
             e = self.basis_apply(field.basis, NOTRANSPOSE, field.eval_mode, e)
         return self._to_qvec(e, E, Q)
 
-    def output_add(self, op, field, q, v):
+    def output_add(self, op: Operator, field: OperatorField, q: Array, v: Array) -> None:
         """v += G^T B^T q for an output field with Q-vector ``q`` (size, E*Q)."""
         E, Q = op.num_elem, op.num_qpts
         r, b = field.restriction, field.basis
@@ -312,7 +327,7 @@ class RefBackend(Backend):
             e = self.basis_apply(b, TRANSPOSE, field.eval_mode, e)
         v += self.restriction_apply(r, e, TRANSPOSE)
 
-    def operator_apply_add(self, op, u, v):
+    def operator_apply_add(self, op: Operator, u: Array | None, v: Array) -> None:
         """v += A u, one whole-array step per G, B, D, B^T, G^T."""
         xp = self.xp
         npts = op.num_elem * op.num_qpts
@@ -323,7 +338,7 @@ class RefBackend(Backend):
             if field.is_active:
                 self.output_add(op, field, q, v)
 
-    def operator_apply_dot(self, op, u, v):
+    def operator_apply_dot(self, op: Operator, u: Array, v: Array) -> Array | None:
         """``v = A u`` and ``u . v`` (0-d array) from inside the operator kernel, or None where
         the backend forms no such product (here: never); the operator then applies and dots."""
         return None
@@ -398,7 +413,7 @@ class RefBackend(Backend):
             result[start:stop] = xp.einsum(subscripts, B_out, D_e, B_in, optimize=True)
         return result, r_in, r_out
 
-    def operator_assemble_diagonal(self, op):
+    def operator_assemble_diagonal(self, op: Operator) -> Array:
         """Diagonal as an L-vector: sum over elements of diag(B_out^T D B_in).
 
         Sum-factorized on scalar tensor-product fields (:meth:`_tensor_diagonal`),
@@ -459,13 +474,13 @@ class RefBackend(Backend):
                 out += t
         return out.reshape(E, -1)
 
-    def element_matrices(self, op):
+    def element_matrices(self, op: Operator) -> tuple[Array, ElemRestriction, ElemRestriction]:
         """Element matrices (num_elem, C_out*P_out, C_in*P_in), unsigned."""
         return self._element_sum(
             op, "aqi,abeq,bqk->eik", lambda n_out, n_in: (n_out, n_in), lambda s, n: s * n
         )
 
-    def operator_assemble(self, op):
+    def operator_assemble(self, op: Operator) -> SparseMatrix:
         """CSR matrix of the operator from element matrices and restriction indices."""
         A, r_in, r_out = self.element_matrices(op)
         A = self.to_numpy(A)
@@ -479,12 +494,14 @@ class RefBackend(Backend):
         matrix = scipy.sparse.coo_matrix((A.ravel(), (rows.ravel(), cols.ravel())), shape=shape)
         return self.sparse_csr(matrix.tocsr())
 
-    def sparse_csr(self, matrix):
+    def sparse_csr(self, matrix: scipy.sparse.csr_matrix) -> SparseMatrix:
         """Return the host CSR matrix in this backend's sparse type."""
         matrix.sum_duplicates()
         return matrix
 
-    def tensor_element_diagonal(self, q, left, right, out):
+    def tensor_element_diagonal(
+        self, q: Array, left: list[Array], right: Array, out: Array
+    ) -> None:
         """``out (n, K**dim) += `` the entries' contractions (:func:`contract_entries`, one
         ``matmul`` per direction for every entry) summed over the entries.
 
@@ -494,10 +511,14 @@ class RefBackend(Backend):
         """
         out += contract_entries(self.xp, q, left, right).sum(axis=1)
 
-    def host_csr(self, values, rows, cols, shape):
+    def host_csr(
+        self, values: Array, rows: Array, cols: Array, shape: tuple[int, int]
+    ) -> scipy.sparse.csr_matrix:
         """SciPy's COO to CSR (sums the duplicates)."""
         return scipy.sparse.coo_matrix((values, (rows, cols)), shape=shape).tocsr()
 
-    def linear_operator(self, shape, op):
+    def linear_operator(
+        self, shape: tuple[int, int], op: Callable[[Array], Array]
+    ) -> LinearOperator:
         """SciPy LinearOperator applying ``op``."""
         return scipy.sparse.linalg.LinearOperator(shape, matvec=op.__call__, dtype=np.float64)
