@@ -11,7 +11,10 @@ GEMMs, plain or strided batched as the tuning table picks
 Oriented restrictions and assembly are inherited from ``/gpu/cuda/ref``.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +26,12 @@ from ..ref import RefBasisData, RefRestrictionData
 from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
+if TYPE_CHECKING:
+    from ...basis import Basis
+    from ...constants import EvalMode, TransposeMode
+    from ...operator import Operator, OperatorField
+    from ...restriction import ElemRestriction
+
 __all__ = ["BatchedBasisData", "BatchedRestrictionData", "CudaBatchedBackend", "device_layout"]
 
 # largest 1D size the tensor kernels are specialized for (registers grow with it)
@@ -33,7 +42,7 @@ _MAX_BLOCKS = 1 << 20
 _MAP_MAX_ELEM_SIZE = 27
 
 
-def device_layout(r):
+def device_layout(r: ElemRestriction) -> tuple[bool, type[np.signedinteger]]:
     """How the kernels address restriction ``r``.
 
     Returns
@@ -120,12 +129,12 @@ class CudaBatchedBackend(CudaRefBackend):
     collocated = True
 
     @classmethod
-    def check_available(cls):
+    def check_available(cls) -> None:
         """Raise ImportError (naming ``pip install hofem[gpu]``) without CuPy or a device."""
         require_device()
 
     # --- restriction -------------------------------------------------------------------------
-    def restriction_setup(self, r):
+    def restriction_setup(self, r: ElemRestriction) -> None:
         """Device indices in the kernels' index type; identity layouts are flagged and get none."""
         super().restriction_setup(r)
         identity, dtype = device_layout(r)
@@ -213,7 +222,9 @@ class CudaBatchedBackend(CudaRefBackend):
 
         return kernels.restriction_module(index_dtype)
 
-    def restriction_apply(self, r, u, t_mode, signed=True):
+    def restriction_apply(
+        self, r: ElemRestriction, u: Array, t_mode: TransposeMode, signed: bool = True
+    ) -> Array:
         """L (l_size,) -> E (num_elem, num_comp, elem_size) or the transpose, by kernels.
 
         Oriented restrictions (with ``signed``) use the inherited CuPy code.
@@ -228,7 +239,7 @@ class CudaBatchedBackend(CudaRefBackend):
         return v
 
     # --- basis -------------------------------------------------------------------------------
-    def basis_setup(self, b):
+    def basis_setup(self, b: Basis) -> None:
         """Device matrices; tensor bases also keep the transposes (P_1d, Q_1d) contiguous."""
         super().basis_setup(b)
         ref = b.backend_data
@@ -280,7 +291,7 @@ class CudaBatchedBackend(CudaRefBackend):
         gemm.apply_basis(data.interp, data.grad, t_mode, eval_mode, nodes, qpts)
         return qpts if t_mode is NOTRANSPOSE else nodes
 
-    def basis_apply(self, b, t_mode, eval_mode, u):
+    def basis_apply(self, b: Basis, t_mode: TransposeMode, eval_mode: EvalMode, u: Array) -> Array:
         """Interp/grad (and transposes): tensor kernels, non-tensor GEMMs; others inherited."""
         if not b.is_tensor:
             return self._nontensor_basis(b, t_mode, eval_mode, u)
@@ -317,7 +328,7 @@ class CudaBatchedBackend(CudaRefBackend):
             and not field.restriction.is_oriented
         )
 
-    def input_qvec(self, op, field, u):
+    def input_qvec(self, op: Operator, field: OperatorField, u: Array | None) -> Array:
         """Q-vector (size, E*Q) of an input field, written by the basis kernel directly."""
         E, Q = op.num_elem, op.num_qpts
         lvec = u if field.is_active else field.vector
@@ -363,7 +374,7 @@ class CudaBatchedBackend(CudaRefBackend):
 
         return self._traced(op, "qfunction", lambda op: fused_kernel(op.qf, op.num_qpts))
 
-    def operator_apply_add(self, op, u, v):
+    def operator_apply_add(self, op: Operator, u: Array | None, v: Array) -> None:
         """v += A u: kernels for G and B, the QFunction traced into one fused kernel.
 
         EVAL_NONE inputs (stored qdata) are read by that kernel in their E-vector
@@ -389,7 +400,7 @@ class CudaBatchedBackend(CudaRefBackend):
             if field.is_active:
                 self.output_add(op, field, q, v)
 
-    def output_add(self, op, field, q, v):
+    def output_add(self, op: Operator, field: OperatorField, q: Array, v: Array) -> None:
         """v += G^T B^T q, the basis kernel (or GEMMs) reading the Q-vector (size, E*Q) directly."""
         if self._uses_gemm(field):
             r, data = field.restriction, field.basis.backend_data
@@ -409,7 +420,9 @@ class CudaBatchedBackend(CudaRefBackend):
         self._scatter_add(r, e, v)
 
     # --- assembly ----------------------------------------------------------------------------
-    def tensor_element_diagonal(self, q, left, right, out):
+    def tensor_element_diagonal(
+        self, q: Array, left: list[Array], right: Array, out: Array
+    ) -> None:
         """``out (n, K**dim) +=`` the entries' sum-factorized diagonals of ``q (n, size,
         Q_1d**dim)`` in one generated kernel (:mod:`.element_diagonal`: a block per few
         elements, the factors and the stages in shared memory), instead of ``dim`` batched

@@ -137,7 +137,15 @@ class DeviceCG:
         out[self.free] = a
         return out
 
-    def solve(self, b, x0, tol, maxiter, inv_diag=None, check_every=None):
+    def solve(
+        self,
+        b: Array,
+        x0: Array | None,
+        tol: float,
+        maxiter: int,
+        inv_diag: Array | None = None,
+        check_every: int | None = None,
+    ) -> tuple[Array, str, int, float]:
         """Solve ``A x = b`` to ``||r|| <= tol``.
 
         Parameters

@@ -14,9 +14,18 @@ everything else (restrictions, bases, assembly) are inherited from
 ``/gpu/cuda/batched``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .batched import _MAX_T_1D, CudaBatchedBackend
+
+if TYPE_CHECKING:
+    from ...operator import Operator
+    from ...typing import Array
+    from .operator_fuse import FusedOperator
 
 __all__ = ["CudaGenBackend"]
 
@@ -48,7 +57,7 @@ class CudaGenBackend(CudaBatchedBackend):
 
         return self._traced(op, "gen", build)
 
-    def cg_apply_dot(self, op):
+    def cg_apply_dot(self, op: Operator) -> FusedOperator | None:
         """``op``'s fused kernel where it can also return ``u . Au`` (``dot_pairs``), or None.
 
         ``op`` is a single operator (``DeviceCGTarget.fusable``; ``operator_apply_dot``).
@@ -58,7 +67,7 @@ class CudaGenBackend(CudaBatchedBackend):
         run = self._fused_operator(op)
         return run if run is not None and dot_pairs(op) is not None else None
 
-    def operator_apply_dot(self, op, u, v):
+    def operator_apply_dot(self, op: Operator, u: Array, v: Array) -> Array | None:
         """``v = A u`` and ``u . v`` from the fused kernel's dot variant where it has one
         (:meth:`cg_apply_dot`, the block partial sums added in order), else None."""
         run = self.cg_apply_dot(op)
@@ -72,7 +81,7 @@ class CudaGenBackend(CudaBatchedBackend):
         run.apply_dot(u, v, *buffers)
         return buffers[0].sum()
 
-    def operator_apply_add(self, op, u, v):
+    def operator_apply_add(self, op: Operator, u: Array | None, v: Array) -> None:
         """v += A u in one fused kernel, or by the batched stages when ``op`` cannot fuse."""
         run = self._fused_operator(op)
         if run is None:

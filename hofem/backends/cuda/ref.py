@@ -6,13 +6,27 @@ device.  Only what touches host-only types is overridden: host/device moves,
 the sparse matrix and ``LinearOperator`` types.
 """
 
+from __future__ import annotations
+
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..ref import RefBackend
 from .device import cupy, require_device
 from .vector_ops import cupy_vector_ops
+
+if TYPE_CHECKING:
+    import scipy.sparse
+
+    from ...operator import Operator
+    from ...typing import Array, LinearOperator, SparseMatrix
+    from ..contract import DeviceCGTarget
+    from .cg import DeviceCG
+    from .operator_fuse import FusedOperator
+    from .vector_ops import CupyVectorOps
 
 __all__ = ["CudaRefBackend", "cupy", "require_device"]
 
@@ -32,11 +46,11 @@ class CudaRefBackend(RefBackend):
     xp = cupy
 
     @classmethod
-    def check_available(cls):
+    def check_available(cls) -> None:
         """Raise ImportError (naming ``pip install hofem[gpu]``) without CuPy or a device."""
         require_device()
 
-    def asarray(self, x, dtype=None):
+    def asarray(self, x: Any, dtype: Any = None) -> Array:
         """``x`` as a CuPy array: device arrays stay on the device, host ones are copied.
 
         A host array is copied straight from its own memory (``ndarray.set``).
@@ -56,15 +70,15 @@ class CudaRefBackend(RefBackend):
         return out
 
     @staticmethod
-    def gather_add_entries(w, index, v):
+    def gather_add_entries(w: Array, index: Array, v: Array) -> None:
         """``v += w[index]`` in one kernel: no ``w[index]`` temporary (an n-vector per call)."""
         _gather_add_kernel()(w, index, v)
 
-    def vector_ops(self):
+    def vector_ops(self) -> CupyVectorOps:
         """CG's vector work as fused CuPy kernels (:class:`.vector_ops.CupyVectorOps`)."""
         return cupy_vector_ops()
 
-    def device_cg(self, A, target):
+    def device_cg(self, A: Callable[[Array], Array], target: DeviceCGTarget) -> DeviceCG:
         """A :class:`~hofem.backends.cuda.cg.DeviceCG` solving with ``A``.
 
         :func:`hofem.cg` uses it for square operators (and restricted ones), which
@@ -75,18 +89,18 @@ class CudaRefBackend(RefBackend):
 
         return DeviceCG(self, A, target)
 
-    def cg_apply_dot(self, op):
+    def cg_apply_dot(self, op: Operator) -> FusedOperator | None:
         """The operator's ``apply_dot(u, v, partial, status)`` (``u . Au`` in its kernel), or None.
 
         None here: the device CG applies ``op`` and adds ``p . Ap`` in a kernel of its own.
         """
         return None
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait for the current device's queued work (before reading host clocks)."""
         cupy.cuda.Device().synchronize()
 
-    def release_cached_memory(self):
+    def release_cached_memory(self) -> None:
         """Free the blocks CuPy's default memory pool caches but no array uses.
 
         Set-up temporaries (coordinate E-vectors, q-data build chunks, host
@@ -97,21 +111,25 @@ class CudaRefBackend(RefBackend):
         cupy.get_default_memory_pool().free_all_blocks()
         cupy.get_default_pinned_memory_pool().free_all_blocks()
 
-    def sparse_csr(self, matrix):
+    def sparse_csr(self, matrix: scipy.sparse.csr_matrix) -> SparseMatrix:
         """The host CSR matrix as a ``cupyx.scipy.sparse.csr_matrix``."""
         import cupyx.scipy.sparse
 
         matrix.sum_duplicates()
         return cupyx.scipy.sparse.csr_matrix(matrix)
 
-    def host_csr(self, values, rows, cols, shape):
+    def host_csr(
+        self, values: Array, rows: Array, cols: Array, shape: tuple[int, int]
+    ) -> scipy.sparse.csr_matrix:
         """COO to CSR on the device (a sort there), then copied to the host."""
         import cupyx.scipy.sparse
 
         coo = cupyx.scipy.sparse.coo_matrix((values, (rows, cols)), shape=shape)
         return coo.tocsr().get()
 
-    def linear_operator(self, shape, op):
+    def linear_operator(
+        self, shape: tuple[int, int], op: Callable[[Array], Array]
+    ) -> LinearOperator:
         """``cupyx.scipy.sparse.linalg.LinearOperator`` applying ``op`` to CuPy vectors."""
         import cupyx.scipy.sparse.linalg
 

@@ -1,9 +1,11 @@
 """CG's vector work as CuPy kernels: what the CUDA backends hand out as ``vector_ops()``."""
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 
+from ...typing import Array
 from ...vector_ops import VectorOps
 from . import kernels
 from .device import cupy
@@ -41,17 +43,21 @@ class CupyVectorOps(VectorOps):
         self._step(rz, pAp, breakdown, alpha)
         return alpha
 
-    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+    def update_xr(
+        self, rz: Array, pAp: Array, breakdown: Array, p: Array, Ap: Array, x: Array, r: Array
+    ) -> None:
         self._xr(self._alpha(rz, pAp, breakdown), p, Ap, x, r)
 
-    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+    def update_xr_rr(
+        self, rz: Array, pAp: Array, breakdown: Array, p: Array, Ap: Array, x: Array, r: Array
+    ) -> Array:
         """One pass; the per-block partial sums are added in a fixed order (reproducible)."""
         self._alpha(rz, pAp, breakdown)  # the breakdown flag; the kernel forms alpha itself
         args = (np.int64(r.size), rz, pAp, p, Ap, x, r, self._partial)
         self._xr_rr((self._blocks,), (256,), args)
         return self._partial.sum()
 
-    def update_p(self, z, rz_new, rz, p):
+    def update_p(self, z: Array, rz_new: Array, rz: Array, p: Array) -> None:
         self._p(z, rz_new, rz, p)
 
     @functools.cached_property
@@ -100,7 +106,7 @@ class CupyVectorOps(VectorOps):
         dots = kernels.cg_module().get_function("variant_dots")
         return scalars, single, single_r, pipelined, pipelined_r, dots
 
-    def local_dots(self, pairs):
+    def local_dots(self, pairs: Sequence[tuple[Array, Array]]) -> Array:
         """Up to three inner products in one kernel, then one sum of the block partials."""
         if len(pairs) > 3:
             return super().local_dots(pairs)
@@ -112,7 +118,15 @@ class CupyVectorOps(VectorOps):
         dots((self._blocks,), (256,), (np.int64(n), np.int32(k), *vectors, partial))
         return partial[:k].sum(axis=1)
 
-    def variant_scalars(self, gamma, gamma_old, delta, alpha_old, first, breakdown):
+    def variant_scalars(
+        self,
+        gamma: Array,
+        gamma_old: Array,
+        delta: Array,
+        alpha_old: Array,
+        first: bool,
+        breakdown: Array,
+    ) -> tuple[Array, Array]:
         scalars, *_ = self._variant_kernels
         alpha, beta = self.xp.empty(()), self.xp.empty(())
         gamma_old = gamma if first else gamma_old
@@ -120,14 +134,24 @@ class CupyVectorOps(VectorOps):
         scalars(gamma, gamma_old, delta, alpha_old, np.bool_(first), breakdown, alpha, beta)
         return alpha, beta
 
-    def single_reduction_update(self, alpha, beta, u, w, p, s, x, r):
+    def single_reduction_update(
+        self,
+        alpha: Array,
+        beta: Array,
+        u: Array,
+        w: Array,
+        p: Array,
+        s: Array,
+        x: Array,
+        r: Array,
+    ) -> None:
         _, single, single_r, *_ = self._variant_kernels
         if u is r:
             single_r(alpha, beta, w, p, s, x, r)
         else:
             single(alpha, beta, u, w, p, s, x, r)
 
-    def pipelined_update(self, alpha, beta, vectors):
+    def pipelined_update(self, alpha: Array, beta: Array, vectors: Sequence[Array | None]) -> Array:
         """One kernel for the eight recurrences, one for the next local inner products."""
         x, r, u, w, m, n, p, s, q, z = vectors
         *_, pipelined, pipelined_r, _ = self._variant_kernels
@@ -138,20 +162,34 @@ class CupyVectorOps(VectorOps):
         return self.local_dots(((r, u), (w, u), (r, r)))
 
     # --- Chebyshev smoothing and transfers: one elementwise kernel per step ---------------
-    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+    def chebyshev_start(
+        self, c: float, inv_diag: Array, b: Array, Ax: Array | None, r: Array, d: Array
+    ) -> None:
         if Ax is None:
             _chebyshev_kernels()["scale"](float(c), inv_diag, b, d)
         else:
             _chebyshev_kernels()["start"](float(c), inv_diag, b, Ax, r, d)
 
-    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+    def chebyshev_step(
+        self,
+        a: float,
+        c: float,
+        inv_diag: Array,
+        Ad: Array,
+        d: Array,
+        x: Array,
+        r: Array,
+        b: Array | None = None,
+    ) -> None:
         kernels = _chebyshev_kernels()
         if b is None:
             kernels["step"](float(a), float(c), inv_diag, Ad, d, x, r)
         else:
             kernels["step_zero"](float(a), float(c), inv_diag, Ad, b, d, x, r)
 
-    def chebyshev_last(self, Ad, d, x, r, b=None):
+    def chebyshev_last(
+        self, Ad: Array, d: Array, x: Array, r: Array | None, b: Array | None = None
+    ) -> None:
         if b is not None:
             _chebyshev_kernels()["last_zero"](Ad, b, d, x, r)
         elif r is None:
@@ -159,13 +197,15 @@ class CupyVectorOps(VectorOps):
         else:
             self._xr(1.0, d, Ad, x, r)
 
-    def scatter_scaled(self, values, index, scale, out):
+    def scatter_scaled(self, values: Array, index: Array, scale: Array | None, out: Array) -> None:
         if scale is None:
             _chebyshev_kernels()["scatter"](values, index, out)
         else:
             _chebyshev_kernels()["scatter_scaled"](values, index, scale, out)
 
-    def gather_scaled(self, w, index, scale, v, add=False):
+    def gather_scaled(
+        self, w: Array, index: Array, scale: Array | None, v: Array, add: bool = False
+    ) -> None:
         name = ("gather_add" if add else "gather") + ("" if scale is None else "_scaled")
         args = (w, index, v) if scale is None else (w, index, scale, v)
         _chebyshev_kernels()[name](*args)
