@@ -22,10 +22,12 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ...constants import EVAL_GRAD, EVAL_INTERP, NOTRANSPOSE, TRANSPOSE, TransposeMode
+from ...constants import EVAL_GRAD, EVAL_INTERP, NOTRANSPOSE, TRANSPOSE, EvalMode, TransposeMode
+from ...typing import Array
 
 __all__ = ["TABLE_ENV", "TABLE_PATH", "apply_basis", "gemm", "load_table", "select"]
 
@@ -79,7 +81,7 @@ def _check_entry(path, i, entry):
 
 
 @functools.lru_cache(maxsize=16)
-def load_table(path):
+def load_table(path: str | None) -> tuple[dict[str, Any], ...]:
     """Validated entries of the tuning table at ``path`` (read once per process).
 
     Parameters
@@ -117,7 +119,9 @@ def load_table(path):
     return tuple(entries)
 
 
-def select(t_mode, P, Q, n, table=None):
+def select(
+    t_mode: TransposeMode, P: int, Q: int, n: int, table: str | os.PathLike[str] | None = None
+) -> int:
     """Batch count for the GEMM of a ``(Q, P)`` basis matrix ``J`` on ``n`` columns.
 
     The rule: among the table's entries of the same ``t_mode``, take the
@@ -194,7 +198,15 @@ def _row_stride(a, name, width):
     return a.strides[0] // a.itemsize
 
 
-def gemm(mat, t_mode, x, y, beta=0.0, batch_count=None, table=None):
+def gemm(
+    mat: Array,
+    t_mode: TransposeMode,
+    x: Array,
+    y: Array,
+    beta: float = 0.0,
+    batch_count: int | None = None,
+    table: str | os.PathLike[str] | None = None,
+) -> None:
     """``y = x @ mat.T`` (NOTRANSPOSE) or ``y = x @ mat`` (TRANSPOSE), plus ``beta * y``.
 
     Each row of ``x`` is one column of ``U``: NOTRANSPOSE computes
@@ -295,8 +307,17 @@ def _slabs(interp, grad, eval_mode, nodes, qpts, qvec):
 
 
 def apply_basis(
-    interp, grad, t_mode, eval_mode, nodes, qpts, *, qvec=False, batch_count=None, table=None
-):
+    interp: Array,
+    grad: Array,
+    t_mode: TransposeMode,
+    eval_mode: EvalMode,
+    nodes: Array,
+    qpts: Array,
+    *,
+    qvec: bool = False,
+    batch_count: int | None = None,
+    table: str | os.PathLike[str] | None = None,
+) -> None:
     """Non-tensor interp/grad (NOTRANSPOSE: nodes -> qpts) or transpose (qpts -> nodes).
 
     Parameters

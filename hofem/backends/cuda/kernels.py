@@ -8,11 +8,17 @@ with a digest of the ``.cuh`` files here (:func:`raw_module`): a changed header
 compiles again instead of loading a stale kernel.
 """
 
+from __future__ import annotations
+
 import functools
 import hashlib
 import pathlib
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .device import cupy
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = [
     "basis_block",
@@ -34,14 +40,17 @@ HEADERS_DIGEST = hashlib.sha1(
 BASIS_THREADS = 256
 _MAX_SCRATCH_BYTES = 32 * 1024
 
+#: cupy.RawModule; Any for the reason hofem.typing.Array is (CuPy is an optional extra)
+RawModule: TypeAlias = Any
+
 
 @functools.cache
-def source(name):
+def source(name: str) -> str:
     """The text of the ``.cu`` file ``name`` beside this module."""
     return (_HERE / name).read_text()
 
 
-def raw_module(code, options=()):
+def raw_module(code: str, options: tuple[str, ...] = ()) -> RawModule:
     """``cupy.RawModule`` of ``code`` compiled with C++17 and this folder's headers, the
     headers' digest in its first line (CuPy's disk cache key)."""
     code = f"// hofem CUDA headers sha1 {HEADERS_DIGEST}\n{code}"
@@ -53,7 +62,9 @@ def _module(name, defines):
     return raw_module(source(name), tuple(f"-D{key}={value}" for key, value in defines))
 
 
-def basis_block(dim, P_1d, Q_1d, target_threads=BASIS_THREADS):
+def basis_block(
+    dim: int, P_1d: int, Q_1d: int, target_threads: int = BASIS_THREADS
+) -> tuple[int, tuple[int, int, int]]:
     """Thread configuration of the tensor basis kernels (and the fused operators).
 
     Parameters
@@ -78,7 +89,7 @@ def basis_block(dim, P_1d, Q_1d, target_threads=BASIS_THREADS):
     return elems, block
 
 
-def basis_module(dim, num_comp, P_1d, Q_1d):
+def basis_module(dim: int, num_comp: int, P_1d: int, Q_1d: int) -> RawModule:
     """Compiled ``basis_tensor.cu`` of one specialization: interp, interp_t, grad, grad_t."""
     elems, _ = basis_block(dim, P_1d, Q_1d)
     defines = (
@@ -92,18 +103,18 @@ def basis_module(dim, num_comp, P_1d, Q_1d):
     return _module("basis_tensor.cu", defines)
 
 
-def cg_module():
+def cg_module() -> RawModule:
     """Compiled ``cg.cu``: ``update_xr_rr``, CG's x/r update fused with ``r . r``."""
     return _module("cg.cu", ())
 
 
-def ipc_module():
+def ipc_module() -> RawModule:
     """Compiled ``ipc.cu``: the round counter and the flag wait of a CUDA IPC halo channel
     (:class:`hofem.parallel.ipc.IpcChannel`)."""
     return _module("ipc.cu", ())
 
 
-def restriction_module(index_dtype):
+def restriction_module(index_dtype: npt.DTypeLike) -> RawModule:
     """Compiled ``restriction.cu`` for int32/int64 indices: gather, scatter_atomic, scatter_map."""
     index_t = "int" if cupy.dtype(index_dtype) == cupy.int32 else "long long"
     return _module("restriction.cu", (("INDEX_T", index_t),))

@@ -42,8 +42,15 @@ slab: :data:`BLOCKED_SHAPES` for operators that interpolate one value per point 
 cost more than the loads save).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .operator_fuse import FusedOperator
 from .operator_warp import has_grad, point_rows
+
+if TYPE_CHECKING:
+    from ...operator import Operator
 
 __all__ = ["BLOCKED_GRAD_SHAPES", "BLOCKED_SHAPES", "BlockedFusedOperator", "use_blocked_layout"]
 
@@ -53,7 +60,7 @@ BLOCKED_SHAPES = frozenset({(3, 8, 9)})
 BLOCKED_GRAD_SHAPES = frozenset()
 
 
-def use_blocked_layout(op, shape) -> bool:
+def use_blocked_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
     """Whether gen applies ``op`` (of fused ``shape``, ``(dim, P_1d, Q_1d)``) in the blocked
     layout rather than the slab: 3D, ``shape`` in :data:`BLOCKED_GRAD_SHAPES` where the main
     basis has gradients, else in :data:`BLOCKED_SHAPES` where one value per point goes in and

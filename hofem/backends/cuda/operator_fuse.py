@@ -36,9 +36,11 @@ QFunction row ``d * C + c`` of a gradient is block ``c * DIM + d``, so the
 ``DIM`` blocks of one component are adjacent for ``grad_t_column``.
 """
 
+from __future__ import annotations
+
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +51,10 @@ from ...qfunction_trace import trace_body
 from . import kernels
 from .batched import device_layout
 from .ref import cupy
+
+if TYPE_CHECKING:
+    from ...operator import Operator
+    from ...typing import Array
 
 __all__ = [
     "FusedOperator",
@@ -105,7 +111,7 @@ BLOCKED_THREADS = 128
 BLOCKED_SCRATCH_BYTES = 40 * 1024
 
 
-def fusable_shape(op, max_t_1d):
+def fusable_shape(op: Operator, max_t_1d: int) -> tuple[int, int, int] | None:
     """The ``(dim, P_1d, Q_1d)`` of ``op``'s fused kernel, or None if it cannot fuse.
 
     An operator fuses when every interp/grad field has an unoriented restriction
@@ -134,12 +140,12 @@ def fusable_shape(op, max_t_1d):
     return dim, max(b.P_1d for b in shaped), Q_1d
 
 
-def fused_threads(shape):
+def fused_threads(shape: tuple[int, int, int]) -> int:
     """Threads per block the fused kernel of ``shape`` (dim, P_1d, Q_1d) aims for."""
     return THREADS_BY_SHAPE.get(tuple(shape), FUSED_THREADS)
 
 
-def fused_block(shape, blocking=1):
+def fused_block(shape: tuple[int, int, int], blocking: int = 1) -> tuple[int, tuple[int, int, int]]:
     """``(elems_per_block, block)`` of the slab kernel of ``shape`` (dim, P_1d, Q_1d):
     :func:`~.kernels.basis_block` at :func:`fused_threads`, or with ``blocking=2`` (3D) a
     block of ``(ceil(T_1d / 2), T_1d, elems)`` threads at :data:`BLOCKED_THREADS`, each
@@ -154,7 +160,7 @@ def fused_block(shape, blocking=1):
     return elems, (pairs, T, elems)
 
 
-def use_tensor_cores(shape, num_regs):
+def use_tensor_cores(shape: tuple[int, int, int], num_regs: int) -> bool:
     """Whether the fused kernel of ``shape`` (dim, P_1d, Q_1d), whose scalar version compiled
     to ``num_regs`` registers per thread, runs the x and y stages of its contractions on the
     fp64 tensor cores: ``shape`` in :data:`TENSOR_CORE_SHAPES`, ``num_regs`` below
@@ -165,7 +171,7 @@ def use_tensor_cores(shape, num_regs):
     return capable and num_regs < REGISTER_CAP_FROM
 
 
-def register_cap(num_regs, t_1d):
+def register_cap(num_regs: int, t_1d: int) -> int | None:
     """The ``--maxrregcount`` for a fused kernel that compiled to ``num_regs`` registers per
     thread with ``T_1d = max(P_1d, Q_1d)``, or None to keep it as compiled."""
     if num_regs >= REGISTER_CAP_FROM and t_1d <= REGISTER_CAP_MAX_T_1D:
@@ -212,7 +218,7 @@ def _same_restriction(a, b):
     return da.indices is not None and da.indices is db.indices
 
 
-def dot_pairs(op):
+def dot_pairs(op: Operator) -> list[tuple[int, int]] | None:
     """``(input index, output index)`` pairs whose point values give ``u . Au``, or None.
 
     ``u^T A u = sum_e sum_points (B G_e u) . y_e`` where ``y_e`` are the
@@ -462,8 +468,14 @@ class _Source:
 
 
 def kernel_source(
-    op, shape, collocated=False, dot=False, constant_bytes=None, tensor_cores=False, blocking=1
-):
+    op: Operator,
+    shape: tuple[int, int, int],
+    collocated: bool = False,
+    dot: bool = False,
+    constant_bytes: int | None = None,
+    tensor_cores: bool = False,
+    blocking: int = 1,
+) -> str:
     """CUDA source of ``op``'s fused kernel ``apply`` (needs no device).
 
     Parameters
@@ -799,7 +811,7 @@ class FusedOperator:
         args = tuple(self._args(u, v))
         self._kernel((self.num_blocks,), self._block, args, shared_mem=self._shared_mem)
 
-    def apply_dot(self, u, v, dot_partial, status):
+    def apply_dot(self, u: Array, v: Array, dot_partial: Array, status: Array) -> None:
         """``v += A u`` and ``dot_partial[b]``, block ``b``'s part of ``u . Au``.
 
         Parameters

@@ -41,7 +41,11 @@ per point each way, or :data:`MAX_GRAD_ROWS` with gradients).  The tables of
 the slab.
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -61,6 +65,9 @@ from .operator_fuse import (
     dot_pairs,
 )
 from .ref import cupy
+
+if TYPE_CHECKING:
+    from ...operator import Operator
 
 __all__ = [
     "REGISTER_OPERAND_SHAPES",
@@ -135,7 +142,7 @@ MIN_BLOCKS = 5
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 
 
-def use_warp_layout(op, shape):
+def use_warp_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
     """Whether gen applies ``op`` (of fused ``shape``) with one warp per element.
 
     :func:`warp_fusable`; ``shape`` in the table of :func:`warp_shapes` (by gradients and
@@ -155,7 +162,7 @@ def use_warp_layout(op, shape):
     return int(cupy.cuda.Device().compute_capability) >= 80
 
 
-def warp_shapes(op):
+def warp_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     """The table of measured shapes (and register budgets) for ``op``'s kind of kernel:
     :data:`WARP_SHAPES` (interpolation of one value per point), :data:`WARP_CELL_SHAPES` (the
     same with cell-constant inputs), :data:`WARP_VECTOR_SHAPES` (of more values),
@@ -174,7 +181,7 @@ def warp_shapes(op):
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 
 
-def point_rows(op) -> tuple:
+def point_rows(op: Operator) -> tuple[int, ...]:
     """Values per point of the main basis's fields, ``(inputs, outputs)``: what each side
     keeps in registers (a cell-constant input's basis, e.g. the coordinates read on the fly,
     is not the main one)."""
@@ -182,7 +189,7 @@ def point_rows(op) -> tuple:
     return tuple(sum(f.size for f in fields if _on_main_basis(f)) for fields in sides)
 
 
-def operand_registers(op, shape):
+def operand_registers(op: Operator, shape: tuple[int, int, int]) -> bool:
     """Whether ``op``'s kernel holds the stages' operand entries in registers (``WarpRegs``,
     :data:`REGISTER_OPERAND_SHAPES`) rather than reading them from the block's shared table
     where each stage uses them (``WarpTable``)."""
@@ -209,7 +216,7 @@ def _is_grad(field):
     return field.eval_mode is EVAL_GRAD and _on_main_basis(field)
 
 
-def has_grad(op) -> bool:
+def has_grad(op: Operator) -> bool:
     """Whether a field of ``op`` on the main basis (not a cell-constant input's) has
     gradients."""
     return any(_is_grad(f) for f in op.input_fields + op.output_fields)
@@ -226,7 +233,7 @@ def _slots(op):
     return max(1, components(op.input_fields), components(active))
 
 
-def warps_per_block(slots):
+def warps_per_block(slots: int) -> int:
     """Warps (elements) per block of a kernel whose warps hold ``slots`` buffers each."""
     return max(1, min(WARPS, BUFFERS_PER_BLOCK // slots))
 
@@ -237,7 +244,7 @@ def _main_basis(op):
     return next(f.basis for f in op.input_fields + op.output_fields if _on_main_basis(f))
 
 
-def warp_fusable(op):
+def warp_fusable(op: Operator) -> bool:
     """The field conditions of :func:`use_warp_layout` (no device, no shape table).
 
     3D; every interp/grad field on one basis (the same 1D matrices) of at most 8 nodes and
@@ -277,7 +284,7 @@ def warp_fusable(op):
     return not has_grad(op) or collocated_grad(first.interp_1d, first.grad_1d) is not None
 
 
-def warp_side(shape):
+def warp_side(shape: tuple[int, int, int]) -> int:
     """The side of one element's block in the 8x8 tiles for ``shape`` ``(3, P_1d, Q_1d)``: 4
     (four elements per warp, block-diagonal operands) where ``P_1d, Q_1d <= 4``, else 8."""
     return 4 if max(shape[1:]) <= 4 else 8
@@ -301,7 +308,9 @@ def _cell_table(field):
     return point.interp  # (1, P_1d^3)
 
 
-def warp_kernel_source(op, shape, dot=False, registers=None):
+def warp_kernel_source(
+    op: Operator, shape: tuple[int, int, int], dot: bool = False, registers: bool | None = None
+) -> str:
     """CUDA source of ``op``'s one-warp-per-element kernel ``apply`` (needs no device).
 
     Parameters

@@ -13,12 +13,23 @@ for point ``j``, so an input may be a Q-vector ``(size, E*Q)`` (strides ``(n,
 Q)``) or an E-vector ``(E, size, Q)`` (strides ``(Q, size*Q)``) read in place.
 """
 
+from __future__ import annotations
+
 import functools
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from ...qfunction_trace import trace_body
 from .ref import cupy
+
+if TYPE_CHECKING:
+    from ...qfunction import QFunction
+    from ...typing import Array
+
+    #: ``(array, row_stride, elem_stride)`` of one field of a fused QFunction kernel
+    FieldArg: TypeAlias = tuple[Array, int, int]
 
 __all__ = ["fused_kernel"]
 
@@ -47,7 +58,9 @@ def _compile(body, num_inputs, num_outputs, num_qpts):
     return cupy.RawKernel(code, "qfunction", options=("--std=c++17",))
 
 
-def fused_kernel(qf, num_qpts):
+def fused_kernel(
+    qf: QFunction, num_qpts: int
+) -> Callable[[int, Iterable[FieldArg], Iterable[FieldArg]], None]:
     """Trace ``qf`` and compile it, or raise :class:`~hofem.qfunction_trace.Untraceable`.
 
     Returns
