@@ -9,13 +9,18 @@ sum-factorization programs and the on-disk module cache, :mod:`.kernels`
 for the shape-independent compiled kernels (contractions, gather, scatter).
 """
 
+from __future__ import annotations
+
 import contextlib
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE
+from ...constants import EVAL_GRAD, NOTRANSPOSE, TRANSPOSE, EvalMode, TransposeMode
+from ...typing import Array, FloatArray, IndexArray
 from ...vector_ops import VectorOps
 from ..ref import RefBackend
 from .codegen import BLK
@@ -30,6 +35,11 @@ else:
     from . import kernels as numba_kernels
     from . import operator as numba_operator
     from . import threads as numba_threads
+
+if TYPE_CHECKING:
+    from ...basis import Basis
+    from ...operator import Operator
+    from ...restriction import ElemRestriction
 
 __all__ = ["NumbaBackend", "NumbaBasisData", "NumbaRestrictionData"]
 
@@ -61,40 +71,70 @@ class NumbaBasisData:
 class NumbaVectorOps(VectorOps):
     """Parallel Numba loops for CG; reductions over fixed chunks (thread-count independent)."""
 
-    def solve_scope(self, n):
+    def solve_scope(self, n: int) -> contextlib.AbstractContextManager:
         """One thread for the whole solve below ``SERIAL_ENTRIES`` unknowns: every
         parallel loop of an iteration (operator, restrictions, vector steps) would
         otherwise wake the sleeping threads for less work than that costs."""
         return numba_kernels.thread_scope(n)
 
-    def dot(self, a, b):
+    def dot(self, a: FloatArray, b: FloatArray) -> np.float64:
         with numba_kernels.dynamic_schedule(a.size):
             return numba_kernels.cg_dot(a, b).sum()
 
-    def update_xr(self, rz, pAp, breakdown, p, Ap, x, r):
+    def update_xr(
+        self,
+        rz: Array,
+        pAp: Array,
+        breakdown: Array,
+        p: FloatArray,
+        Ap: FloatArray,
+        x: FloatArray,
+        r: FloatArray,
+    ) -> None:
         alpha = float(self._alpha(rz, pAp, breakdown))
         with numba_kernels.dynamic_schedule(x.size):
             numba_kernels.cg_update_xr(alpha, p, Ap, x, r)
 
-    def update_xr_rr(self, rz, pAp, breakdown, p, Ap, x, r):
+    def update_xr_rr(
+        self,
+        rz: Array,
+        pAp: Array,
+        breakdown: Array,
+        p: FloatArray,
+        Ap: FloatArray,
+        x: FloatArray,
+        r: FloatArray,
+    ) -> np.float64:
         alpha = float(self._alpha(rz, pAp, breakdown))
         with numba_kernels.dynamic_schedule(x.size):
             return numba_kernels.cg_update_xr_rr(alpha, p, Ap, x, r).sum()
 
-    def update_p(self, z, rz_new, rz, p):
+    def update_p(self, z: FloatArray, rz_new: Array, rz: Array, p: FloatArray) -> None:
         beta = float(self._beta(rz_new, rz))
         with numba_kernels.dynamic_schedule(p.size):
             numba_kernels.cg_update_p(z, beta, p)
 
-    def local_dots(self, pairs):
+    def local_dots(self, pairs: Sequence[tuple[FloatArray, FloatArray]]) -> FloatArray:
         """All the inner products in one parallel pass over fixed chunks."""
         left, right = zip(*pairs, strict=True)
         return numba_kernels.cg_dots(left, right).sum(axis=0)
 
-    def single_reduction_update(self, alpha, beta, u, w, p, s, x, r):
+    def single_reduction_update(
+        self,
+        alpha: Array,
+        beta: Array,
+        u: FloatArray,
+        w: FloatArray,
+        p: FloatArray,
+        s: FloatArray,
+        x: FloatArray,
+        r: FloatArray,
+    ) -> None:
         numba_kernels.cg_single_reduction_update(float(alpha), float(beta), u, w, p, s, x, r)
 
-    def pipelined_update(self, alpha, beta, vectors):
+    def pipelined_update(
+        self, alpha: Array, beta: Array, vectors: Sequence[FloatArray | None]
+    ) -> FloatArray:
         """One parallel pass: the eight recurrences and the next local inner products."""
         x, r, u, w, m, n, p, s, q, z = vectors
         pre = u is not None
@@ -103,19 +143,44 @@ class NumbaVectorOps(VectorOps):
         sums = partial.sum(axis=0)  # (3,): r . u, w . u, r . r
         return sums if pre else sums[:2]
 
-    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+    def chebyshev_start(
+        self,
+        c: float,
+        inv_diag: FloatArray,
+        b: FloatArray,
+        Ax: FloatArray | None,
+        r: FloatArray,
+        d: FloatArray,
+    ) -> None:
         if Ax is None:
             numba_kernels.chebyshev_scale(float(c), inv_diag, b, d)
         else:
             numba_kernels.chebyshev_start(float(c), inv_diag, b, Ax, r, d)
 
-    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+    def chebyshev_step(
+        self,
+        a: float,
+        c: float,
+        inv_diag: FloatArray,
+        Ad: FloatArray,
+        d: FloatArray,
+        x: FloatArray,
+        r: FloatArray,
+        b: FloatArray | None = None,
+    ) -> None:
         if b is None:
             numba_kernels.chebyshev_step(float(a), float(c), inv_diag, Ad, d, x, r)
         else:
             numba_kernels.chebyshev_step_zero(float(a), float(c), inv_diag, Ad, b, d, x, r)
 
-    def chebyshev_last(self, Ad, d, x, r, b=None):
+    def chebyshev_last(
+        self,
+        Ad: FloatArray,
+        d: FloatArray,
+        x: FloatArray,
+        r: FloatArray | None,
+        b: FloatArray | None = None,
+    ) -> None:
         if b is not None:
             numba_kernels.chebyshev_last_zero(Ad, b, d, x, r)
         elif r is None:
@@ -123,13 +188,22 @@ class NumbaVectorOps(VectorOps):
         else:
             numba_kernels.cg_update_xr(1.0, d, Ad, x, r)
 
-    def scatter_scaled(self, values, index, scale, out):
+    def scatter_scaled(
+        self, values: FloatArray, index: IndexArray, scale: FloatArray | None, out: FloatArray
+    ) -> None:
         if scale is None:
             numba_kernels.scatter_entries(values, index, out)
         else:
             numba_kernels.scatter_scaled(values, index, scale, out)
 
-    def gather_scaled(self, w, index, scale, v, add=False):
+    def gather_scaled(
+        self,
+        w: FloatArray,
+        index: IndexArray,
+        scale: FloatArray | None,
+        v: FloatArray,
+        add: bool = False,
+    ) -> None:
         if scale is None:
             kernel = numba_kernels.gather_add_entries if add else numba_kernels.gather_entries
             kernel(w, index, v)
@@ -151,32 +225,34 @@ class NumbaBackend(RefBackend):
         numba_threads.configure_threads()
 
     @classmethod
-    def check_available(cls):
+    def check_available(cls) -> None:
         """Raise ImportError naming the extra when Numba is not installed."""
         if numba is None:
             raise ImportError("Numba is not installed; install it with `pip install hofem[numba]`")
 
     # --- arrays ------------------------------------------------------------------------------
     @staticmethod
-    def scatter_entries(values, index, out):
+    def scatter_entries(values: FloatArray, index: IndexArray, out: FloatArray) -> None:
         """``out[index] = values`` in one parallel pass (NumPy's fancy indexing is serial)."""
         numba_kernels.scatter_entries(values, index, out)
 
     @staticmethod
-    def gather_add_entries(w, index, v):
+    def gather_add_entries(w: FloatArray, index: IndexArray, v: FloatArray) -> None:
         """``v += w[index]`` in one parallel pass, without a temporary."""
         numba_kernels.gather_add_entries(w, index, v)
 
     # --- restriction -------------------------------------------------------------------------
-    def restriction_setup(self, r):
+    def restriction_setup(self, r: ElemRestriction) -> None:
         """Keep the host indices and signs; the transpose map is built on first use."""
         r.backend_data = NumbaRestrictionData()
 
-    def restriction_device_offsets(self, r):
+    def restriction_device_offsets(self, r: ElemRestriction) -> None:
         """None: the host offsets stay with the restriction."""
         return None
 
-    def restriction_apply(self, r, u, t_mode, signed=True):
+    def restriction_apply(
+        self, r: ElemRestriction, u: FloatArray, t_mode: TransposeMode, signed: bool = True
+    ) -> FloatArray:
         """Gather L (l_size,) -> E (num_elem, num_comp, elem_size), or sum back (owner-computes)."""
         signs = r.signs if signed else None
         shape = (r.num_elem, r.num_comp, r.elem_size)
@@ -200,11 +276,13 @@ class NumbaBackend(RefBackend):
         return out
 
     # --- basis -------------------------------------------------------------------------------
-    def basis_setup(self, b):
+    def basis_setup(self, b: Basis) -> None:
         """Matrix stack now; a contraction program per (t_mode, eval_mode) on first use."""
         b.backend_data = NumbaBasisData()
 
-    def basis_apply(self, b, t_mode, eval_mode, u):
+    def basis_apply(
+        self, b: Basis, t_mode: TransposeMode, eval_mode: EvalMode, u: FloatArray
+    ) -> FloatArray:
         """Interp/grad and transposes: a sum-factorization (or GEMM) program per element block."""
         data = b.backend_data
         key = (t_mode, eval_mode)
@@ -228,7 +306,7 @@ class NumbaBackend(RefBackend):
         return out
 
     # --- solvers -------------------------------------------------------------------------------
-    def vector_ops(self):
+    def vector_ops(self) -> NumbaVectorOps:
         """CG's vector work as parallel Numba loops (see :mod:`hofem.vector_ops`)."""
         return NumbaVectorOps()
 
@@ -282,7 +360,7 @@ class NumbaBackend(RefBackend):
             )
             return None
 
-    def operator_apply_add(self, op, u, v):
+    def operator_apply_add(self, op: Operator, u: FloatArray | None, v: FloatArray) -> None:
         """``v += A u`` through the fused kernel (reference path if the QFunction won't compile)."""
         plan = self._plan(op)
         if not plan.get("fallback"):
@@ -290,7 +368,7 @@ class NumbaBackend(RefBackend):
         if plan.get("fallback"):
             super().operator_apply_add(op, u, v)
 
-    def operator_apply_dot(self, op, u, v):
+    def operator_apply_dot(self, op: Operator, u: FloatArray, v: FloatArray) -> np.float64 | None:
         """``v = A u`` and ``u . v``, the product formed inside the fused kernel where
         :func:`.operator.dot_fields` allows; else None (apply, then the vector dot)."""
         data = op.backend_data

@@ -19,6 +19,8 @@ cache entry (a truncated file) is removed, warned about and rebuilt; files are
 written atomically, so processes compiling the same kernel at once all succeed.
 """
 
+# no ``from __future__ import annotations`` here: ``compile`` in :func:`load_module` would
+# pass the future flag on to the generated modules (the ``Basis`` annotations are quoted)
 import hashlib
 import importlib.util
 import io
@@ -27,12 +29,19 @@ import pickletools
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...basis import collocated_grad
-from ...constants import EVAL_GRAD, EVAL_INTERP
+from ...constants import EVAL_GRAD, EVAL_INTERP, EvalMode
+from ...typing import FloatArray, IndexArray
+
+if TYPE_CHECKING:
+    from ...basis import Basis
 
 __all__ = [
     "BLK",
@@ -127,7 +136,7 @@ def _entry_is_complete(file):
     return not stream.read()
 
 
-def check_disk_cache(module):
+def check_disk_cache(module: ModuleType) -> None:
     """Remove corrupt Numba disk-cache entries of ``module``'s kernels, with a warning.
 
     Numba unpickles its cache files without a guard, so one truncated file (a
@@ -165,7 +174,7 @@ def check_disk_cache(module):
                 break
 
 
-def load_module(source, cache, namespace=None):
+def load_module(source: str, cache: bool, namespace: dict[str, Any] | None = None) -> ModuleType:
     """Import generated ``source`` as a module.
 
     Parameters
@@ -210,20 +219,20 @@ def load_module(source, cache, namespace=None):
 class Source:
     """Indented source lines with a running indentation level."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lines = []
         self.level = 0
 
-    def __call__(self, line):
+    def __call__(self, line: str) -> None:
         self.lines.append("    " * self.level + line)
 
-    def indent(self, by=1):
+    def indent(self, by: int = 1) -> None:
         self.level += by
 
-    def dedent(self, by=1):
+    def dedent(self, by: int = 1) -> None:
         self.level -= by
 
-    def text(self):
+    def text(self) -> str:
         return "\n".join(self.lines) + "\n"
 
 
@@ -233,7 +242,7 @@ def _collocated(basis):
     return collocated_grad(basis.interp_1d, basis.grad_1d)
 
 
-def matrix_stack(basis):
+def matrix_stack(basis: "Basis") -> FloatArray:
     """The matrices a basis program indexes, zero-padded to one square shape.
 
     Returns
@@ -266,7 +275,9 @@ def _mat_index(basis, grad, transpose, d=0):
     return transpose * count + (1 + d if grad else 0)
 
 
-def tensor_forward(basis, num_comp, eval_mode, u_off, q_off, t_off):
+def tensor_forward(
+    basis: "Basis", num_comp: int, eval_mode: EvalMode, u_off: int, q_off: int, t_off: int
+) -> list[tuple[int, ...]]:
     """Rows of interp or grad of a tensor basis: ``(nc, P^dim)`` at ``u_off`` -> ``q_off``.
 
     Output ``(num_comp, Q^dim)`` (INTERP) or ``(dim, num_comp, Q^dim)`` (GRAD);
@@ -299,7 +310,9 @@ def tensor_forward(basis, num_comp, eval_mode, u_off, q_off, t_off):
     return rows
 
 
-def tensor_transpose(basis, num_comp, eval_mode, q_off, v_off, t_off):
+def tensor_transpose(
+    basis: "Basis", num_comp: int, eval_mode: EvalMode, q_off: int, v_off: int, t_off: int
+) -> list[tuple[int, ...]]:
     """Rows of the transpose: points at ``q_off`` -> ``(num_comp, P^dim)`` at ``v_off``."""
     dim, P, Q = basis.dim, basis.P_1d, basis.Q_1d
     size_q = num_comp * Q**dim
@@ -330,7 +343,9 @@ def tensor_transpose(basis, num_comp, eval_mode, q_off, v_off, t_off):
     return rows
 
 
-def collocated_forward(basis, num_comp, u_off, q_off, t_off):
+def collocated_forward(
+    basis: "Basis", num_comp: int, u_off: int, q_off: int, t_off: int
+) -> list[tuple[int, ...]]:
     """Rows of grad as interp to the points, then ``D`` along each axis at the points.
 
     The interpolated values ``(num_comp, Q^dim)`` go to ``t_off``, the
@@ -349,7 +364,9 @@ def collocated_forward(basis, num_comp, u_off, q_off, t_off):
     return rows
 
 
-def collocated_transpose(basis, num_comp, q_off, v_off, t_off):
+def collocated_transpose(
+    basis: "Basis", num_comp: int, q_off: int, v_off: int, t_off: int
+) -> list[tuple[int, ...]]:
     """Rows of the transpose: ``sum_d D_d^T`` into ``t_off``, then interp^T from there (or
     straight into ``v_off`` where the interpolation is the identity)."""
     dim, Q = basis.dim, basis.Q_1d
@@ -365,12 +382,12 @@ def collocated_transpose(basis, num_comp, q_off, v_off, t_off):
     return rows + tensor_transpose(basis, num_comp, EVAL_INTERP, t_off, v_off, t_off + size_q)
 
 
-def multiply_adds(rows):
+def multiply_adds(rows: Iterable[tuple[int, ...]]) -> int:
     """Multiply-adds per element of program rows (``A N M C`` each)."""
     return sum(A * N * M * C for _, A, N, M, C, *_ in rows)
 
 
-def use_collocated(basis, num_comp, eval_mode):
+def use_collocated(basis: "Basis", num_comp: int, eval_mode: EvalMode) -> bool:
     """Whether a tensor grad (and its transpose) runs through the collocated derivative.
 
     True where ``D`` exists and interp + ``dim`` contractions by ``D``
@@ -387,7 +404,9 @@ def use_collocated(basis, num_comp, eval_mode):
     return multiply_adds(collocated_forward(basis, num_comp, 0, 0, 0)) <= _COLLOCATED_GAIN * plain
 
 
-def dense_forward(basis, num_comp, eval_mode, u_off, q_off):
+def dense_forward(
+    basis: "Basis", num_comp: int, eval_mode: EvalMode, u_off: int, q_off: int
+) -> list[tuple[int, ...]]:
     """Rows of a non-tensor interp/grad: ``(num_comp, P)`` -> ``([dim,] num_comp, Q)`` (GEMM)."""
     P, Q = basis.num_nodes, basis.num_qpts
     grads = range(basis.dim) if eval_mode is EVAL_GRAD else [None]
@@ -398,7 +417,9 @@ def dense_forward(basis, num_comp, eval_mode, u_off, q_off):
     ]  # fmt: skip
 
 
-def dense_transpose(basis, num_comp, eval_mode, q_off, v_off):
+def dense_transpose(
+    basis: "Basis", num_comp: int, eval_mode: EvalMode, q_off: int, v_off: int
+) -> list[tuple[int, ...]]:
     """Rows of the non-tensor transpose: ``([dim,] num_comp, Q)`` -> ``(num_comp, P)``."""
     P, Q = basis.num_nodes, basis.num_qpts
     grads = range(basis.dim) if eval_mode is EVAL_GRAD else [None]
@@ -409,7 +430,7 @@ def dense_transpose(basis, num_comp, eval_mode, q_off, v_off):
     ]  # fmt: skip
 
 
-def temp_size(basis, num_comp, eval_mode, transpose):
+def temp_size(basis: "Basis", num_comp: int, eval_mode: EvalMode, transpose: bool) -> int:
     """Doubles of temporaries (per element) of a basis action (0 for non-tensor bases)."""
     if not basis.is_tensor:
         return 0
@@ -429,7 +450,15 @@ def temp_size(basis, num_comp, eval_mode, transpose):
     return total
 
 
-def basis_program(basis, num_comp, eval_mode, transpose, in_off, out_off, t_off):
+def basis_program(
+    basis: "Basis",
+    num_comp: int,
+    eval_mode: EvalMode,
+    transpose: bool,
+    in_off: int,
+    out_off: int,
+    t_off: int,
+) -> IndexArray:
     """Contraction program of a basis action on the interleaved scratch.
 
     Parameters

@@ -17,13 +17,19 @@ input once, so the rewrite is exact in exact arithmetic for any such body and is
 never applied to one that is not of that form.
 """
 
+from __future__ import annotations
+
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_WEIGHT
 from ...qfunction_trace import PYTHON, Untraceable, trace_body
+
+if TYPE_CHECKING:
+    from ...basis import Basis
+    from ...operator import Operator
 
 __all__ = ["reference_matrix", "scaled_input"]
 
@@ -115,7 +121,7 @@ def _monomials(lines):
     return stores
 
 
-def scaled_input(op: Any) -> int | None:
+def scaled_input(op: Operator) -> int | None:
     """Whether ``op`` is ``c_e B^T W B`` (see the module docstring).
 
     Parameters
@@ -148,7 +154,7 @@ def scaled_input(op: Any) -> int | None:
     return interp if all(stores[r] == (r, 1) for r in range(size)) else None
 
 
-def reference_matrix(basis: Any) -> np.ndarray:
+def reference_matrix(basis: Basis) -> np.ndarray:
     """The reference mass matrix of a non-tensor basis, as the element product's matrix stack.
 
     Parameters

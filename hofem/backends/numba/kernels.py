@@ -12,12 +12,14 @@ import contextlib
 import functools
 import hashlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numba
 import numpy as np
 
 from ...restriction import index_dtype
+from ...typing import IndexArray
 from .codegen import BLK, Source, check_disk_cache, load_module
 
 __all__ = [
@@ -60,7 +62,7 @@ _SERIAL = {"cache": True, **_OPTIONS}
 _TILE_ROWS = (4, 3, 2, 1)
 
 
-def tile_source(rows):
+def tile_source(rows: int) -> str:
     """Source of ``tile{rows}``: a ``rows x BLK`` output tile of one contraction, in registers.
 
     ``tile(s, mat, N, C, o, i, m, add)`` sets (or adds to) ``s[o + r*C + l]``
@@ -156,7 +158,7 @@ def _slp_vectorize():
 
 
 @functools.cache
-def compile_contract():
+def compile_contract() -> None:
     """Compile (or load from the disk cache) :func:`contract_program`, SLP-vectorized.
 
     Call before compiling a kernel that calls it, so that the caller links
@@ -405,7 +407,7 @@ SERIAL_ENTRIES = 1 << 16
 
 
 @contextlib.contextmanager
-def thread_scope(entries: int):
+def thread_scope(entries: int) -> Iterator[None]:
     """One thread for parallel loops over fewer than :data:`SERIAL_ENTRIES` entries (this
     calling thread's Numba setting, restored after)."""
     threads = numba.get_num_threads()
@@ -420,7 +422,7 @@ def thread_scope(entries: int):
 
 
 @contextlib.contextmanager
-def dynamic_schedule(entries: int):
+def dynamic_schedule(entries: int) -> Iterator[None]:
     """Run the parallel loops inside one chunk at a time (Numba's dynamic schedule), on
     one thread for loops over fewer than :data:`SERIAL_ENTRIES` entries.
 
@@ -574,7 +576,7 @@ def chunk_conflicts(bits, num_chunks):
     return conflict
 
 
-def transpose_map(indices, l_size):
+def transpose_map(indices: IndexArray, l_size: int) -> tuple[IndexArray, IndexArray]:
     """CSR of the transpose of a restriction: for each L-entry, its E-vector entries.
 
     Parameters

@@ -22,17 +22,20 @@ does not depend on the thread count, so results are bitwise identical for
 any ``NUMBA_NUM_THREADS``.
 """
 
+from __future__ import annotations
+
 import hashlib
 import inspect
 import re
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
+from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT, EvalMode
 from ...qfunction_trace import PYTHON, Untraceable, trace_body
+from ...typing import FloatArray, IndexArray
 from .codegen import (
     BLK,
     JIT,
@@ -45,6 +48,11 @@ from .codegen import (
 )
 from .element_matrix import reference_matrix, scaled_input
 from .kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
+
+if TYPE_CHECKING:
+    from ...basis import Basis
+    from ...operator import Operator
+    from ...restriction import ElemRestriction
 
 __all__ = [
     "colour_chunks",
@@ -74,7 +82,9 @@ NUM_CHUNKS = 128
 COPY_STRIDED_SIZE = 2
 
 
-def colour_chunks(num_elem, blk, restrictions):
+def colour_chunks(
+    num_elem: int, blk: int, restrictions: Sequence[ElemRestriction]
+) -> tuple[IndexArray, IndexArray, IndexArray]:
     """Chunks of whole SIMD blocks, ordered by a colouring race-free for ``restrictions``.
 
     Parameters
@@ -193,7 +203,7 @@ class _Layout:
         return np.array(self.meta, dtype=np.int64)  # (num_values,)
 
 
-def context_key(context):
+def context_key(context: np.void | None) -> tuple[np.dtype, tuple[Any, ...]] | None:
     """What a kernel depends on in a context: None, or its dtype and non-float values."""
     if context is None:
         return None
@@ -376,7 +386,7 @@ def _point_loop(op, func, fields, body, strided, zero):
     return True
 
 
-def dot_fields(op):
+def dot_fields(op: Operator) -> tuple[int, int] | None:
     """``(i, o)``: the active input and output whose E-vectors give ``u . Au``, or None.
 
     ``u^T A u = sum_e (G_e u) . y_e`` with ``y_e`` the element's output E-vector
@@ -709,7 +719,7 @@ def _module_source(header, preamble, body, args, dot):
 
 
 def operator_kernel(
-    op: Any, dot: bool = False
+    op: Operator, dot: bool = False
 ) -> tuple[Callable, list[str], dict[str, np.ndarray], bool]:
     """Generate and load the fused kernel of ``op``.
 
@@ -793,7 +803,7 @@ def _jit(func):
     return numba.njit(func)
 
 
-def field_arrays(op, name, u):
+def field_arrays(op: Operator, name: str, u: FloatArray | None) -> np.ndarray:
     """The array bound to kernel argument ``name`` for active input ``u``.
 
     Returns
@@ -824,7 +834,7 @@ def field_arrays(op, name, u):
     return matrix_stack(_input_basis(f) if kind == "M" else b)
 
 
-def standalone_program(b, transpose, eval_mode):
+def standalone_program(b: Basis, transpose: bool, eval_mode: EvalMode) -> tuple[IndexArray, int]:
     """A basis action on its own, for :func:`.kernels.basis_program`.
 
     Returns
