@@ -16,6 +16,11 @@ does not carry them.
 - :class:`CeedLike`: what restrictions, bases, QFunctions and operators use of the
   :class:`hofem.Ceed` that made them (its backend, array module and conversions);
   typed as a protocol so that those layers need not import the ``Ceed`` above them.
+- :data:`BasisLike`, :data:`OperatorLike`, :data:`FieldLike`, :data:`RestrictionLike`,
+  :data:`QFunctionLike`: a :class:`hofem.Basis`, :class:`hofem.Operator` (and one of its
+  fields), :class:`hofem.ElemRestriction`, :class:`hofem.QFunction` as a backend receives
+  them; ``Any``, since no backend imports the interface objects it serves (design
+  contract), not even for its annotations.
 - :data:`SparseMatrix`, :data:`LinearOperator`: SciPy's (CPU backends) or
   CuPy's (``cupyx.scipy.sparse``, CUDA backends) CSR matrix and
   ``LinearOperator``; ``Any`` for the reason :data:`Array` is.
@@ -31,11 +36,16 @@ import numpy.typing as npt
 __all__ = [
     "Array",
     "ArrayLike",
+    "BasisLike",
     "BoolArray",
     "CeedLike",
+    "FieldLike",
     "FloatArray",
     "IndexArray",
     "LinearOperator",
+    "OperatorLike",
+    "QFunctionLike",
+    "RestrictionLike",
     "SparseMatrix",
     "Tags",
 ]
@@ -48,6 +58,16 @@ FloatArray: TypeAlias = npt.NDArray[np.float64]
 IndexArray: TypeAlias = npt.NDArray[np.integer]
 #: A host bool array.
 BoolArray: TypeAlias = npt.NDArray[np.bool_]
+#: A hofem.Basis, as a backend receives it.
+BasisLike: TypeAlias = Any
+#: A hofem.Operator, as a backend receives it.
+OperatorLike: TypeAlias = Any
+#: A field of a hofem.Operator (OperatorField), as a backend receives it.
+FieldLike: TypeAlias = Any
+#: A hofem.ElemRestriction, as a backend receives it.
+RestrictionLike: TypeAlias = Any
+#: A hofem.QFunction, as a backend receives it.
+QFunctionLike: TypeAlias = Any
 #: Anything ``numpy.asarray`` takes.
 ArrayLike: TypeAlias = npt.ArrayLike
 #: scipy.sparse.csr_matrix or cupyx.scipy.sparse.csr_matrix.

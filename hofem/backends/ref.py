@@ -23,12 +23,13 @@ from ..restriction import expand_offsets
 from ..vector_ops import VectorOps
 from .contract import Array, Backend
 
-if TYPE_CHECKING:
-    from ..basis import Basis
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ..constants import EvalMode, TransposeMode
-    from ..operator import Operator, OperatorField
-    from ..restriction import ElemRestriction
+    from ..typing import BasisLike as Basis
+    from ..typing import FieldLike as OperatorField
     from ..typing import LinearOperator, SparseMatrix
+    from ..typing import OperatorLike as Operator
+    from ..typing import RestrictionLike as ElemRestriction
 
 __all__ = ["RefBackend", "RefBasisData", "RefRestrictionData"]
 

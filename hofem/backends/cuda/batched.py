@@ -26,11 +26,12 @@ from ..ref import RefBasisData, RefRestrictionData
 from . import gemm
 from .ref import CudaRefBackend, cupy, require_device
 
-if TYPE_CHECKING:
-    from ...basis import Basis
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ...constants import EvalMode, TransposeMode
-    from ...operator import Operator, OperatorField
-    from ...restriction import ElemRestriction
+    from ...typing import BasisLike as Basis
+    from ...typing import FieldLike as OperatorField
+    from ...typing import OperatorLike as Operator
+    from ...typing import RestrictionLike as ElemRestriction
 
 __all__ = ["BatchedBasisData", "BatchedRestrictionData", "CudaBatchedBackend", "device_layout"]
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from .batched import _MAX_T_1D, CudaBatchedBackend
 
-if TYPE_CHECKING:
-    from ...operator import Operator
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ...typing import Array
+    from ...typing import OperatorLike as Operator
     from .operator_fuse import FusedOperator
 
 __all__ = ["CudaGenBackend"]

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING
 from .operator_fuse import FusedOperator
 from .operator_warp import has_grad, point_rows
 
-if TYPE_CHECKING:
-    from ...operator import Operator
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import OperatorLike as Operator
 
 __all__ = ["BLOCKED_GRAD_SHAPES", "BLOCKED_SHAPES", "BlockedFusedOperator", "use_blocked_layout"]
 

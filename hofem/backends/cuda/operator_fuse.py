@@ -52,9 +52,9 @@ from . import kernels
 from .batched import device_layout
 from .ref import cupy
 
-if TYPE_CHECKING:
-    from ...operator import Operator
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ...typing import Array
+    from ...typing import OperatorLike as Operator
 
 __all__ = [
     "FusedOperator",

@@ -66,8 +66,8 @@ from .operator_fuse import (
 )
 from .ref import cupy
 
-if TYPE_CHECKING:
-    from ...operator import Operator
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import OperatorLike as Operator
 
 __all__ = [
     "REGISTER_OPERAND_SHAPES",

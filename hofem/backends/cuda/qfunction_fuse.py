@@ -24,9 +24,9 @@ import numpy as np
 from ...qfunction_trace import trace_body
 from .ref import cupy
 
-if TYPE_CHECKING:
-    from ...qfunction import QFunction
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ...typing import Array
+    from ...typing import QFunctionLike as QFunction
 
     #: ``(array, row_stride, elem_stride)`` of one field of a fused QFunction kernel
     FieldArg: TypeAlias = tuple[Array, int, int]

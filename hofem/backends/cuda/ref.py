@@ -21,11 +21,10 @@ from .vector_ops import cupy_vector_ops
 if TYPE_CHECKING:
     import scipy.sparse
 
-    from ...operator import Operator
     from ...typing import Array, LinearOperator, SparseMatrix
+    from ...typing import OperatorLike as Operator
     from ..contract import DeviceCGTarget
     from .cg import DeviceCG
-    from .operator_fuse import FusedOperator
     from .vector_ops import CupyVectorOps
 
 __all__ = ["CudaRefBackend", "cupy", "require_device"]
@@ -89,7 +88,7 @@ class CudaRefBackend(RefBackend):
 
         return DeviceCG(self, A, target)
 
-    def cg_apply_dot(self, op: Operator) -> FusedOperator | None:
+    def cg_apply_dot(self, op: Operator) -> Callable[..., Any] | None:
         """The operator's ``apply_dot(u, v, partial, status)`` (``u . Au`` in its kernel), or None.
 
         None here: the device CG applies ``op`` and adds ``p . Ap`` in a kernel of its own.

@@ -36,10 +36,10 @@ else:
     from . import operator as numba_operator
     from . import threads as numba_threads
 
-if TYPE_CHECKING:
-    from ...basis import Basis
-    from ...operator import Operator
-    from ...restriction import ElemRestriction
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import BasisLike as Basis
+    from ...typing import OperatorLike as Operator
+    from ...typing import RestrictionLike as ElemRestriction
 
 __all__ = ["NumbaBackend", "NumbaBasisData", "NumbaRestrictionData"]
 

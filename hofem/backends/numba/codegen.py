@@ -40,8 +40,8 @@ from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EvalMode
 from ...typing import FloatArray, IndexArray
 
-if TYPE_CHECKING:
-    from ...basis import Basis
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import BasisLike as Basis
 
 __all__ = [
     "BLK",

@@ -27,9 +27,9 @@ import numpy as np
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_WEIGHT
 from ...qfunction_trace import PYTHON, Untraceable, trace_body
 
-if TYPE_CHECKING:
-    from ...basis import Basis
-    from ...operator import Operator
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import BasisLike as Basis
+    from ...typing import OperatorLike as Operator
 
 __all__ = ["reference_matrix", "scaled_input"]
 

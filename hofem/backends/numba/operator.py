@@ -49,10 +49,10 @@ from .codegen import (
 from .element_matrix import reference_matrix, scaled_input
 from .kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
 
-if TYPE_CHECKING:
-    from ...basis import Basis
-    from ...operator import Operator
-    from ...restriction import ElemRestriction
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import BasisLike as Basis
+    from ...typing import OperatorLike as Operator
+    from ...typing import RestrictionLike as ElemRestriction
 
 __all__ = [
     "colour_chunks",
