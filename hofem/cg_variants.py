@@ -19,7 +19,16 @@ Each loop returns ``(status, iterations, residual_norm)`` with ``status`` one of
 ``"converged"``, ``"breakdown"``, ``"maxiter"`` (:mod:`hofem.solvers` reports it).
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .typing import Array
+
+if TYPE_CHECKING:
+    from .vector_ops import VectorOps
 
 __all__ = ["VARIANTS", "pipelined_loop", "single_reduction_loop"]
 
@@ -47,7 +56,17 @@ def _pairs(r, u, w):
     return (r, u), (w, u), (r, r)
 
 
-def single_reduction_loop(ops, apply, precond, x, r, tol, maxiter, check_every, callback):
+def single_reduction_loop(
+    ops: VectorOps,
+    apply: Callable[[Array, Array], object],
+    precond: Callable[[Array], Array] | None,
+    x: Array,
+    r: Array,
+    tol: float,
+    maxiter: int,
+    check_every: int,
+    callback: Callable[[Array], object] | None,
+) -> tuple[str, int, float]:
     """Chronopoulos-Gear CG from ``x`` (n,) and its residual ``r`` (n,), both updated in place.
 
     Per iteration: ``u = M r; w = A u``; one reduction of ``r . u, w . u, r . r``;
@@ -78,7 +97,17 @@ def single_reduction_loop(ops, apply, precond, x, r, tol, maxiter, check_every, 
             callback(x)
 
 
-def pipelined_loop(ops, apply, precond, x, r, tol, maxiter, check_every, callback):
+def pipelined_loop(
+    ops: VectorOps,
+    apply: Callable[[Array, Array], object],
+    precond: Callable[[Array], Array] | None,
+    x: Array,
+    r: Array,
+    tol: float,
+    maxiter: int,
+    check_every: int,
+    callback: Callable[[Array], object] | None,
+) -> tuple[str, int, float]:
     """Ghysels-Vanroose pipelined CG from ``x`` (n,) and its residual ``r`` (n,), in place.
 
     Keeps ``u = M r``, ``w = A u``, ``s = A p``, ``q = M s``, ``z = A q`` by

@@ -457,7 +457,7 @@ def restrict_dofs(op: Operator | CompositeOperator, free_dofs: ArrayLike | Array
     return SubOperator(op, free_dofs)
 
 
-def form_space(op):
+def form_space(op: object) -> H1Space | None:
     """The :class:`~hofem.H1Space` :func:`mass` or :func:`diffusion` built ``op`` on, or None."""
     return _SPACES.get(op) if isinstance(op, Operator) else None
 

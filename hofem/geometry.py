@@ -38,7 +38,14 @@ stored ones), so on the fly never saves bytes there: ``auto`` keeps stored
 q-data.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from . import tuning
+
+if TYPE_CHECKING:
+    from .basis import Basis
 
 __all__ = [
     "AFFINE_POINT_FLOPS",
@@ -95,7 +102,7 @@ POINT_FLOPS = {"mass": {1: 1, 2: 4, 3: 15}, "diffusion": {1: 2, 2: 18, 3: 72}}
 AFFINE_POINT_FLOPS = {"mass": {1: 16, 2: 16, 3: 16}, "diffusion": {1: 16, 2: 2, 3: 3}}
 
 
-def check_geometry(geometry):
+def check_geometry(geometry: str) -> None:
     """Raise ValueError unless ``geometry`` is one of :data:`GEOMETRY_MODES`."""
     if geometry not in GEOMETRY_MODES:
         raise ValueError(
@@ -103,7 +110,7 @@ def check_geometry(geometry):
         )
 
 
-def grad_flops(dim, num_comp, P_1d, Q_1d):
+def grad_flops(dim: int, num_comp: int, P_1d: int, Q_1d: int) -> int:
     """Flops of the gradient at the points of ``num_comp`` components of a tensor basis.
 
     Sum factorization with shared prefixes (what the fused backends run):
@@ -115,7 +122,9 @@ def grad_flops(dim, num_comp, P_1d, Q_1d):
     )
 
 
-def geometry_costs(form, basis, qdata_size, coordinates=None):
+def geometry_costs(
+    form: str, basis: Basis, qdata_size: int, coordinates: Basis | None = None
+) -> dict[str, Any]:
     """Bytes saved and flops added per element by recomputing the geometry.
 
     Parameters
@@ -169,7 +178,7 @@ def geometry_costs(form, basis, qdata_size, coordinates=None):
     }
 
 
-def choose_geometry(geometry, resource, costs):
+def choose_geometry(geometry: str, resource: str, costs: dict[str, Any]) -> str:
     """``"stored"`` or ``"on_the_fly"`` for a requested ``geometry``.
 
     Parameters

@@ -1,9 +1,11 @@
 """Determinants of stacks of small Jacobians, written out (NumPy or CuPy)."""
 
+from .typing import Array
+
 __all__ = ["det"]
 
 
-def det(a):
+def det(a: Array) -> Array:
     """Determinants of the trailing ``(d, d)`` matrices of ``a``, ``d`` = 1, 2 or 3.
 
     The cofactor expansion as array expressions of ``a``'s own library: several

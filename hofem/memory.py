@@ -14,9 +14,11 @@ import resource
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .typing import Array
 from .vector_ops import VectorOps
 
 __all__ = [
@@ -35,7 +37,7 @@ _SHARED_TYPES = (VectorOps,)
 _OWNED = "backend_data"
 
 
-def peak_rss_bytes():
+def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far, in bytes.
 
     On Linux the high-water mark of this program's own memory (``VmHWM`` of
@@ -92,7 +94,9 @@ def _cgroup_dirs(root=Path("/sys/fs/cgroup"), proc_cgroup=Path("/proc/self/cgrou
     return found
 
 
-def cgroup_memory_room(root=Path("/sys/fs/cgroup"), proc_cgroup=Path("/proc/self/cgroup")):
+def cgroup_memory_room(
+    root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")
+) -> int | None:
     """Bytes this process's memory cgroups still allow (the least over them and their
     ancestors of limit minus usage), or None where no limit is set.
 
@@ -123,7 +127,7 @@ def _mem_available():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def available_host_memory():
+def available_host_memory() -> int:
     """Bytes of host memory a new allocation may take.
 
     Where a memory cgroup limits this process, its limit minus its usage (the
@@ -140,14 +144,16 @@ def available_host_memory():
     return _mem_available() if room is None else room
 
 
-def owning_array(array):
+def owning_array(array: Array) -> Array:
     """The array owning the memory of ``array`` (itself when it owns it)."""
     while getattr(array, "base", None) is not None and hasattr(array.base, "nbytes"):
         array = array.base
     return array
 
 
-def chunk_ranges(count, per_item, entries=1 << 20, multiple=1):
+def chunk_ranges(
+    count: int, per_item: int, entries: int = 1 << 20, multiple: int = 1
+) -> list[tuple[int, int]]:
     """Consecutive ranges ``(start, stop)`` covering ``0:count``, bounding temporaries.
 
     Parameters
@@ -177,7 +183,7 @@ def _is_array(value):
     )
 
 
-def memory_report(*objects):
+def memory_report(*objects: object) -> dict[str, Any]:
     """Bytes of the distinct arrays reachable from ``objects``, by holder and memory.
 
     Parameters

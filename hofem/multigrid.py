@@ -23,13 +23,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from .operator import Operator, SubOperator
 from .transfer import Transfer
-from .typing import Array, LinearOperator
+from .typing import Array, LinearOperator, SparseMatrix
 from .vector_ops import VectorOps
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
 _HIERARCHIES = []  # (class, builder) pairs, see register_hierarchy
 
 
-def import_pyamg():
+def import_pyamg() -> ModuleType:
     """pyamg, or ImportError naming the extra that installs it."""
     try:
         import pyamg
@@ -143,7 +144,13 @@ def coarse_orders(order: int, orders: Sequence[int] | None = None) -> list:
     return out
 
 
-def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0) -> float:
+def estimate_max_eigenvalue(
+    apply: Callable[[Array, Array], object],
+    inv_diag: Array,
+    ops: VectorOps,
+    steps: int = 10,
+    seed: int = 0,
+) -> float:
     """Largest eigenvalue of ``D^-1 A`` from ``steps`` Jacobi-preconditioned CG steps (Lanczos).
 
     :func:`start_max_eigenvalue` and its result at once.
@@ -167,7 +174,13 @@ def estimate_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0) -> float:
     return start_max_eigenvalue(apply, inv_diag, ops, steps, seed)()
 
 
-def start_max_eigenvalue(apply, inv_diag, ops, steps=10, seed=0) -> Callable[[], float]:
+def start_max_eigenvalue(
+    apply: Callable[[Array, Array], object],
+    inv_diag: Array,
+    ops: VectorOps,
+    steps: int = 10,
+    seed: int = 0,
+) -> Callable[[], float]:
     """Run the steps of :func:`estimate_max_eigenvalue` and defer their one synchronization.
 
     The CG scalars stay where the vectors live (0-d arrays) and come to the host once, when
@@ -277,7 +290,9 @@ class Chebyshev:
             rho = rho_new
         self._work = None  # (A d, d, r), each (n,): made at the first smooth
 
-    def smooth(self, b, x=None, out=None):
+    def smooth(
+        self, b: Array, x: Array | None = None, out: Array | None = None
+    ) -> tuple[Array, Array | None]:
         """Smooth ``A x = b``: from zero (``x`` None) or in place on ``x``.
 
         Both cost ``degree`` applications of ``A``.
@@ -319,7 +334,7 @@ class Chebyshev:
         return x, None
 
 
-def device_matrix(A, xp):
+def device_matrix(A: SparseMatrix, xp: ModuleType) -> SparseMatrix:
     """Host sparse matrix ``A`` as a CSR matrix of ``xp``'s sparse library (SciPy or CuPy)."""
     return A.tocsr() if xp is np else sparse_module(xp).csr_matrix(A.tocsr())
 
@@ -608,11 +623,11 @@ class RestrictedTransfer:
         # (in l_size,): constrained entries stay 0; (out l_size,)
         return xp.zeros(transfer.shape[1]), xp.empty(transfer.shape[0]), scale_in, scale_out
 
-    def apply(self, u, v):
+    def apply(self, u: Array, v: Array) -> None:
         """``v = T[free_out][:, free_in] u``."""
         self._run(u, v, add=False)
 
-    def apply_add(self, u, v):
+    def apply_add(self, u: Array, v: Array) -> None:
         """``v += T[free_out][:, free_in] u``."""
         self._run(u, v, add=True)
 

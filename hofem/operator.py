@@ -648,11 +648,11 @@ class SubOperator(_OperatorBase):
         v.fill(0.0)
         return self._through(self.op._apply_dot, u, v)
 
-    def linear_assemble_diagonal(self):
+    def linear_assemble_diagonal(self) -> Array:
         """Diagonal on the free DOFs, ``(n_free,)``."""
         return self.op.linear_assemble_diagonal()[self._free]
 
-    def linear_assemble(self):
+    def linear_assemble(self) -> SparseMatrix:
         """CSR matrix ``A[free][:, free]``."""
         A = self.op.linear_assemble()
         return A[self._free][:, self._free].tocsr()

@@ -4,18 +4,34 @@ Used by the forms (:mod:`hofem.forms`) to store q-data and by :class:`hofem.H1Sp
 for ``w det J`` at its quadrature points; both sit above this module.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .constants import (
     BASIS_NONE,
     ELEMRESTRICTION_NONE,
     STRIDES_BACKEND,
     VECTOR_ACTIVE,
     VECTOR_NONE,
+    _Sentinel,
 )
+
+if TYPE_CHECKING:
+    from .basis import Basis
+    from .operator import Operator
 
 __all__ = ["build_operator"]
 
 
-def build_operator(space, kind, geo, size, num_elem, strides=STRIDES_BACKEND):
+def build_operator(
+    space: Any,  # an H1Space, of the discretization layer above this one (not imported)
+    kind: str,
+    geo: Basis,
+    size: int,
+    num_elem: int,
+    strides: tuple[int, int, int] | _Sentinel = STRIDES_BACKEND,
+) -> Operator:
     """The set-up operator of ``kind`` on ``num_elem`` cells: coordinate E-vector -> q-data.
 
     Parameters

@@ -9,6 +9,7 @@ The gallery modules (:mod:`hofem.qfunctions`) register their factories here with
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["gallery_entry", "gallery_names", "register_gallery"]
 
@@ -43,7 +44,7 @@ def gallery_names() -> list[str]:
     return sorted(_GALLERY)
 
 
-def gallery_entry(name: str, **kwargs) -> tuple:
+def gallery_entry(name: str, **kwargs: Any) -> tuple:
     """Look up a gallery QFunction, importing the gallery on first use.
 
     Returns

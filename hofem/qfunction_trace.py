@@ -9,10 +9,17 @@ runs it some other way.  The statements are written in a *dialect*:
 :data:`CPP` (CUDA kernels) or :data:`PYTHON` (Numba kernels).
 """
 
+from __future__ import annotations
+
 import functools
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .qfunction import QFunction
 
 __all__ = ["CPP", "PYTHON", "Untraceable", "trace_body"]
 
@@ -206,7 +213,14 @@ class _Context:
         return _Expr(self.trace, self.load(name))
 
 
-def trace_body(qf, load, store, dialect=CPP, context_load=None, zero_unwritten=False):
+def trace_body(
+    qf: QFunction,
+    load: Callable[[int, int], str],
+    store: Callable[[int, int], str],
+    dialect: Dialect = CPP,
+    context_load: Callable[[str], str] | None = None,
+    zero_unwritten: bool = False,
+) -> list[str]:
     """Straight-line statements computing ``qf``'s body at one point.
 
     Parameters

@@ -41,11 +41,11 @@ class CGInfo(int):
         return f"CGInfo({int(self)}, iterations={self.iterations}, message={self.message!r})"
 
     @classmethod
-    def converged(cls, iterations, residual_norm):
+    def converged(cls, iterations: int, residual_norm: float) -> "CGInfo":
         return cls(0, iterations, residual_norm, "converged")
 
     @classmethod
-    def breakdown(cls, iteration, residual_norm):
+    def breakdown(cls, iteration: int, residual_norm: float) -> "CGInfo":
         """``-1``: ``p.Ap <= 0`` or NaN/Inf seen by ``iteration``."""
         return cls(
             -1,
@@ -56,7 +56,7 @@ class CGInfo(int):
         )
 
     @classmethod
-    def not_converged(cls, iterations, residual_norm, tol):
+    def not_converged(cls, iterations: int, residual_norm: float, tol: float) -> "CGInfo":
         return cls(
             iterations,
             iterations,

@@ -13,11 +13,13 @@ continuous), so averaging makes ``P`` the interpolation, and ``R`` is exactly
 its transpose.
 """
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
 
-from .basis import h1, tensor_h1
+from .basis import Basis, h1, tensor_h1
 from .constants import BASIS_NONE, EVAL_INTERP, EVAL_NONE, VECTOR_ACTIVE
 from .polynomials import (
     lagrange_deriv_matrix,
@@ -26,6 +28,7 @@ from .polynomials import (
     simplex_nodes,
 )
 from .quadrature import lobatto_quadrature
+from .typing import Array, LinearOperator
 
 __all__ = ["Transfer", "coarse_basis", "interpolation_basis", "lagrange_order", "order_of_size"]
 
@@ -41,7 +44,7 @@ def _simplex_order(num_nodes, dim):
     return p if math.comb(p + dim, dim) == num_nodes else None
 
 
-def order_of_size(basis, elem_size):
+def order_of_size(basis: Basis, elem_size: int) -> int | None:
     """The Lagrange order whose element of ``basis``'s topology has ``elem_size`` nodes, or None."""
     if basis.is_tensor:
         P_1d = round(elem_size ** (1.0 / basis.dim))
@@ -50,7 +53,7 @@ def order_of_size(basis, elem_size):
     return order if order else None
 
 
-def lagrange_order(basis):
+def lagrange_order(basis: Basis) -> int | None:
     """The order of an H1 Lagrange basis (hofem's nodes), or None for any other basis.
 
     Tensor bases: Gauss-Lobatto nodes (:meth:`hofem.Ceed.BasisTensorH1Lagrange`);
@@ -74,7 +77,7 @@ def _nodes_1d(order):
     return lobatto_quadrature(order + 1)[0]  # (order + 1,)
 
 
-def coarse_basis(basis, order):
+def coarse_basis(basis: Basis, order: int) -> Basis:
     """The Lagrange basis of ``order`` on the points and weights of Lagrange ``basis``.
 
     Parameters
@@ -105,7 +108,7 @@ def coarse_basis(basis, order):
     )  # fmt: skip
 
 
-def interpolation_basis(fine, coarse_order):
+def interpolation_basis(fine: Basis, coarse_order: int) -> Basis:
     """The coarse Lagrange basis of ``coarse_order`` evaluated at the nodes of Lagrange ``fine``.
 
     An interpolation-only basis: its "quadrature points" are the fine nodes
@@ -177,7 +180,7 @@ class Transfer:
         # multigrid cycles apply self.op themselves, with the weight folded elsewhere
         self._scratch = None
 
-    def apply(self, u, v):
+    def apply(self, u: Array, v: Array) -> None:
         """``v = T u`` (T the prolongation or restriction)."""
         if self.transpose:
             if self._scratch is None:
@@ -196,6 +199,6 @@ class Transfer:
 
     matvec = __call__
 
-    def as_linear_operator(self):
+    def as_linear_operator(self) -> LinearOperator:
         """A SciPy (CPU) or CuPy (GPU) ``LinearOperator`` applying this transfer."""
         return self.ceed.backend.linear_operator(self.shape, self)

@@ -23,7 +23,9 @@ own x-fastest order, 25 short rows). The order is arithmetic in the owner's
 cell counts, so ghost holders compute it too.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +33,11 @@ from ..meshes import reference as ref
 from ..meshes.numbering import H1Numbering, box_node_classes
 from ..restriction import index_dtype
 from .layout import ParNumbering
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from .distribute import LocalMesh
 
 __all__ = ["box_numbering", "range_numbering"]
 
@@ -63,7 +70,7 @@ def _outer(vectors):
     ]
 
 
-def box_numbering(comm, local_mesh, order):
+def box_numbering(comm: MPI.Comm, local_mesh: LocalMesh, order: int) -> ParNumbering:
     """:class:`~hofem.parallel.ParNumbering` of a block of a tensor-cell box.
 
     Parameters

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ import numpy as np
 from ..meshes import box_block
 from ..meshes import read as read_mesh
 from ..meshes.mesh import Mesh
-from ..typing import IndexArray
+from ..typing import ArrayLike, IndexArray
 from .comm import check_all
 from .partition import partition
 
@@ -138,7 +139,15 @@ def _uneven_slabs(n, dims):
     return all(d == 1 for d in dims[:-1]) and dims[-1] > 1 and n[-1] % dims[-1] != 0
 
 
-def box_local(comm, n, dim=3, simplex=False, order=1, distort=0.0, bounds=None):
+def box_local(
+    comm: MPI.Comm,
+    n: int | Sequence[int],
+    dim: int = 3,
+    simplex: bool = False,
+    order: int = 1,
+    distort: float = 0.0,
+    bounds: ArrayLike | None = None,
+) -> LocalMesh:
     """This rank's block of :func:`hofem.meshes.box`, built without the rest of the box.
 
     The grid of ``n`` cells per direction is cut into ``prod(dims) = comm.size``

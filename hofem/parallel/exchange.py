@@ -15,8 +15,9 @@ channels, or with ``transport="ipc"`` copy-engine channels (:mod:`hofem.parallel
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from mpi4py import MPI
@@ -44,7 +45,7 @@ TRANSPORTS = ("auto", "nccl", "ipc", "mpi")
 Segment = tuple[int, int, int]  # (rank, offset, count) of one message in a buffer
 
 
-def nccl_communicator(comm):
+def nccl_communicator(comm: MPI.Comm) -> Any:  # a cupy.cuda.nccl.NcclCommunicator
     """The NCCL communicator of ``comm``'s ranks (one per communicator, made on first use).
 
     Rank 0 makes the unique id and broadcasts it over MPI. NVLink multicast
@@ -193,14 +194,14 @@ class MpiChannel:
             if b > a
         ]
 
-    def start(self):
+    def start(self) -> None:
         """Send ``send_buf`` (after the pending device work that filled it)."""
         if self.device and self._host_send.size:
             self.send_buf.get(out=self._host_send)
         if self._requests:
             MPI.Prequest.Startall(self._requests)
 
-    def finish(self):
+    def finish(self) -> Array:
         """Wait for the exchange; return ``recv_buf``."""
         if self._requests:
             MPI.Request.Waitall(self._requests)
@@ -208,7 +209,7 @@ class MpiChannel:
             self.recv_buf.set(self._host_recv)
         return self.recv_buf
 
-    def free(self):
+    def free(self) -> None:
         for request in self._requests:
             request.Free()
         self._requests = []
@@ -231,7 +232,14 @@ class NcclChannel:
         self._recvs = _rank_segments(recv_ranks, recv_sizes)
 
     @classmethod
-    def over(cls, comm, sends, recvs, send_buf=None, recv_buf=None) -> NcclChannel:
+    def over(
+        cls,
+        comm: MPI.Comm,
+        sends: Iterable[Segment],
+        recvs: Iterable[Segment],
+        send_buf: Array | None = None,
+        recv_buf: Array | None = None,
+    ) -> NcclChannel:
         """A channel over explicit segments ``(rank, offset, count)`` of the arrays that
         :meth:`start` is given (``send_buf``/``recv_buf``: the defaults, shared with
         another channel); segments to one rank are sent and received in list order."""
@@ -248,7 +256,7 @@ class NcclChannel:
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._ready, self._done = cupy.cuda.Event(), cupy.cuda.Event()
 
-    def start(self, send=None, recv=None):
+    def start(self, send: Array | None = None, recv: Array | None = None) -> None:
         """Send ``send`` (default ``send_buf``) and receive into ``recv`` (default
         ``recv_buf``), device arrays of the channel's sizes, after the current stream's
         queued work."""
@@ -269,18 +277,18 @@ class NcclChannel:
         nccl.groupEnd()
         self._done.record(self._stream)
 
-    def finish(self):
+    def finish(self) -> Array:
         import cupy
 
         if self._sends or self._recvs:
             cupy.cuda.get_current_stream().wait_event(self._done)
         return self.recv_buf
 
-    def free(self):
+    def free(self) -> None:
         """Nothing to release (buffers are freed with the object)."""
 
 
-def transport_names(xp):
+def transport_names(xp: ModuleType) -> list[str]:
     """Transports usable with arrays of ``xp``: ``["mpi"]``, plus ``"nccl"`` and ``"ipc"``
     with CuPy's NCCL."""
     if xp is np:
@@ -620,7 +628,7 @@ class Exchange:
         )
         return out
 
-    def allreduce_start(self, values):
+    def allreduce_start(self, values: Array) -> Callable[[], Array]:
         """Start summing a (k,) float64 array over the ranks; returns ``finish()`` -> the sums.
 
         Over MPI a non-blocking ``Iallreduce`` of a host copy (the work done before

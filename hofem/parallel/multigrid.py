@@ -33,7 +33,7 @@ class ParLevel(_OperatorBase):
         self._y = self.ceed.xp.zeros(space.local.num_dofs)
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, int]:
         n = self.space.num_owned_dofs
         return (n, n)
 
@@ -44,12 +44,12 @@ class ParLevel(_OperatorBase):
             op.apply_add(self._x, self._y)
         self.space.exchange.prolong_transpose_add(self._y, v)
 
-    def linear_assemble_diagonal(self):
+    def linear_assemble_diagonal(self) -> Array:
         """Diagonal on the owned DOFs: the parts' local diagonals summed with ``Pᵀ``."""
         diag = sum(op.linear_assemble_diagonal() for op in self.parts)
         return self.space.exchange.prolong_transpose(diag)
 
-    def vector_ops(self):
+    def vector_ops(self) -> ParallelVectorOps:
         return ParallelVectorOps(super().vector_ops(), self.space.exchange)
 
 
@@ -89,7 +89,7 @@ class ParTransfer:
             self._x = xp.zeros(space_in.local.num_dofs)  # (in l_size,)
             self._y = xp.zeros(space_out.local.num_dofs)  # (out l_size,)
 
-    def apply(self, u, v):
+    def apply(self, u: Array, v: Array) -> None:
         """``v = T u``."""
         x, y = self._x, self._y
         self.space_in.exchange.prolong(u, x)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backends.contract import DeviceCGTarget, DistributedParts
@@ -63,39 +63,73 @@ class ParallelVectorOps(VectorOps):
     def update_p(self, z: Array, rz_new: Array, rz: Array, p: Array) -> None:
         self.inner.update_p(z, rz_new, rz, p)
 
-    def local_dots(self, pairs):
+    def local_dots(self, pairs: Sequence[tuple[Array, Array]]) -> Array:
         return self.inner.local_dots(pairs)
 
-    def sum_start(self, values):
+    def sum_start(self, values: Array) -> Callable[[], Array]:
         """One all-reduce of the (k,) ``values`` for the whole iteration, started now."""
         return self._sum_start(values)
 
-    def sum_finish(self, pending):
+    def sum_finish(self, pending: Callable[[], Array]) -> Array:
         return pending()
 
-    def variant_scalars(self, gamma, gamma_old, delta, alpha_old, first, breakdown):
+    def variant_scalars(
+        self,
+        gamma: Array,
+        gamma_old: Array,
+        delta: Array,
+        alpha_old: Array,
+        first: bool,
+        breakdown: Array,
+    ) -> tuple[Array, Array]:
         return self.inner.variant_scalars(gamma, gamma_old, delta, alpha_old, first, breakdown)
 
-    def single_reduction_update(self, alpha, beta, u, w, p, s, x, r):
+    def single_reduction_update(
+        self,
+        alpha: Array,
+        beta: Array,
+        u: Array,
+        w: Array,
+        p: Array,
+        s: Array,
+        x: Array,
+        r: Array,
+    ) -> None:
         self.inner.single_reduction_update(alpha, beta, u, w, p, s, x, r)
 
-    def pipelined_update(self, alpha, beta, vectors):
+    def pipelined_update(self, alpha: Array, beta: Array, vectors: Sequence[Array | None]) -> Array:
         """The rank's recurrences; returns its local inner products (for :meth:`sum_start`)."""
         return self.inner.pipelined_update(alpha, beta, vectors)
 
-    def chebyshev_start(self, c, inv_diag, b, Ax, r, d):
+    def chebyshev_start(
+        self, c: float, inv_diag: Array, b: Array, Ax: Array | None, r: Array, d: Array
+    ) -> None:
         self.inner.chebyshev_start(c, inv_diag, b, Ax, r, d)
 
-    def chebyshev_step(self, a, c, inv_diag, Ad, d, x, r, b=None):
+    def chebyshev_step(
+        self,
+        a: float,
+        c: float,
+        inv_diag: Array,
+        Ad: Array,
+        d: Array,
+        x: Array,
+        r: Array,
+        b: Array | None = None,
+    ) -> None:
         self.inner.chebyshev_step(a, c, inv_diag, Ad, d, x, r, b)
 
-    def chebyshev_last(self, Ad, d, x, r, b=None):
+    def chebyshev_last(
+        self, Ad: Array, d: Array, x: Array, r: Array, b: Array | None = None
+    ) -> None:
         self.inner.chebyshev_last(Ad, d, x, r, b)
 
-    def scatter_scaled(self, values, index, scale, out):
+    def scatter_scaled(self, values: Array, index: Array, scale: Array, out: Array) -> None:
         self.inner.scatter_scaled(values, index, scale, out)
 
-    def gather_scaled(self, w, index, scale, v, add=False):
+    def gather_scaled(
+        self, w: Array, index: Array, scale: Array, v: Array, add: bool = False
+    ) -> None:
         self.inner.gather_scaled(w, index, scale, v, add)
 
 
