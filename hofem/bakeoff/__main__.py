@@ -15,9 +15,13 @@ The comparisons with libCEED and MFEM, the kernel benchmarks and the tuning
 sweeps are the repository's laboratory, ``python -m bakeoff`` from a checkout.
 """
 
+import argparse
 import importlib
 import json
+import os
 import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import hofem as hf
 from hofem import meshes
@@ -50,7 +54,7 @@ COMMANDS = {
 }
 
 
-def parse_args(argv):
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Options of the single-case command."""
     parser = Parser(prog=PROG, description=__doc__, epilog=EXIT_STATUS_EPILOG)
     parser.add_argument(
@@ -112,7 +116,7 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def report(result, extra=()):
+def report(result: dict[str, Any], extra: Iterable[str] = ()) -> None:
     """Print the human summary, ``extra`` lines, and the JSON line."""
     status = "converged" if result["converged"] else "NOT converged"
     print(
@@ -141,7 +145,7 @@ def report(result, extra=()):
     print(json.dumps(result))
 
 
-def run_distributed(args):
+def run_distributed(args: argparse.Namespace) -> int:
     """One bake-off case over the ranks of ``MPI.COMM_WORLD``; rank 0 prints."""
     from hofem import parallel as par
 
@@ -193,7 +197,7 @@ def run_distributed(args):
     return 0 if result["converged"] else 1
 
 
-def read_mesh(path):
+def read_mesh(path: str | os.PathLike[str]) -> meshes.Mesh:
     """``meshes.read(path)``; a file it cannot read is a :class:`UsageError`."""
     try:
         return meshes.read(path)
@@ -201,7 +205,7 @@ def read_mesh(path):
         raise UsageError(str(exc)) from None
 
 
-def solve_one(argv):
+def solve_one(argv: Sequence[str] | None) -> int:
     """Build the mesh, set up and solve one case, print the summary; exit status 0/1.
 
     Under ``mpiexec`` the case runs distributed over the ranks (rank 0 prints).
@@ -236,7 +240,7 @@ def solve_one(argv):
     return 0 if result["converged"] else 1
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a command of :data:`COMMANDS`, or solve one case.
 
     Exit status 0, or 1 where a case did not converge. A usage error
@@ -246,7 +250,7 @@ def main(argv=None):
     """
     argv = sys.argv[1:] if argv is None else list(argv)
 
-    def command():
+    def command() -> int:
         if argv and argv[0] in COMMANDS:
             module = importlib.import_module(f"{__package__}.{COMMANDS[argv[0]]}")
             return module.main(argv[1:])

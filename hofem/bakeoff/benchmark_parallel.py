@@ -17,8 +17,13 @@ the size on each rank (weak scaling). The box has ``round(((dofs)^(1/3) - 1) / p
 elements per direction. Started without ``mpiexec`` it runs on one rank.
 """
 
+from __future__ import annotations
+
+import argparse
 import json
 import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import hofem as hf
 from hofem.memory import peak_rss_bytes
@@ -39,10 +44,13 @@ from .distributed import ceed_on_every_rank, setup_distributed
 from .estimate import case_estimate
 from .problems import make_preconditioner, solve_footprint
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 PROG = "python -m hofem.bakeoff bench-parallel"
 
 
-def parse_args(argv=None):
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = Parser(prog=PROG, description=__doc__, epilog=EXIT_STATUS_EPILOG)
     add_problem_arguments(parser, ("bp1", "bp3"), (4, 6))
     parser.add_argument("--dofs", nargs="+", type=positive_float, default=[1e6])
@@ -71,15 +79,16 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def box_elements(dofs, p):
+def box_elements(dofs: float, p: int) -> int:
     """Elements per direction of the box with about ``dofs`` DOFs at order ``p``."""
     return max(1, round((dofs ** (1 / 3) - 1) / p))
 
 
 def run_case(
-    comm, ceed, bp, p, dofs, iterations, transport, geometry="auto", preconditioner=None,
-    variant="standard", rtol=0.0,
-):  # fmt: skip
+    comm: MPI.Comm, ceed: hf.Ceed, bp: str, p: int, dofs: float, iterations: int,
+    transport: str, geometry: str = "auto", preconditioner: str | None = None,
+    variant: str = "standard", rtol: float = 0.0,
+) -> dict[str, Any]:  # fmt: skip
     """One timed case (collective); the result dict on every rank.
 
     ``preconditioner``: None, "jacobi" or "pmg"; its set-up is timed on its own.
@@ -146,7 +155,12 @@ def run_case(
     }
 
 
-def check_cases(comm, ceed, args, cases):
+def check_cases(
+    comm: MPI.Comm,
+    ceed: hf.Ceed,
+    args: argparse.Namespace,
+    cases: Iterable[tuple[str, int, float]],
+) -> None:
     """Raise :class:`~hofem.parallel.ParallelError` (on every rank) where a case of
     ``cases`` (``(bp, p, total DOFs)``) would not fit in memory (collective)."""
     from hofem import parallel as par
@@ -161,7 +175,7 @@ def check_cases(comm, ceed, args, cases):
             raise par.ParallelError(refusal)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     from hofem import parallel as par
 
     args = parse_args(argv)

@@ -15,7 +15,9 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -38,7 +40,7 @@ class UsageError(Exception):
     line on stderr and exits with status 2."""
 
 
-def check_writable(path):
+def check_writable(path: str | os.PathLike[str]) -> None:
     """Raise :class:`UsageError` unless ``path`` can be appended to (created if missing).
 
     Checked by opening it, before any case runs, so that no result is lost to a path
@@ -63,7 +65,7 @@ EXTRAS = {
 }  # module -> the extra that installs it
 
 
-def run_reporting_usage_errors(prog, command):
+def run_reporting_usage_errors(prog: str, command: Callable[[], int]) -> int:
     """``command()``'s exit status; a usage error, an unavailable backend or a missing
     optional package (:data:`EXTRAS`) is one line on stderr and exit status 2."""
     from hofem.backends import BackendUnavailable
@@ -83,11 +85,11 @@ def run_reporting_usage_errors(prog, command):
 class Parser(argparse.ArgumentParser):
     """``ArgumentParser`` whose errors are one line on stderr, exit status 2, no usage dump."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(**kwargs)
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -99,7 +101,7 @@ EXIT_STATUS_EPILOG = """exit status:
      file that cannot be written; one line on stderr, nothing run"""
 
 
-def bp_name(text):
+def bp_name(text: str) -> str:
     """Problem name from ``"bp3"``, ``"BP3"`` or ``"3"``; ``"bp3"``.
 
     Raises
@@ -123,7 +125,7 @@ def _number(text, kind, what):
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
-def order(text):
+def order(text: str) -> int:
     """Polynomial order, an int in ``1..MAX_ORDER``."""
     p = _number(text, int, "an integer order")
     if not 1 <= p <= MAX_ORDER:
@@ -131,7 +133,7 @@ def order(text):
     return p
 
 
-def positive_int(text):
+def positive_int(text: str) -> int:
     """An int ``>= 1``."""
     n = _number(text, int, "an integer")
     if n < 1:
@@ -139,7 +141,7 @@ def positive_int(text):
     return n
 
 
-def positive_float(text):
+def positive_float(text: str) -> float:
     """A finite float ``> 0`` (``1e-10``, ``3e5``)."""
     x = _number(text, float, "a number")
     if not (x > 0 and np.isfinite(x)):
@@ -147,7 +149,12 @@ def positive_float(text):
     return x
 
 
-def add_problem_arguments(parser, problems, orders, choices=tuple(PROBLEMS)):
+def add_problem_arguments(
+    parser: argparse.ArgumentParser,
+    problems: Sequence[str],
+    orders: Sequence[int],
+    choices: Sequence[str] = tuple(PROBLEMS),
+) -> None:
     """``--problems`` (``bp1`` or ``1``, among ``choices``) and ``--orders``, with defaults."""
     parser.add_argument(
         "--problems",
@@ -171,7 +178,7 @@ def add_problem_arguments(parser, problems, orders, choices=tuple(PROBLEMS)):
     )
 
 
-def add_geometry_argument(parser, many=False):
+def add_geometry_argument(parser: argparse.ArgumentParser, many: bool = False) -> None:
     """``--geometry`` of the forms (:mod:`hofem.geometry`), default ``auto`` as in the library.
 
     ``many``: one or more modes (a list), each case run with each.
@@ -189,7 +196,7 @@ def add_geometry_argument(parser, many=False):
 PRECONDITIONERS = ("none", "jacobi", "pmg")
 
 
-def add_preconditioner_argument(parser):
+def add_preconditioner_argument(parser: argparse.ArgumentParser) -> None:
     """``--preconditioner none|jacobi|pmg`` and its alias ``--jacobi``; read with
     :func:`preconditioner_of`."""
     parser.add_argument(
@@ -201,13 +208,13 @@ def add_preconditioner_argument(parser):
     parser.add_argument("--jacobi", action="store_true", help="alias of --preconditioner jacobi")
 
 
-def preconditioner_of(args):
+def preconditioner_of(args: argparse.Namespace) -> str | None:
     """The preconditioner the arguments ask for: None, "jacobi" or "pmg"."""
     name = "jacobi" if args.jacobi else args.preconditioner
     return None if name == "none" else name
 
 
-def add_cg_variant_argument(parser):
+def add_cg_variant_argument(parser: argparse.ArgumentParser) -> None:
     """``--cg-variant standard|single_reduction|pipelined`` (``hf.cg``'s ``variant``)."""
     parser.add_argument(
         "--cg-variant",
@@ -218,7 +225,7 @@ def add_cg_variant_argument(parser):
     )
 
 
-def add_ceed_argument(parser, default, many=False):
+def add_ceed_argument(parser: argparse.ArgumentParser, default: str, many: bool = False) -> None:
     """``--ceed`` resource(s), one of :data:`RESOURCES`."""
     parser.add_argument(
         "--ceed",
@@ -230,12 +237,12 @@ def add_ceed_argument(parser, default, many=False):
     )
 
 
-def box_side(dofs, p):
+def box_side(dofs: float, p: int) -> int:
     """Elements per side of the order-``p`` box with about ``dofs`` nodes (at least 1)."""
     return max(1, round((dofs ** (1 / 3) - 1) / p))
 
 
-def tet_shape(p):
+def tet_shape(p: int) -> tuple[int, int]:
     """(P, Q) of the tet basis of order ``p`` with the bake-off rule of ``H1Space.basis()``.
 
     ``q_extra = 1``: a simplex rule exact to degree ``2 (p + 2) - 1``.
@@ -244,7 +251,7 @@ def tet_shape(p):
     return b.num_nodes, b.num_qpts
 
 
-def threads():
+def threads() -> int:
     """Threads the CPU backend uses: Numba's current count, 1 when Numba is absent."""
     try:
         import numba
@@ -253,7 +260,7 @@ def threads():
     return numba.get_num_threads()
 
 
-def device_name(ceed):
+def device_name(ceed: hf.Ceed) -> str:
     """The GPU's name for a CUDA backend, else the CPU model (Linux) or the machine type."""
     if ceed.resource.startswith("/gpu"):
         import cupy
@@ -272,7 +279,7 @@ def device_name(ceed):
 
 
 @functools.cache
-def git_hash():
+def git_hash() -> str | None:
     """Short commit hash of the source tree (``+dirty`` with local changes), or None."""
     root = Path(__file__).resolve().parents[1]
     try:
@@ -287,7 +294,7 @@ def git_hash():
     return out.stdout.strip() or None
 
 
-def emit_line(path, record):
+def emit_line(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     """Print ``record`` as one JSON line and append that line to the file ``path``."""
     line = json.dumps(record)
     print(line, flush=True)
@@ -295,12 +302,12 @@ def emit_line(path, record):
         out.write(line + "\n")
 
 
-def utc_now():
+def utc_now() -> str:
     """The date and time now, UTC, ISO 8601 to the second."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_metadata(ceed=None):
+def run_metadata(ceed: hf.Ceed | None = None) -> dict[str, Any]:
     """Device and threads (None without ``ceed``), hofem version, git hash, date, Python."""
     return {
         "device": None if ceed is None else device_name(ceed),

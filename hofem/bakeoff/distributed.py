@@ -5,17 +5,27 @@
 stopping test, and only rank 0 prints.
 """
 
+from __future__ import annotations
+
 import os
 import time
+from typing import TYPE_CHECKING
 
 from .problems import PROBLEMS, BakeoffProblem, assemble, resolve_geometry
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from hofem import Ceed
+    from hofem.meshes import Mesh
+    from hofem.parallel import LocalMesh
 
 __all__ = ["launched_under_mpi", "setup_distributed"]
 
 _SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
 
-def launched_under_mpi():
+def launched_under_mpi() -> bool:
     """True when this process is one of several started by ``mpiexec``/``srun``.
 
     Read from the launchers' environment variables (Open MPI, MPICH/Hydra,
@@ -28,7 +38,7 @@ def launched_under_mpi():
     return False
 
 
-def ceed_on_every_rank(comm, resource):
+def ceed_on_every_rank(comm: MPI.Comm, resource: str) -> Ceed:
     """``hf.Ceed(resource)`` on every rank (each bound to its GPU for ``/gpu``), collective.
 
     A backend or extra missing on any rank raises on every rank
@@ -50,18 +60,18 @@ def ceed_on_every_rank(comm, resource):
 
 
 def setup_distributed(
-    bp_name,
-    ceed,
-    order,
-    comm,
-    elements=6,
-    mesh=None,
-    simplex=False,
-    distort=0.0,
-    method="rcb",
-    transport="auto",
-    geometry="auto",
-):
+    bp_name: str,
+    ceed: Ceed,
+    order: int,
+    comm: MPI.Comm,
+    elements: int = 6,
+    mesh: str | os.PathLike[str] | Mesh | LocalMesh | None = None,
+    simplex: bool = False,
+    distort: float = 0.0,
+    method: str = "rcb",
+    transport: str = "auto",
+    geometry: str = "auto",
+) -> BakeoffProblem:
     """Build a bake-off problem distributed over the ranks of ``comm`` (collective).
 
     Parameters

@@ -20,15 +20,21 @@ The estimate is multiplied by :data:`SAFETY_MARGIN`, and the interpreter's and t
 libraries' own memory (:data:`HOST_BASE_BYTES`) is added on the host.
 """
 
+from __future__ import annotations
+
 import math
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import hofem as hf
 from hofem import meshes
 from hofem.memory import available_host_memory
 
 from .problems import PROBLEMS, resolve_geometry
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = [
     "FUSED_BACKENDS",
@@ -310,7 +316,7 @@ def case_estimate(
     distort: float = 0.0,
     geometry: str = "auto",
     preconditioner: str | None = None,
-    comm=None,
+    comm: MPI.Comm | None = None,
     max_memory: float | None = None,
     hint: str = "use fewer --elements or more ranks (or --force to try anyway)",
 ) -> tuple[MemoryEstimate, str | None]:

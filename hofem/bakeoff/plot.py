@@ -27,12 +27,17 @@ rate, warm-up seconds), then the cases skipped or failed.  Needs matplotlib
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeAlias
 
 from .common import RESOURCES, Parser
 from .results import case_key, convergence_rates, read_results
 
 PANEL_COLUMNS = 3
+# (cell, backend [geometry], device) -> bp -> p -> results lines sorted by DOFs
+_Groups: TypeAlias = dict[tuple[str, str, str | None], dict[str, dict[int, list[dict[str, Any]]]]]
 
 
 def _slug(resource):
@@ -110,7 +115,9 @@ def _suffix(groups):
     return lambda device: f"_{_slug(device)}" if several else ""
 
 
-def plot_throughput(plt, groups, out, fmt, written):
+def plot_throughput(
+    plt: ModuleType, groups: _Groups, out: Path, fmt: str, written: list[Path]
+) -> None:
     """Throughput against DOFs and against seconds per iteration, per cell, backend, device."""
     suffix = _suffix(groups)
     for (cell, ceed, device), by_bp in sorted(groups.items()):
@@ -145,7 +152,9 @@ def _time_to_solution(record):
     return record["solve_s"] if total is None else total
 
 
-def plot_time_to_solution(plt, groups, out, fmt, written):
+def plot_time_to_solution(
+    plt: ModuleType, groups: _Groups, out: Path, fmt: str, written: list[Path]
+) -> None:
     """Time to solution against DOFs per preconditioner, per cell, backend, device."""
     suffix = _suffix(groups)
     for (cell, ceed, device), by_bp in sorted(groups.items()):
@@ -167,7 +176,9 @@ def plot_time_to_solution(plt, groups, out, fmt, written):
         _save(fig, plt, path, written)
 
 
-def plot_ratios(plt, groups, baseline, out, fmt, written):
+def plot_ratios(
+    plt: ModuleType, groups: _Groups, baseline: str, out: Path, fmt: str, written: list[Path]
+) -> None:
     """Throughput of each backend over ``baseline``'s on the same cases and device."""
     suffix = _suffix(groups)
     for (cell, ceed, device), by_bp in sorted(groups.items()):
@@ -193,7 +204,7 @@ def plot_ratios(plt, groups, baseline, out, fmt, written):
         _save(fig, plt, out / name, written)
 
 
-def markdown_table(records):
+def markdown_table(records: Sequence[dict[str, Any]]) -> str:
     """The results as markdown: one table per cell, backend and problem; then the misses."""
     rates = {
         (*key[:3], _label(*key[3:5]), n2): f"{rate:.2f}" + (" (floor)" if floor else "")
@@ -233,7 +244,7 @@ def markdown_table(records):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(prog="python -m hofem.bakeoff plot", description=__doc__)
     parser.add_argument("results", help="results file of `python -m hofem.bakeoff sweep`")
     parser.add_argument("--out", "-o", default="figures", help="directory (default figures)")

@@ -4,18 +4,28 @@ See ``../shared/BAKEOFF.md``. All problems live on the unit box (or a mesh
 file), with continuous order-p Lagrange elements on Gauss-Lobatto nodes.
 """
 
+from __future__ import annotations
+
 import contextlib
 import math
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import hofem as hf
 from hofem.memory import memory_report, peak_rss_bytes
+from hofem.typing import Array, IndexArray
+
+if TYPE_CHECKING:
+    from hofem.meshes import Mesh
+    from hofem.operator import Operator, SubOperator
+    from hofem.parallel import ParH1Space, ParOperator
 
 __all__ = [
     "BP",
@@ -70,7 +80,7 @@ def _product(columns):
     return out
 
 
-def exact_solution(x):
+def exact_solution(x: Array) -> Array:
     """Manufactured solution ``(n, dim)`` points -> ``(n,)``: zero on the unit box's boundary.
 
     ``u = prod_i sin(pi x_i) (1 + prod_i x_i)``: the factor ``1 + prod x_i`` keeps the
@@ -139,7 +149,9 @@ class BakeoffProblem:
     geometry: str = "stored"  # what the operator runs: "stored" or "on_the_fly"
 
 
-def setup(bp_name, ceed, order, mesh, geometry="auto"):
+def setup(
+    bp_name: str, ceed: hf.Ceed, order: int, mesh: Mesh, geometry: str = "auto"
+) -> BakeoffProblem:
     """Build a bake-off problem on ``mesh``.
 
     Parameters
@@ -165,7 +177,7 @@ def setup(bp_name, ceed, order, mesh, geometry="auto"):
     return BakeoffProblem(bp, space, op, rhs, exact, free, seconds, used)
 
 
-def resolve_geometry(bp, space, geometry):
+def resolve_geometry(bp: BP, space: hf.H1Space | ParH1Space, geometry: str) -> str:
     """``"stored"`` or ``"on_the_fly"``: what ``geometry`` becomes for ``bp`` on ``space``.
 
     ``space`` is an :class:`hofem.H1Space` or a distributed space (its rank's
@@ -175,7 +187,15 @@ def resolve_geometry(bp, space, geometry):
     return hf.resolve_geometry(local, bp.form, None, bp.q_extra, bp.quad_mode, geometry)
 
 
-def assemble(bp, space, mass, diffusion, geometry="auto"):
+def assemble(
+    bp: BP,
+    space: hf.H1Space | ParH1Space,
+    mass: Callable[..., Operator | ParOperator],
+    diffusion: Callable[..., Operator | ParOperator],
+    geometry: str = "auto",
+) -> tuple[
+    Operator | SubOperator | ParOperator, Array, Callable[[Array], Array], IndexArray | None
+]:
     """The operator, right-hand side, exact solution and free DOFs of ``bp`` on ``space``.
 
     Parameters
@@ -252,12 +272,14 @@ def _files(directory):
         return set()
 
 
-def make_preconditioner(name, op):
+def make_preconditioner(
+    name: str | None, op: Operator | SubOperator | ParOperator
+) -> hf.Jacobi | hf.PMG | None:
     """The preconditioner ``name`` (None, "jacobi" or "pmg") of ``op``, or None."""
     return {None: lambda A: None, "jacobi": hf.jacobi, "pmg": hf.pmg}[name](op)
 
 
-def accuracy(problem, x):
+def accuracy(problem: BakeoffProblem, x: Array) -> tuple[float, float]:
     """The relative residual of ``x`` and its L2 error against the exact solution."""
     op, space = problem.operator, problem.space
     norm = op.vector_ops().norm  # global norms on distributed operators
@@ -270,7 +292,13 @@ def accuracy(problem, x):
     return residual, space.errors(full, problem.exact)
 
 
-def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None, variant="standard"):
+def solve(
+    problem: BakeoffProblem,
+    rtol: float = DEFAULT_RTOL,
+    maxiter: int | None = None,
+    preconditioner: str | None = None,
+    variant: str = "standard",
+) -> dict[str, Any]:
     """Solve with CG and verify against the exact solution.
 
     A warm-up before the timed solve runs everything the solve runs (the
@@ -376,7 +404,12 @@ def solve(problem, rtol=DEFAULT_RTOL, maxiter=None, preconditioner=None, variant
 CG_WORK_VECTORS = {"standard": (3, 4), "single_reduction": (4, 5), "pipelined": (6, 9)}
 
 
-def solve_footprint(problem, x, M=None, variant="standard"):
+def solve_footprint(
+    problem: BakeoffProblem,
+    x: Array,
+    M: hf.Jacobi | hf.PMG | None = None,
+    variant: str = "standard",
+) -> dict[str, Any]:
     """Bytes a CG solve of ``problem`` holds: its arrays plus CG's work vectors.
 
     The arrays reachable from the operator, space, right-hand side, free DOFs,
@@ -403,7 +436,7 @@ def solve_footprint(problem, x, M=None, variant="standard"):
     }
 
 
-def median_seconds(func, repeat):
+def median_seconds(func: Callable[[], object], repeat: int) -> float:
     """Median wall-clock seconds of ``repeat`` calls of ``func()``."""
     times = []
     for _ in range(repeat):
@@ -413,7 +446,7 @@ def median_seconds(func, repeat):
     return statistics.median(times)
 
 
-def time_apply(problem, repeat=5):
+def time_apply(problem: BakeoffProblem, repeat: int = 5) -> dict[str, float]:
     """Median seconds of one operator apply (after the solve's warm-up), and DOFs / s.
 
     Returns

@@ -7,7 +7,10 @@ Shared by ``sweep`` (which appends to it and resumes from it) and ``plot``
 import itertools
 import json
 import math
+import os
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "KEY",
@@ -72,12 +75,12 @@ KEY = ("bp", "p", "cell", "elements_1d", "ceed", "geometry", "ranks", "rtol", "p
 KEY_DEFAULTS = {"geometry": "stored"}
 
 
-def case_key(record, keys=KEY):
+def case_key(record: dict[str, Any], keys: Sequence[str] = KEY) -> tuple[Any, ...]:
     """The tuple of ``keys`` fields of a case or results line (:data:`KEY_DEFAULTS` if absent)."""
     return tuple(record[k] if k in record else KEY_DEFAULTS[k] for k in keys)
 
 
-def schema_errors(record):
+def schema_errors(record: dict[str, Any]) -> list[str]:
     """What is wrong with one results line against :data:`SCHEMA` (empty list: nothing).
 
     Parameters
@@ -104,7 +107,7 @@ def schema_errors(record):
     return errors
 
 
-def read_results(path):
+def read_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The results lines of ``path`` (list of dict); none if it does not exist.
 
     A line that is not a JSON object (a run killed while writing) is skipped.
@@ -124,7 +127,9 @@ def read_results(path):
     return records
 
 
-def convergence_rates(records):
+def convergence_rates(
+    records: Iterable[dict[str, Any]],
+) -> dict[tuple[Any, ...], list[tuple[int, int, float, bool]]]:
     """Observed L2 convergence rates of each size series of ok lines.
 
     A series is the lines that differ only in ``elements_1d``; the rate between
@@ -159,7 +164,7 @@ def convergence_rates(records):
     return rates
 
 
-def rate_lines(records):
+def rate_lines(records: Iterable[dict[str, Any]]) -> list[str]:
     """One line per size series, e.g. ``bp1 p=2 hex /cpu/self/ref auto: L2 rate 2->3: 2.98
     (expected 3)``.
 

@@ -28,11 +28,16 @@ Progress goes to stderr: a bar with elapsed time and ETA on a terminal (tqdm,
 the observed L2 convergence rates of each size series (expected p + 1).
 """
 
+from __future__ import annotations
+
+import argparse
 import datetime
 import json
 import multiprocessing
 import sys
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import hofem as hf
 from hofem import meshes
@@ -58,10 +63,13 @@ from .estimate import box_shape, case_estimate, estimate_memory
 from .problems import DEFAULT_RTOL, PROBLEMS, setup, solve, time_apply
 from .results import SCHEMA, SCHEMA_VERSION, case_key, rate_lines, read_results
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 CELLS = ("hex", "tet")
 
 
-def parse_args(argv):
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = Parser(
         prog="python -m hofem.bakeoff sweep", description=__doc__, epilog=EXIT_STATUS_EPILOG
     )
@@ -119,7 +127,7 @@ def parse_args(argv):
     return args
 
 
-def cases(args, ranks=1):
+def cases(args: argparse.Namespace, ranks: int = 1) -> list[dict[str, Any]]:
     """The sweep's cases (dicts), in the order they run: backend, problem, cell, order, size."""
     out = []
     for ceed in args.ceed:
@@ -146,7 +154,7 @@ def cases(args, ranks=1):
     return out
 
 
-def base_record(case):
+def base_record(case: dict[str, Any]) -> dict[str, Any]:
     """A results line for ``case`` with what is known before running it (results None).
 
     The memory estimate takes stored q-data where the geometry is ``auto`` (the
@@ -175,7 +183,9 @@ def base_record(case):
     return record
 
 
-def run_case(case, max_memory=None, comm=None):
+def run_case(
+    case: dict[str, Any], max_memory: float | None = None, comm: MPI.Comm | None = None
+) -> dict[str, Any]:
     """Set up, solve, verify and time one case; its results line (dict).
 
     The case is skipped (status "skipped", with the reason) when its memory
@@ -218,7 +228,7 @@ def run_case(case, max_memory=None, comm=None):
     return record
 
 
-def failed(case, status, reason):
+def failed(case: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
     """The results line of a case that did not finish."""
     record = base_record(case)
     record.update(status=status, reason=reason)
@@ -252,11 +262,11 @@ class Runner:
         Bytes a case may use.
     """
 
-    def __init__(self, timeout, max_memory):
+    def __init__(self, timeout: float | None, max_memory: float | None) -> None:
         self.timeout, self.max_memory = timeout, max_memory
         self.process = self.conn = None
 
-    def run(self, case):
+    def run(self, case: dict[str, Any]) -> dict[str, Any]:
         """The results line of ``case``."""
         if self.timeout is None:
             try:
@@ -283,7 +293,7 @@ class Runner:
             self.close(kill=True)
             return failed(case, "failed", f"worker died (exit code {code}; out of memory?)")
 
-    def close(self, kill=False):
+    def close(self, kill: bool = False) -> None:
         """Stop the worker: ask it to finish, or kill it."""
         if self.process is None:
             return
@@ -317,7 +327,7 @@ def _clock(seconds):
 class Progress:
     """Progress on stderr: a tqdm bar, plain lines (elapsed, ETA), or nothing."""
 
-    def __init__(self, total, mode):
+    def __init__(self, total: int, mode: str) -> None:
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.bar = None
@@ -331,11 +341,11 @@ class Progress:
         self.mode, self.total, self.done = mode, total, 0
         self.start_time = time.perf_counter()
 
-    def start(self, case):
+    def start(self, case: dict[str, Any]) -> None:
         if self.bar is not None:
             self.bar.set_description(_label(case))
 
-    def finish(self, case, record):
+    def finish(self, case: dict[str, Any], record: dict[str, Any]) -> None:
         self.done += 1
         if self.bar is not None:
             self.bar.update(1)
@@ -351,12 +361,12 @@ class Progress:
                 flush=True,
             )
 
-    def close(self):
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if launched_under_mpi():
         return main_distributed(args)
@@ -393,7 +403,7 @@ def main(argv=None):
     return 1 if bad else 0
 
 
-def main_distributed(args):
+def main_distributed(args: argparse.Namespace) -> int:
     """The sweep on the ranks of ``mpiexec``: every case distributed over all of them.
 
     Rank 0 reads and appends the results file and reports progress; each case

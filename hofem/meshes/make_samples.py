@@ -20,7 +20,7 @@ from .mesh import Mesh, boundary_facets
 DATA = Path(__file__).parent / "data"
 
 
-def lshape_hex(n=4):
+def lshape_hex(n: int = 4) -> Mesh:
     """Hexahedral mesh of the L-shaped prism with ``n`` cells per unit length in x, y."""
     full = box((2 * n, 2 * n, n), bounds=[(-1, 1), (-1, 1), (0, 1)])
     centers = full.points[full.cells].mean(axis=1)  # (num_cells, 3)
@@ -38,7 +38,7 @@ def lshape_hex(n=4):
     return Mesh(points, "hexahedron", cells, facets, tags, names)
 
 
-def main():
+def main() -> None:
     """Write the sample meshes into ``DATA``."""
     DATA.mkdir(exist_ok=True)
     write(DATA / "lshape_hex.msh", lshape_hex(), file_format="gmsh", binary=False)

@@ -15,6 +15,8 @@ import math
 import numpy as np
 from numpy.polynomial import legendre
 
+from ..typing import ArrayLike, FloatArray, IndexArray
+
 TENSOR_TYPES = ("line", "quad", "hexahedron")
 SIMPLEX_TYPES = ("triangle", "tetra")
 CELL_TYPES = ("line", "triangle", "quad", "tetra", "hexahedron")
@@ -50,12 +52,12 @@ FACETS = {
 }
 
 
-def is_simplex(cell_type):
+def is_simplex(cell_type: str) -> bool:
     """Whether ``cell_type`` is a simplex ("triangle", "tetra")."""
     return cell_type in SIMPLEX_TYPES
 
 
-def tensor_lattice(p, dim):
+def tensor_lattice(p: int, dim: int) -> IndexArray:
     """Tensor node lattice, x fastest.
 
     Returns
@@ -66,7 +68,7 @@ def tensor_lattice(p, dim):
     return np.stack([g.ravel(order="F") for g in grids], axis=1).astype(np.int64)
 
 
-def simplex_lattice(p, dim):
+def simplex_lattice(p: int, dim: int) -> IndexArray:
     """Simplex node lattice ``i + j (+ k) <= p``, ordered ``for k: for j: for i``.
 
     Returns
@@ -77,19 +79,19 @@ def simplex_lattice(p, dim):
     return full[full.sum(axis=1) <= p]
 
 
-def num_lattice_nodes(cell_type, p):
+def num_lattice_nodes(cell_type: str, p: int) -> int:
     """Number of order-``p`` lattice nodes of a cell."""
     dim = CELL_DIM[cell_type]
     return math.comb(p + dim, dim) if is_simplex(cell_type) else (p + 1) ** dim
 
 
-def lattice(cell_type, p):
+def lattice(cell_type: str, p: int) -> IndexArray:
     """Integer node lattice of order ``p``: shape ``(num_nodes, dim)`` int64."""
     dim = CELL_DIM[cell_type]
     return simplex_lattice(p, dim) if is_simplex(cell_type) else tensor_lattice(p, dim)
 
 
-def corner_coordinates(cell_type):
+def corner_coordinates(cell_type: str) -> FloatArray:
     """Reference coordinates of the corners: shape ``(num_corners, dim)`` float64."""
     dim = CELL_DIM[cell_type]
     if is_simplex(cell_type):
@@ -97,7 +99,7 @@ def corner_coordinates(cell_type):
     return 2.0 * tensor_lattice(1, dim) - 1.0
 
 
-def corner_weights(cell_type, p):
+def corner_weights(cell_type: str, p: int) -> IndexArray:
     """Integer weights of each order-``p`` lattice node on the cell's corners.
 
     Tensor cells: node ``(i_d)`` has weight ``prod_d (i_d if a_d == 1 else
@@ -118,13 +120,13 @@ def corner_weights(cell_type, p):
     return w.prod(axis=2)  # (num_nodes, num_corners)
 
 
-def corner_nodes(cell_type, p):
+def corner_nodes(cell_type: str, p: int) -> IndexArray:
     """Lattice indices of the corners, in corner order: shape ``(num_corners,)`` int64."""
     w = corner_weights(cell_type, p)  # (num_nodes, num_corners)
     return np.argmax(w, axis=0)
 
 
-def gll_points(k):
+def gll_points(k: int) -> FloatArray:
     """The ``k + 1`` Gauss-Lobatto-Legendre points on ``[-1, 1]``, ascending.
 
     Returns
@@ -136,7 +138,7 @@ def gll_points(k):
     return 0.5 * (x - x[::-1])  # exactly antisymmetric
 
 
-def geometry_nodes(cell_type, k):
+def geometry_nodes(cell_type: str, k: int) -> FloatArray:
     """Reference coordinates of the order-``k`` geometric Lagrange nodes.
 
     Tensor cells: GLL points in each direction; simplices: equispaced lattice
@@ -152,7 +154,7 @@ def geometry_nodes(cell_type, k):
     return gll_points(k)[nodes]
 
 
-def lagrange_derivatives(cell_type, k, x):
+def lagrange_derivatives(cell_type: str, k: int, x: FloatArray) -> FloatArray:
     """Derivatives of the order-``k`` geometric Lagrange basis at points ``x``.
 
     Parameters
@@ -189,7 +191,7 @@ def lagrange_derivatives(cell_type, k, x):
     return np.stack([legendre_products(x, d) @ inv_vandermonde for d in range(dim)])
 
 
-def linear_shape_functions(cell_type, x):
+def linear_shape_functions(cell_type: str, x: ArrayLike) -> FloatArray:
     """The affine (simplex) or multilinear (tensor) corner shape functions.
 
     Parameters
