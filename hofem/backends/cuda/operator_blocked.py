@@ -54,8 +54,9 @@ if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of the
 
 __all__ = ["BLOCKED_GRAD_SHAPES", "BLOCKED_SHAPES", "BlockedFusedOperator", "use_blocked_layout"]
 
-# the (dim, P_1d, Q_1d) where the blocked layout measured faster than the slab (A/B on an
-# H100, bakeoff/ab/ab_blocked.py): one interpolated value per point; with gradients
+# the (dim, P_1d, Q_1d) that run the blocked layout, for one interpolated value per point
+# and with gradients: where two columns a thread save more shared loads than their extra
+# registers cost (the gradient kernels spill, so none; bakeoff/ab/ab_blocked.py decides)
 BLOCKED_SHAPES = frozenset({(3, 8, 9)})
 BLOCKED_GRAD_SHAPES = frozenset()
 
