@@ -86,7 +86,7 @@ ON_THE_FLY_SHAPES = _TUNING.on_the_fly_shapes
 ON_THE_FLY_SIMPLEX_SHAPES = _TUNING.on_the_fly_simplex_shapes
 # Multiply-adds per element a resource's element-matrix form of the mass operator (one
 # product with B^T W B, scaled per element, on non-tensor bases with cell-constant geometry:
-# hofem.backends.numba.element_matrix) must save over B and B^T for "auto" to recompute the
+# hofem.backends.element_matrix) must save over B and B^T for "auto" to recompute the
 # Jacobian: that form needs it, and saves more than the q-data bytes
 ELEMENT_MATRIX_SAVINGS = _TUNING.element_matrix_savings
 # pointwise flops of recomputing the geometry, by dim (mass: det; Poisson: adjugate, det and

@@ -457,7 +457,7 @@ def test_scaled_mass_runs_as_one_element_product(nb, ref, dim, p, n, num_comp):
     """A mass form on affine simplices with the geometry on the fly is ``c_e B^T W B``: the
     kernel applies that one product (its matrix ``E0``), equal to the reference, ``u . Au``
     too; 162 tets, 18 triangles: partial blocks."""
-    from hofem.backends.numba.element_matrix import scaled_input
+    from hofem.backends.element_matrix import scaled_input
 
     op, op_ref = (_simplex_mass(c, dim, p, n, num_comp) for c in (nb, ref))
     assert scaled_input(op) == 0
@@ -518,7 +518,7 @@ def _by_weight(ctx, u, dx, w, v):
 def test_element_product_only_for_constant_times_weight_times_u(nb, ref, func, scaled):
     """Only a body that is a product of constants, the weight once and ``u`` once takes the
     element product; every body gives the reference's result."""
-    from hofem.backends.numba.element_matrix import scaled_input
+    from hofem.backends.element_matrix import scaled_input
 
     op, op_ref = _mass_variant(nb, func), _mass_variant(ref, func)
     assert (scaled_input(op) == 0) is scaled
@@ -529,7 +529,7 @@ def test_element_product_only_for_constant_times_weight_times_u(nb, ref, func, s
 
 def test_element_product_only_for_scaled_mass_fields(nb):
     """Stored q-data, the Poisson form and tensor bases keep the point loop."""
-    from hofem.backends.numba.element_matrix import scaled_input
+    from hofem.backends.element_matrix import scaled_input
     from hofem.meshes import box
 
     tets, hexes = (hf.H1Space(nb, box(2, simplex=simplex), 2) for simplex in (True, False))

@@ -21,6 +21,7 @@ import hofem as hf
 from hofem import meshes
 from hofem.backends.cuda import operator_simplex as osx
 from hofem.backends.cuda.operator_fuse import dot_pairs
+from hofem.backends.cuda.simplex_factored import FactoredOperator, factored_view
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
 
@@ -38,6 +39,8 @@ def _cases():
                 cases.append((f"{name}-stored", form(hf.H1Space(ref, mesh, p), geometry="stored")))
                 space = hf.H1Space(ref, affine, p)
                 cases.append((f"{name}-affine", form(space, geometry="on_the_fly")))
+                if form is hf.mass:  # c_e B^T W B: the kernel of its factored rule too
+                    cases.append((f"{name}-factored", factored_view(cases[-1][1])))
     curved = meshes.read(meshes.data_path("curved_tet10.msh"))  # order-2 geometry
     for p in (2, 3):
         for form in (hf.mass, hf.diffusion):
@@ -48,7 +51,14 @@ def _cases():
     cases += [
         (f"vector-{f.__name__}", f(vector, geometry="stored")) for f in (hf.mass, hf.diffusion)
     ]
+    affine = hf.H1Space(ref, meshes.box(2, 3, simplex=True), 2, num_comp=3)
+    cases.append(("vector-factored", factored_view(hf.mass(affine, geometry="on_the_fly"))))
     return cases
+
+
+def _operator(op):
+    """The operator whose result a kernel of ``op`` must give (a factored view's own)."""
+    return op.op if isinstance(op, FactoredOperator) else op
 
 
 # (dot, block size or None for the launch's threads, launch overrides): the device's
@@ -122,7 +132,8 @@ def test_generated_kernels_match_ref_on_the_host(kernels, tmp_path):
             def run(stopped, args=(lib, k, source, launch, op, u, block, dot)):
                 return _run(*args, stopped=stopped)
 
-            found += failures(f"{name} dot={dot} block={block} {launch}", run, u, op(u), dot, 1e-12)
+            want = _operator(op)(u)
+            found += failures(f"{name} dot={dot} block={block} {launch}", run, u, want, dot, 1e-12)
     assert not found, "\n".join(found)
 
 

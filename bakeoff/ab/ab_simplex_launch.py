@@ -1,8 +1,9 @@
 """Side by side on tets: /gpu/cuda/batched, /gpu/cuda/gen's fused simplex kernel at its
 default launch, and the same kernel at other launches (``operator_simplex.simplex_launch``
 overrides), with its products on the fp64 tensor cores (``tensor_cores=True``,
-``simplex_mma``) at its default launch and others: the measurements behind the default and
-``cuda_simplex.json``.
+``simplex_mma``) at its default launch and others, and where the operator is ``c_e B^T W B``
+(mass on the fly on affine cells) the same variants on its factored rule (``factored_*``,
+``simplex_factored``): the measurements behind the default and ``cuda_simplex.json``.
 
 Usage (on a GPU)::
 
@@ -25,6 +26,7 @@ import hofem as hf
 from bakeoff.common import emit, time_events
 from hofem import meshes
 from hofem.backends.cuda import operator_simplex as osx
+from hofem.backends.cuda.simplex_factored import factored_view
 
 FORMS = {"bp1": hf.mass, "bp3": hf.diffusion}
 # launch overrides tried beside the default (``simplex_launch`` keywords, from the default)
@@ -64,19 +66,30 @@ def operators(bp, p, dofs, geometry, variants, q_extra=None):
         ops[resource] = (FORMS[bp](space, geometry=geometry, q_extra=q_extra), None)
     op = ops["/gpu/cuda/gen"][0]
     shape = osx.simplex_shape(op)
+    ops.update(_launches(op, variants))
+    view = factored_view(op)
+    if view is not None:  # c_e B^T W B: the same variants on its factored rule
+        ops.update({f"factored_{name}": run for name, run in _launches(view, variants).items()})
+    kernel = osx.simplex_operator(op)
+    ops["/gpu/cuda/gen"] = (op, None if kernel is None else kernel.launch)
+    return shape, ops
+
+
+def _launches(op, variants):
+    """``{name: (kernel, launch)}`` of ``op``'s simplex kernel at each of ``variants`` that
+    fits."""
+    shape, out = osx.simplex_shape(op), {}
     default = osx.simplex_launch(op, shape)
     for name in (name for name in variants if name in VARIANTS):
         launch = osx.simplex_launch(op, shape, **VARIANTS[name](default))
         if launch is not None and launch.used_bytes <= launch.shared_bytes:
-            ops[name] = (osx.SimplexOperator(op, shape, launch), launch)
+            out[name] = (osx.SimplexOperator(op, shape, launch), launch)
     mma = osx.simplex_launch(op, shape, **MMA)
     for name in (name for name in variants if name in MMA_VARIANTS and mma is not None):
         launch = osx.simplex_launch(op, shape, **MMA, **MMA_VARIANTS[name](mma))
         if launch.used_bytes <= launch.shared_bytes:
-            ops[name] = (osx.SimplexOperator(op, shape, launch), launch)
-    kernel = osx.simplex_operator(op)
-    ops["/gpu/cuda/gen"] = (op, None if kernel is None else kernel.launch)
-    return shape, ops
+            out[name] = (osx.SimplexOperator(op, shape, launch), launch)
+    return out
 
 
 def _apply(op):

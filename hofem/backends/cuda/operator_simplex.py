@@ -62,6 +62,7 @@ from .operator_fuse import (
     dot_pairs,
 )
 from .ref import cupy
+from .simplex_factored import factored_view
 
 __all__ = [
     "SimplexLaunch",
@@ -565,9 +566,23 @@ def simplex_operator(op: Any) -> SimplexOperator | None:
     dense on one set of points, one element's shared arrays too large) or where the
     batched kernels measured faster (``cuda_simplex.json``).
 
+    A scaled mass operator (``c_e B^T W B``, affine cells with the geometry on the fly)
+    runs on its factored rule of ``P < Q`` points (:mod:`.simplex_factored`) where that
+    fuses.
     The shapes of the table's ``tensor_cores`` run the tensor-core variant where the device
     has fp64 ``mma`` and its shared memory holds the launch; elsewhere they fall back as the
     other shapes do."""
+    if simplex_shape(op) is None:
+        return None
+    view = factored_view(op)
+    fewer = view is not None and view.num_qpts < op.num_qpts  # else nothing to save
+    run = _fused_simplex(view) if fewer else None
+    return run if run is not None else _fused_simplex(op)
+
+
+def _fused_simplex(op):
+    """:func:`simplex_operator` of an operator that :func:`simplex_shape` accepts, or of its
+    factored view."""
     shape = simplex_shape(op)
     if shape is None:
         return None

@@ -11,7 +11,7 @@ inlined as straight-line scalar code in a point loop whose innermost loop runs
 over the ``BLK`` interleaved elements (so LLVM vectorizes it); float context
 fields are kernel arguments, integer ones baked in.  Other bodies are compiled
 by Numba and called once per point and element on ``(size,)`` views.  A scaled
-mass operator on a non-tensor basis (``c_e w u`` at every point, :mod:`.element_matrix`)
+mass operator on a non-tensor basis (``c_e w u`` at every point, :mod:`..element_matrix`)
 skips the points: one product with ``B^T W B`` per element block, scaled per element.
 
 Race-free scatter: elements are split into contiguous *chunks*, and chunks
@@ -36,6 +36,7 @@ import numpy as np
 from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT, EvalMode
 from ...qfunction_trace import PYTHON, Untraceable, trace_body
 from ...typing import FloatArray, IndexArray
+from ..element_matrix import reference_matrix, scaled_input
 from .codegen import (
     BLK,
     JIT,
@@ -46,7 +47,6 @@ from .codegen import (
     matrix_stack,
     temp_size,
 )
-from .element_matrix import reference_matrix, scaled_input
 from .kernels import DIGEST, chunk_conflicts, chunk_touch, compile_contract
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
@@ -632,9 +632,9 @@ class _Kernel:
         _, acc = self.layout.region(1)  # BLK lane sums
         return f"block_dot(s, {self.e_refs[i]}, {source}, {size}, {acc}, nb)"
 
-    # --- instead of stages 2-4: a scaled mass operator as one product (.element_matrix) -----
+    # --- instead of stages 2-4: a scaled mass operator as one product (..element_matrix) -----
     def element_matrix(self, interp):
-        """Emit ``c_e B^T W B u_e`` (:func:`.element_matrix.scaled_input`): gather input
+        """Emit ``c_e B^T W B u_e`` (:func:`..element_matrix.scaled_input`): gather input
         ``interp`` and the cell-constant inputs, evaluate the body once per lane with the
         interpolated value and the weight 1 (``c_e`` per component; on every lane, as
         straight-line code: an idle lane's value is never scattered), apply ``B^T W B``

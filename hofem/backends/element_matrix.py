@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_WEIGHT
-from ...qfunction_trace import PYTHON, Untraceable, trace_body
+from ..constants import EVAL_GRAD, EVAL_INTERP, EVAL_WEIGHT
+from ..qfunction_trace import PYTHON, Untraceable, trace_body
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
-    from ...typing import BasisLike as Basis
-    from ...typing import OperatorLike as Operator
+    from ..typing import BasisLike as Basis
+    from ..typing import OperatorLike as Operator
 
 __all__ = ["reference_matrix", "scaled_input"]
 
