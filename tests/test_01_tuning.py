@@ -64,12 +64,14 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
     orders_5_6 = {(3, 56, 46), (3, 56, 79), (3, 84, 79), (3, 84, 145)}
     assert table.batched_stored == orders_5_6 | {(3, 20, 125), (3, 35, 216)}  # q_extra = 1
     assert table.batched_on_the_fly == {(3, 84, 79)}
-    # the tensor-core variant: BP1 and BP3 at p = 3..6 on the symmetric rules, and the
-    # collapsed rules of q_extra = 1 at p = 2, 3, 4
+    # the tensor-core variant: BP1 and BP3 at p = 3..6 on the symmetric rules, the
+    # collapsed rules of q_extra = 1 at p = 2, 3, 4, and the factored rules (P points) of
+    # the mass on the fly at p = 3..6
     bp1 = {(3, 20, 24), (3, 35, 46), (3, 56, 79), (3, 84, 145)}
     collapsed = {(3, 10, 64), (3, 20, 125), (3, 35, 216)}
     bp3 = {(3, 20, 14), (3, 35, 24), (3, 56, 46), (3, 84, 79)}
-    assert table.tensor_cores == bp1 | bp3 | collapsed
+    factored = {(3, 20, 20), (3, 35, 35), (3, 56, 56), (3, 84, 84)}
+    assert table.tensor_cores == bp1 | bp3 | collapsed | factored
     assert dict(table.tensor_core_launches) == {
         (3, 20, 24): {"threads": 256},  # BP1 p = 3
         (3, 20, 14): {"threads": 256},  # BP3 p = 3
@@ -79,6 +81,10 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
         (3, 84, 145): {"tiles": 1},  # BP1 p = 6
         (3, 84, 79): {"tiles": 1},  # BP3 p = 6
         (3, 35, 216): {"elems": 16},  # BP1 p = 4, collapsed rule
+        (3, 20, 20): {"elems": 64},  # BP1 p = 3 on the fly, factored rule
+        (3, 35, 35): {"elems": 64},  # BP1 p = 4, factored
+        (3, 56, 56): {"tiles": 1},  # BP1 p = 5, factored
+        (3, 84, 84): {"tiles": 1},  # BP1 p = 6, factored
     }
 
 

@@ -790,6 +790,25 @@ def test_gen_fuses_curved_and_vector_tets(gen, ref, p, form, geometry):
     _check_simplex(gen, ref, vector)
 
 
+@pytest.mark.parametrize("num_comp", [1, 3])
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 6])
+def test_gen_runs_scaled_simplex_mass_on_its_factored_rule(gen, ref, p, num_comp):
+    """The mass on the fly on affine tets (``c_e B^T W B``) runs on its factored rule of P
+    points (``simplex_factored``; the tensor cores from p = 3, at the table's launch) and
+    equals /cpu/self/ref, ``u . Au`` too."""
+    from hofem.backends.cuda import operator_simplex as osx
+
+    mesh = meshes.box(3, 3, simplex=True, distort=0.1)
+    space = lambda ceed: hf.H1Space(ceed, mesh, p, num_comp=num_comp)  # noqa: E731
+    make = lambda ceed: hf.mass(space(ceed), coefficient=2.5, geometry="on_the_fly")  # noqa: E731
+    kernel = osx.simplex_operator(make(gen))
+    P = kernel.shape[1]
+    assert kernel.shape == (3, P, P) and kernel.launch.tensor_cores == (p >= 3)
+    tuned = osx.tensor_core_overrides(kernel.shape)
+    assert all(getattr(kernel.launch, key) == value for key, value in tuned.items())
+    _check_simplex(gen, ref, make)
+
+
 def _check_simplex_mma(gen, ref, make, tol=1e-12):
     """The tensor-core simplex kernel (``simplex_launch(..., tensor_cores=True)``) of
     ``make(ceed)`` equals ``/cpu/self/ref`` and gives ``u . Au`` from its dot variant."""

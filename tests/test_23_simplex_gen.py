@@ -216,6 +216,13 @@ def test_tensor_core_table_launches_fit():
             launch = osx.simplex_launch(op, shape, tensor_cores=True, **tuned)
             assert launch.used_bytes <= mma.MMA_SHARED_BYTES, (shape, geometry)
             assert all(getattr(launch, key) == value for key, value in tuned.items())
+    for p in (3, 4, 5, 6):  # the factored rules of the mass on the fly
+        view = factored_view(hf.mass(hf.H1Space(ref, mesh, p), geometry="on_the_fly"))
+        shape = osx.simplex_shape(view)
+        launch = osx.simplex_launch(
+            view, shape, tensor_cores=True, **osx.tensor_core_overrides(shape)
+        )
+        assert launch.used_bytes <= mma.MMA_SHARED_BYTES, shape
     assert osx.tensor_core_overrides((3, 35, 46)) == {}  # BP1 p = 4: the default
 
 

@@ -523,6 +523,11 @@ class SimplexOperator(FusedOperator):
         """The thread layout this kernel was built for."""
         return self._launch
 
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The kernel's ``(dim, P, Q)``: its factored rule's ``(dim, P, P)`` where it runs one."""
+        return self._shape
+
     def _compile(self, code):
         kernel = _compile(code)
         if self._launch.tensor_cores:  # the opt-in past 48 KiB, set on each compiled kernel
