@@ -85,6 +85,7 @@ def test_simplex_tables_name_the_tet_shapes_where_batched_won():
         (3, 35, 35): {"elems": 64},  # BP1 p = 4, factored
         (3, 56, 56): {"tiles": 1},  # BP1 p = 5, factored
         (3, 84, 84): {"tiles": 1},  # BP1 p = 6, factored
+        (3, 10, 64): {"tiles": 1},  # BP3 p = 2, collapsed rule
     }
 
 
