@@ -44,7 +44,7 @@ from .multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hi
 from .operator import Operator, SubOperator
 from .qdata import build_operator
 from .restriction import index_dtype
-from .transfer import interpolation_basis
+from .transfer import interpolation_matrix, level_transfers
 from .typing import Array, ArrayLike
 
 if TYPE_CHECKING:
@@ -514,9 +514,12 @@ def multigrid_hierarchy(
     fine_free = A.free_dofs if restricted else None
     for order in orders[1:]:
         coarse_space = space.with_order(order)
-        coarse, P, R = op.multigrid_level(coarse_space.restriction)
-        if not galerkin:
+        if galerkin:
+            coarse, P, R = op.multigrid_level(coarse_space.restriction)
+        else:  # multigrid_level's transfers, not its coarse operator
             coarse = _form(coarse_space, *args, reuse=op)
+            field = next(f for f in op.input_fields if f.is_active)
+            P, R = level_transfers(coarse_space.restriction, field.restriction, field.basis, order)
         sources.append(sources[0] if galerkin else coarse_space)
         if restricted:
             free = _coarse_free(space, coarse_space, fine_free)
@@ -708,9 +711,13 @@ def interpolation_hits(
     bool array (num_comp, num_coarse_nodes), of ``flagged``'s array type
     """
     xp = np if isinstance(flagged, np.ndarray) else fine.ceed.xp
-    weights = xp.asarray(np.abs(interpolation_basis(fine.basis(1), order).interp))  # (P_f, P_c)
+    weights = np.abs(interpolation_matrix(fine.topology, fine.order, order))  # (P_f, P_c)
+    weights = xp.asarray(weights)
     hit = xp.zeros((flagged.shape[0], num_coarse_nodes), dtype=bool)
-    for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
+    # as the form set-up's chunks: larger on a device, where each chunk's few small
+    # operations and its synchronizing nonzero cost more than its entries
+    entries = (1 << 22) * (1 if xp is np else DEVICE_CHUNK_FACTOR)
+    for a, b in chunk_ranges(fine.num_elem, fine.elem_size, entries):
         for c in range(flagged.shape[0]):
             cells = flagged[c][fine_offsets[a:b]]  # (b - a, P_f)
             near = xp.flatnonzero(cells.any(axis=1))  # cells with a flagged node

@@ -444,13 +444,7 @@ class Operator(_OperatorBase):
             Active fields without one shared H1 Lagrange basis and restriction;
             a coarse restriction of other elements, components, or not of a lower order.
         """
-        from .transfer import (
-            Transfer,
-            coarse_basis,
-            interpolation_basis,
-            lagrange_order,
-            order_of_size,
-        )
+        from .transfer import coarse_basis, lagrange_order, level_transfers, order_of_size
 
         self.check_ready()
         active = [f for f in self.fields.values() if f.is_active]
@@ -485,10 +479,7 @@ class Operator(_OperatorBase):
             else:
                 r = ELEMRESTRICTION_NONE if f.restriction is None else f.restriction
                 coarse.set_field(f.name, r, BASIS_NONE if f.basis is None else f.basis, f.vector)
-        weight = 1.0 / r_f.multiplicity() if weight is None else weight
-        interp = interpolation_basis(b_f, order_c)
-        prolong = Transfer(r_c, r_f, interp, weight)
-        restrict = Transfer(r_c, r_f, interp, weight, transpose=True)
+        prolong, restrict = level_transfers(r_c, r_f, b_f, order_c, weight)
         return coarse, prolong, restrict
 
 
