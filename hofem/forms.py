@@ -281,8 +281,12 @@ def _coordinate_field(space, rule):
     return coords, geo
 
 
-def _geometry(space, form, coefficient, rule, geometry):
-    """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`)."""
+def _geometry(space, form, coefficient, rule, geometry, fields=None):
+    """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`).
+
+    ``fields``: a dict the bases it makes are kept in (``"basis"``, ``"coordinates"``: the
+    form's basis and :func:`_coordinate_field`), for a caller that uses them too.
+    """
     check_geometry(geometry)
     if callable(coefficient):
         if geometry == "on_the_fly":
@@ -294,9 +298,12 @@ def _geometry(space, form, coefficient, rule, geometry):
     if geometry != "auto":
         return geometry
     kind = "Mass" if form == "mass" else "Poisson"
-    basis = space.basis(**rule)
-    geo = _coordinate_field(space, rule)[1]
-    costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim], geo)
+    fields = {} if fields is None else fields
+    if "basis" not in fields:
+        fields["basis"] = space.basis(**rule)
+    fields["coordinates"] = _coordinate_field(space, rule)
+    geo = fields["coordinates"][1]
+    costs = geometry_costs(form, fields["basis"], _QDATA_SIZE[kind][space.dim], geo)
     return choose_geometry(geometry, space.ceed.resource, costs)
 
 
@@ -307,12 +314,13 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=
     kind = "Mass" if form == "mass" else "Poisson"
     prefix = _vector_prefix(space)
     rule = form_quadrature(space, form, q_extra, quad_mode)
-    basis = space.basis(**rule)
-    if _geometry(space, form, coefficient, rule, geometry) == "on_the_fly":
+    made = {"basis": space.basis(**rule)}  # and the coordinate field, where _geometry makes it
+    basis = made["basis"]
+    if _geometry(space, form, coefficient, rule, geometry, made) == "on_the_fly":
         scale = 1.0 if coefficient is None else float(coefficient)
         op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
-        coords, geo = _coordinate_field(space, rule)
+        coords, geo = made.get("coordinates") or _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, _coordinates(coords, reuse))
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
