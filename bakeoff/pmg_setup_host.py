@@ -44,6 +44,8 @@ _WATCHED = (
     ("forms.py", "_form"),
     ("forms.py", "_coarse_free"),
     ("multigrid.py", "amg_solver"),
+    ("qfunction_trace.py", "trace_body"),
+    ("backends/numba/backend.py", "_plan"),
 )
 
 
