@@ -559,10 +559,13 @@ class SubOperator(_OperatorBase):
         out_size, in_size = op.shape
         if out_size != in_size:
             raise ValueError(f"restrict_dofs needs a square operator, got shape {op.shape}")
-        free = np.asarray(op.ceed.to_numpy(free_dofs))
+        # an array of the backend is checked where it lives (one synchronization on a
+        # device), not copied to the host and back
+        fx = op.ceed.xp if isinstance(free_dofs, op.ceed.xp.ndarray) else np
+        free = free_dofs if fx is not np else np.asarray(op.ceed.to_numpy(free_dofs))
         if free.ndim != 1 or free.dtype.kind not in "iu":
             raise ValueError("free_dofs must be a 1-D integer array")
-        if free.size and (free[0] < 0 or free[-1] >= in_size or np.any(np.diff(free) <= 0)):
+        if free.size and bool((free[0] < 0) | (free[-1] >= in_size) | fx.any(fx.diff(free) <= 0)):
             raise ValueError(f"free_dofs must be sorted, unique and in [0, {in_size})")
         self.ceed = op.ceed
         self.op = op
