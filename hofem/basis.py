@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -34,7 +35,7 @@ from .quadrature import gauss_quadrature, lobatto_quadrature, simplex_quadrature
 from .restriction import _positive_int
 from .typing import Array, ArrayLike, CeedLike, FloatArray
 
-__all__ = ["Basis", "cell_center", "collocated_grad", "tensor_topology"]
+__all__ = ["Basis", "cell_center", "collocated_grad", "gll_lagrange_1d", "tensor_topology"]
 
 _TENSOR_TOPOLOGY = {1: LINE, 2: QUAD, 3: HEX}
 
@@ -376,10 +377,62 @@ def collocated_grad(B: FloatArray, G: FloatArray) -> FloatArray | None:
         ``G @ pinv(B)``; None when ``Q_1d < P_1d`` or ``B`` has rank below ``P_1d``
         (then no such ``D`` exists in general).
     """
-    Q_1d, P_1d = B.shape
+    B, G = np.asarray(B, dtype=np.float64), np.asarray(G, dtype=np.float64)
+    return _collocated_grad(B.shape, B.tobytes(), G.tobytes())
+
+
+@functools.lru_cache(maxsize=128)
+def _collocated_grad(shape, B_bytes, G_bytes):
+    """:func:`collocated_grad` of the matrices with these bytes, computed once (each basis of
+    the same points and nodes, and each operator's kernel, asks again), read-only."""
+    Q_1d, P_1d = shape
+    B = np.frombuffer(B_bytes).reshape(shape)  # (Q_1d, P_1d)
     if Q_1d < P_1d or np.linalg.matrix_rank(B) < P_1d:
         return None
-    return G @ np.linalg.pinv(B)
+    D = np.frombuffer(G_bytes).reshape(shape) @ np.linalg.pinv(B)  # (Q_1d, Q_1d)
+    D.setflags(write=False)
+    return D
+
+
+def gll_lagrange_1d(P: int, points: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The Lagrange interpolation and derivative matrices of the ``P`` Gauss-Lobatto nodes at
+    ``points``: the 1D matrices of every H1 Lagrange tensor basis and transfer.
+
+    Parameters
+    ----------
+    P : int
+        Nodes, >= 2.
+    points : ndarray (Q,)
+
+    Returns
+    -------
+    interp, grad : ndarray (Q, P)
+        Read-only: computed once per ``P`` and points' values, shared (copy to modify).
+    """
+    points = np.asarray(points, dtype=np.float64)
+    return _gll_lagrange_1d(int(P), points.tobytes())
+
+
+@functools.lru_cache(maxsize=256)
+def _gll_lagrange_1d(P, points_bytes):
+    nodes = lobatto_quadrature(P)[0]  # (P,)
+    points = np.frombuffer(points_bytes)  # (Q,)
+    interp = lagrange_interp_matrix(nodes, points)  # (Q, P)
+    grad = lagrange_deriv_matrix(nodes, points)  # (Q, P)
+    interp.setflags(write=False)
+    grad.setflags(write=False)
+    return interp, grad
+
+
+@functools.lru_cache(maxsize=128)
+def _lagrange_1d(P, Q, quad_mode):
+    """The 1D data ``(interp_1d, grad_1d, q_ref_1d, q_weight_1d)`` of
+    :func:`tensor_h1_lagrange`, computed once per ``(P, Q, quad_mode)``, read-only."""
+    rule = gauss_quadrature if quad_mode is GAUSS else lobatto_quadrature
+    q_ref_1d, q_weight_1d = rule(Q)  # (Q,), (Q,): fresh copies, made read-only here
+    q_ref_1d.setflags(write=False)
+    q_weight_1d.setflags(write=False)
+    return (*gll_lagrange_1d(P, q_ref_1d), q_ref_1d, q_weight_1d)
 
 
 def tensor_h1(
@@ -414,17 +467,11 @@ def tensor_h1_lagrange(
     """Lagrange basis on P Gauss-Lobatto nodes, Q-point Gauss or Gauss-Lobatto rule."""
     P = _positive_int(P, "P", 2)
     Q = _positive_int(Q, "Q", 1)
-    if quad_mode is GAUSS:
-        q_ref_1d, q_weight_1d = gauss_quadrature(Q)
-    elif quad_mode is GAUSS_LOBATTO:
-        if Q < 2:
-            raise ValueError(f"Q must be >= 2 for hf.GAUSS_LOBATTO, got {Q}")
-        q_ref_1d, q_weight_1d = lobatto_quadrature(Q)
-    else:
+    if quad_mode is GAUSS_LOBATTO and Q < 2:
+        raise ValueError(f"Q must be >= 2 for hf.GAUSS_LOBATTO, got {Q}")
+    if quad_mode is not GAUSS and quad_mode is not GAUSS_LOBATTO:
         raise ValueError(f"quad_mode must be hf.GAUSS or hf.GAUSS_LOBATTO, got {quad_mode!r}")
-    nodes, _ = lobatto_quadrature(P)
-    interp_1d = lagrange_interp_matrix(nodes, q_ref_1d)  # (Q, P)
-    grad_1d = lagrange_deriv_matrix(nodes, q_ref_1d)  # (Q, P)
+    interp_1d, grad_1d, q_ref_1d, q_weight_1d = _lagrange_1d(P, Q, quad_mode)  # read-only
     return tensor_h1(ceed, dim, num_comp, P, Q, interp_1d, grad_1d, q_ref_1d, q_weight_1d)
 
 

@@ -44,7 +44,7 @@ from .multigrid import Hierarchy, RestrictedTransfer, coarse_orders, register_hi
 from .operator import Operator, SubOperator
 from .qdata import build_operator
 from .restriction import index_dtype
-from .transfer import interpolation_basis
+from .transfer import interpolation_matrix, level_transfers
 from .typing import Array, ArrayLike
 
 if TYPE_CHECKING:
@@ -281,8 +281,12 @@ def _coordinate_field(space, rule):
     return coords, geo
 
 
-def _geometry(space, form, coefficient, rule, geometry):
-    """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`)."""
+def _geometry(space, form, coefficient, rule, geometry, fields=None):
+    """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`).
+
+    ``fields``: a dict the bases it makes are kept in (``"basis"``, ``"coordinates"``: the
+    form's basis and :func:`_coordinate_field`), for a caller that uses them too.
+    """
     check_geometry(geometry)
     if callable(coefficient):
         if geometry == "on_the_fly":
@@ -294,9 +298,12 @@ def _geometry(space, form, coefficient, rule, geometry):
     if geometry != "auto":
         return geometry
     kind = "Mass" if form == "mass" else "Poisson"
-    basis = space.basis(**rule)
-    geo = _coordinate_field(space, rule)[1]
-    costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim], geo)
+    fields = {} if fields is None else fields
+    if "basis" not in fields:
+        fields["basis"] = space.basis(**rule)
+    fields["coordinates"] = _coordinate_field(space, rule)
+    geo = fields["coordinates"][1]
+    costs = geometry_costs(form, fields["basis"], _QDATA_SIZE[kind][space.dim], geo)
     return choose_geometry(geometry, space.ceed.resource, costs)
 
 
@@ -307,12 +314,13 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=
     kind = "Mass" if form == "mass" else "Poisson"
     prefix = _vector_prefix(space)
     rule = form_quadrature(space, form, q_extra, quad_mode)
-    basis = space.basis(**rule)
-    if _geometry(space, form, coefficient, rule, geometry) == "on_the_fly":
+    made = {"basis": space.basis(**rule)}  # and the coordinate field, where _geometry makes it
+    basis = made["basis"]
+    if _geometry(space, form, coefficient, rule, geometry, made) == "on_the_fly":
         scale = 1.0 if coefficient is None else float(coefficient)
         op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
-        coords, geo = _coordinate_field(space, rule)
+        coords, geo = made.get("coordinates") or _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, _coordinates(coords, reuse))
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
@@ -514,9 +522,12 @@ def multigrid_hierarchy(
     fine_free = A.free_dofs if restricted else None
     for order in orders[1:]:
         coarse_space = space.with_order(order)
-        coarse, P, R = op.multigrid_level(coarse_space.restriction)
-        if not galerkin:
+        if galerkin:
+            coarse, P, R = op.multigrid_level(coarse_space.restriction)
+        else:  # multigrid_level's transfers, not its coarse operator
             coarse = _form(coarse_space, *args, reuse=op)
+            field = next(f for f in op.input_fields if f.is_active)
+            P, R = level_transfers(coarse_space.restriction, field.restriction, field.basis, order)
         sources.append(sources[0] if galerkin else coarse_space)
         if restricted:
             free = _coarse_free(space, coarse_space, fine_free)
@@ -708,9 +719,13 @@ def interpolation_hits(
     bool array (num_comp, num_coarse_nodes), of ``flagged``'s array type
     """
     xp = np if isinstance(flagged, np.ndarray) else fine.ceed.xp
-    weights = xp.asarray(np.abs(interpolation_basis(fine.basis(1), order).interp))  # (P_f, P_c)
+    weights = np.abs(interpolation_matrix(fine.topology, fine.order, order))  # (P_f, P_c)
+    weights = xp.asarray(weights)
     hit = xp.zeros((flagged.shape[0], num_coarse_nodes), dtype=bool)
-    for a, b in chunk_ranges(fine.num_elem, fine.elem_size, 1 << 22):
+    # as the form set-up's chunks: larger on a device, where each chunk's few small
+    # operations and its synchronizing nonzero cost more than its entries
+    entries = (1 << 22) * (1 if xp is np else DEVICE_CHUNK_FACTOR)
+    for a, b in chunk_ranges(fine.num_elem, fine.elem_size, entries):
         for c in range(flagged.shape[0]):
             cells = flagged[c][fine_offsets[a:b]]  # (b - a, P_f)
             near = xp.flatnonzero(cells.any(axis=1))  # cells with a flagged node

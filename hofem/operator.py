@@ -444,13 +444,7 @@ class Operator(_OperatorBase):
             Active fields without one shared H1 Lagrange basis and restriction;
             a coarse restriction of other elements, components, or not of a lower order.
         """
-        from .transfer import (
-            Transfer,
-            coarse_basis,
-            interpolation_basis,
-            lagrange_order,
-            order_of_size,
-        )
+        from .transfer import coarse_basis, lagrange_order, level_transfers, order_of_size
 
         self.check_ready()
         active = [f for f in self.fields.values() if f.is_active]
@@ -485,10 +479,7 @@ class Operator(_OperatorBase):
             else:
                 r = ELEMRESTRICTION_NONE if f.restriction is None else f.restriction
                 coarse.set_field(f.name, r, BASIS_NONE if f.basis is None else f.basis, f.vector)
-        weight = 1.0 / r_f.multiplicity() if weight is None else weight
-        interp = interpolation_basis(b_f, order_c)
-        prolong = Transfer(r_c, r_f, interp, weight)
-        restrict = Transfer(r_c, r_f, interp, weight, transpose=True)
+        prolong, restrict = level_transfers(r_c, r_f, b_f, order_c, weight)
         return coarse, prolong, restrict
 
 
@@ -568,10 +559,13 @@ class SubOperator(_OperatorBase):
         out_size, in_size = op.shape
         if out_size != in_size:
             raise ValueError(f"restrict_dofs needs a square operator, got shape {op.shape}")
-        free = np.asarray(op.ceed.to_numpy(free_dofs))
+        # an array of the backend is checked where it lives (one synchronization on a
+        # device), not copied to the host and back
+        fx = op.ceed.xp if isinstance(free_dofs, op.ceed.xp.ndarray) else np
+        free = free_dofs if fx is not np else np.asarray(op.ceed.to_numpy(free_dofs))
         if free.ndim != 1 or free.dtype.kind not in "iu":
             raise ValueError("free_dofs must be a 1-D integer array")
-        if free.size and (free[0] < 0 or free[-1] >= in_size or np.any(np.diff(free) <= 0)):
+        if free.size and bool((free[0] < 0) | (free[-1] >= in_size) | fx.any(fx.diff(free) <= 0)):
             raise ValueError(f"free_dofs must be sorted, unique and in [0, {in_size})")
         self.ceed = op.ceed
         self.op = op

@@ -253,6 +253,20 @@ def trace_body(
         The body branches on values, calls an unknown function, or uses array-only
         operations.
     """
+    key = _trace_key(qf, dialect, context_load is not None, zero_unwritten)
+    if key is None:
+        return _trace(qf, load, store, dialect, context_load, zero_unwritten)
+    recorded = _RECORDED.get(key)
+    if recorded is None:
+        recorded = _Recorded(qf, dialect, context_load is not None, zero_unwritten)
+        if len(_RECORDED) >= _RECORDED_MAX:  # the oldest goes
+            del _RECORDED[next(iter(_RECORDED))]
+        _RECORDED[key] = recorded
+    return recorded.replay(load, store, context_load)
+
+
+def _trace(qf, load, store, dialect, context_load, zero_unwritten):
+    """:func:`trace_body`, traced now."""
     trace = _Trace(dialect)
     inputs = [
         _Field(trace, f"in{k}", f.size, functools.partial(load, k)) for k, f in enumerate(qf.inputs)
@@ -276,3 +290,55 @@ def trace_body(
         if row in field.rows or zero_unwritten
     ]
     return trace.lines + stores
+
+
+# the traces of the gallery's bodies (what each trace depends on: _trace_key) -> _Recorded;
+# every new operator of a gallery QFunction (each multigrid level, transfer, set-up
+# operator) is traced again otherwise
+_RECORDED: dict[tuple, _Recorded] = {}
+_RECORDED_MAX = 128
+_GALLERY_MODULE = "hofem.qfunctions."
+_MARK = "\x00"  # around a recorded call's index in the lines; in no dialect's code
+
+
+def _trace_key(qf, dialect, context_load, zero_unwritten):
+    """What a trace of ``qf`` depends on besides the callables' strings, or None where it
+    may depend on more: a body outside the gallery might read state other than its context
+    (the gallery's bodies are functions of the context and the fields alone)."""
+    if not getattr(qf.func, "__module__", "").startswith(_GALLERY_MODULE):
+        return None
+    context = qf.context
+    values = None if context is None else (context.dtype, context.tobytes())
+    sizes = tuple(f.size for f in qf.inputs), tuple(f.size for f in qf.outputs)
+    return qf.func, sizes, values, dialect, context_load, zero_unwritten
+
+
+class _Recorded:
+    """A trace made once with marked strings for the loads, stores and context loads: each
+    call's index between two ``_MARK``; :meth:`replay` makes the calls again, in the same
+    order, and puts their strings in.  The statements are those a trace made with the
+    callables gives: the body sees the strings only as names to write."""
+
+    def __init__(self, qf, dialect, context_load, zero_unwritten):
+        self.calls = []  # (kind, arguments) in the order the trace made them
+
+        def marked(kind):
+            def call(*args):
+                self.calls.append((kind, args))
+                return f"{_MARK}{len(self.calls) - 1}{_MARK}"
+
+            return call
+
+        ctx_load = marked("context") if context_load else None
+        lines = _trace(qf, marked("load"), marked("store"), dialect, ctx_load, zero_unwritten)
+        # each line split at the marks: text, call index, text, ...
+        self.lines = [line.split(_MARK) for line in lines]
+
+    def replay(self, load, store, context_load):
+        """The statements for these callables."""
+        fns = {"load": load, "store": store, "context": context_load}
+        strings = [fns[kind](*args) for kind, args in self.calls]
+        return [
+            "".join(strings[int(part)] if j % 2 else part for j, part in enumerate(parts))
+            for parts in self.lines
+        ]

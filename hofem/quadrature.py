@@ -81,6 +81,13 @@ def _symmetrize(points, weights):
     return points, weights
 
 
+def _read_only(*arrays):
+    """``arrays`` made read-only: what a cache keeps is shared, nobody writes into it."""
+    for a in arrays:
+        a.setflags(write=False)
+    return arrays
+
+
 def gauss_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
     """Gauss–Legendre quadrature with ``Q`` points on [-1, 1].
 
@@ -104,8 +111,16 @@ def gauss_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
         If ``Q`` is not an integer >= 1.
     """
     Q = _check_int(Q, "Q", 1, ">= 1 (number of Gauss points)")
+    points, weights = _gauss_rule(Q)
+    return points.copy(), weights.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _gauss_rule(Q):
+    """:func:`gauss_quadrature` of a checked ``Q``, computed once per ``Q`` (every basis and
+    multigrid level asks again), read-only."""
     if Q == 1:
-        return np.zeros(1), np.full(1, 2.0)
+        return _read_only(np.zeros(1), np.full(1, 2.0))
     k = np.arange(1, Q, dtype=np.float64)  # (Q-1,)
     offdiag = k / np.sqrt(4.0 * k * k - 1.0)  # (Q-1,)
     x = eigvalsh_tridiagonal(np.zeros(Q), offdiag)  # (Q,) ascending
@@ -117,7 +132,7 @@ def gauss_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
     p, p_prev = _legendre_and_prev(Q, x)
     dp = Q * (p_prev - x * p) / (1.0 - x * x)  # (Q,)
     w = 2.0 / ((1.0 - x * x) * dp * dp)  # (Q,)
-    return _symmetrize(x, w)
+    return _read_only(*_symmetrize(x, w))
 
 
 def lobatto_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
@@ -143,6 +158,13 @@ def lobatto_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
         If ``Q`` is not an integer >= 2.
     """
     Q = _check_int(Q, "Q", 2, ">= 2 (number of Gauss-Lobatto points, endpoints included)")
+    points, weights = _lobatto_rule(Q)
+    return points.copy(), weights.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _lobatto_rule(Q):
+    """:func:`lobatto_quadrature` of a checked ``Q``, computed once per ``Q``, read-only."""
     N = Q - 1  # polynomial degree; interior points are the roots of P_N'
     x = np.empty(Q)  # (Q,)
     x[0], x[-1] = -1.0, 1.0
@@ -162,8 +184,7 @@ def lobatto_quadrature(Q: int) -> tuple[FloatArray, FloatArray]:
         x[1:-1] = xi
     p, _ = _legendre_and_prev(N, x)  # (Q,)
     w = 2.0 / (N * (N + 1) * p * p)  # (Q,)
-    x, w = _symmetrize(x, w)
-    return x, w
+    return _read_only(*_symmetrize(x, w))
 
 
 def _gauss_jacobi_01(n, alpha):

@@ -15,22 +15,31 @@ its transpose.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .basis import Basis, h1, tensor_h1
+from .basis import Basis, gll_lagrange_1d, h1, kron_dense, tensor_h1
 from .constants import BASIS_NONE, EVAL_INTERP, EVAL_NONE, VECTOR_ACTIVE
-from .polynomials import (
-    lagrange_deriv_matrix,
-    lagrange_interp_matrix,
-    simplex_lagrange,
-    simplex_nodes,
-)
+from .polynomials import simplex_lagrange, simplex_nodes
 from .quadrature import lobatto_quadrature
-from .typing import Array, LinearOperator
+from .typing import Array, FloatArray, LinearOperator
 
-__all__ = ["Transfer", "coarse_basis", "interpolation_basis", "lagrange_order", "order_of_size"]
+if TYPE_CHECKING:
+    from .constants import Topology
+    from .restriction import ElemRestriction
+
+__all__ = [
+    "Transfer",
+    "coarse_basis",
+    "interpolation_basis",
+    "interpolation_matrix",
+    "lagrange_order",
+    "level_transfers",
+    "order_of_size",
+]
 
 _TOL = 1e-10  # Lagrange check: entries of matrices built from the same nodes and points
 _ZERO = 1e-12  # interpolation entries below: round-off of zero (true ones: 1e-5 and up to p = 8)
@@ -64,7 +73,7 @@ def lagrange_order(basis: Basis) -> int | None:
     if order is None:
         return None
     if basis.is_tensor:
-        expected = lagrange_interp_matrix(lobatto_quadrature(order + 1)[0], basis.q_ref_1d)
+        expected = gll_lagrange_1d(order + 1, basis.q_ref_1d)[0]
         found = basis.interp_1d
     else:
         expected = simplex_lagrange(basis.dim, order, basis.q_ref)[0]
@@ -94,9 +103,7 @@ def coarse_basis(basis: Basis, order: int) -> Basis:
     """
     ceed, dim = basis.ceed, basis.dim
     if basis.is_tensor:
-        nodes, points = _nodes_1d(order), basis.q_ref_1d
-        interp = lagrange_interp_matrix(nodes, points)  # (Q_1d, order + 1)
-        grad = lagrange_deriv_matrix(nodes, points)  # (Q_1d, order + 1)
+        interp, grad = gll_lagrange_1d(order + 1, basis.q_ref_1d)  # (Q_1d, order + 1) each
         return tensor_h1(
             ceed, dim, basis.num_comp, order + 1, basis.Q_1d, interp, grad,
             basis.q_ref_1d, basis.q_weight_1d,
@@ -121,22 +128,73 @@ def interpolation_basis(fine: Basis, coarse_order: int) -> Basis:
         ``num_nodes`` = coarse nodes, ``num_qpts`` = fine nodes.
     """
     ceed, dim, fine_order = fine.ceed, fine.dim, lagrange_order(fine)
-    if fine.is_tensor:
-        nodes_c, nodes_f = _nodes_1d(coarse_order), _nodes_1d(fine_order)
-        interp = lagrange_interp_matrix(nodes_c, nodes_f)  # (P_1d_f, P_1d_c)
-        grad = lagrange_deriv_matrix(nodes_c, nodes_f)
-        P_c, P_f = coarse_order + 1, fine_order + 1
-        return tensor_h1(
-            ceed, dim, fine.num_comp, P_c, P_f, interp, grad, nodes_f, np.ones(P_f)
-        )  # fmt: skip
-    points = simplex_nodes(dim, fine_order).reshape(-1, dim)  # (P_f, dim)
-    interp, grad = simplex_lagrange(dim, coarse_order, points)  # (P_f, P_c), (dim, P_f, P_c)
-    # a coarse node's function vanishes on the facets that miss the node: exact zeros there
-    # (not the round-off of the Vandermonde solve), so a transfer joins no free DOF to a
-    # Dirichlet one (hofem.multigrid.WholeVectorCycle)
-    interp[np.abs(interp) < _ZERO] = 0.0
+    interp, grad, points = _interpolation_data(fine.topology, fine_order, coarse_order)
     P_f, P_c = interp.shape
+    if fine.is_tensor:
+        return tensor_h1(ceed, dim, fine.num_comp, P_c, P_f, interp, grad, points, np.ones(P_f))
     return h1(ceed, fine.topology, fine.num_comp, P_c, P_f, interp, grad, points, np.ones(P_f))
+
+
+def interpolation_matrix(topology: Topology, fine_order: int, coarse_order: int) -> FloatArray:
+    """The dense ``interp`` (fine nodes, coarse nodes) of :func:`interpolation_basis` from the
+    Lagrange order ``fine_order`` of ``topology`` to ``coarse_order``, without a basis.
+
+    Returns
+    -------
+    ndarray (P_f, P_c)
+        Read-only: computed once per topology and orders, shared.
+    """
+    return _interpolation_matrix(topology, int(fine_order), int(coarse_order))
+
+
+@functools.lru_cache(maxsize=64)
+def _interpolation_matrix(topology, fine_order, coarse_order):
+    interp = _interpolation_data(topology, fine_order, coarse_order)[0]
+    if topology.is_tensor:  # as Basis.interp: x fastest
+        interp = kron_dense([interp] * topology.dim)  # (P_1d_f**dim, P_1d_c**dim)
+        interp.setflags(write=False)
+    return interp
+
+
+@functools.lru_cache(maxsize=64)
+def _interpolation_data(topology, fine_order, coarse_order):
+    """``(interp, grad, points)`` of :func:`interpolation_basis`, computed once per topology
+    and orders (each level and its set-up ask), read-only: the 1D matrices (P_1d_f, P_1d_c)
+    and fine nodes (P_1d_f,) of a tensor topology, else the dense (P_f, P_c), (dim, P_f,
+    P_c) and (P_f, dim)."""
+    dim = topology.dim
+    if topology.is_tensor:
+        points = _nodes_1d(fine_order)  # (P_1d_f,)
+        interp, grad = gll_lagrange_1d(coarse_order + 1, points)  # (P_1d_f, P_1d_c) each
+    else:
+        points = simplex_nodes(dim, fine_order).reshape(-1, dim)  # (P_f, dim)
+        interp, grad = simplex_lagrange(dim, coarse_order, points)  # (P_f, P_c), (dim, ...)
+        # a coarse node's function vanishes on the facets that miss the node: exact zeros
+        # there (not the round-off of the Vandermonde solve), so a transfer joins no free DOF
+        # to a Dirichlet one (hofem.multigrid.WholeVectorCycle)
+        interp[np.abs(interp) < _ZERO] = 0.0
+    for a in (interp, grad, points):
+        a.setflags(write=False)
+    return interp, grad, points
+
+
+def level_transfers(
+    r_coarse: ElemRestriction,
+    r_fine: ElemRestriction,
+    fine: Basis,
+    coarse_order: int,
+    weight: Array | None = None,
+) -> tuple[Transfer, Transfer]:
+    """The prolongation and restriction of ``Operator.multigrid_level`` between the active
+    restriction ``r_fine`` and Lagrange basis ``fine`` of an operator and the coarse
+    restriction ``r_coarse`` of ``coarse_order`` (unchecked: the caller checked them).
+
+    ``weight``: ``1 / multiplicity`` of the fine nodes (default from ``r_fine``).
+    """
+    weight = 1.0 / r_fine.multiplicity() if weight is None else weight
+    interp = interpolation_basis(fine, coarse_order)
+    prolong = Transfer(r_coarse, r_fine, interp, weight)
+    return prolong, Transfer(r_coarse, r_fine, interp, weight, transpose=True)
 
 
 class Transfer:

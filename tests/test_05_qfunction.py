@@ -186,3 +186,48 @@ def test_trace_zero_unwritten(ref):
         "out[0] = t1;",
         "out[1] = 0.0;",
     ]
+
+
+@pytest.mark.parametrize("name", GALLERY)
+def test_recorded_gallery_traces_match_fresh_ones(ref, name):
+    """A gallery body is traced once per sizes, context and dialect, and replayed: every later
+    trace, with other load/store strings, is the statement list a fresh trace gives, the
+    callables called in the same order."""
+    from hofem import qfunction_trace as qt
+
+    qf = ref.QFunctionByName(name, **({"scale": 2.5} if name == "Scale" else {}))
+    for dialect in (qt.CPP, qt.PYTHON):
+        for ctx_load in (None, lambda key: f"ctx_{key}"):
+            for tag in ("a", "bb"):
+                calls, fresh_calls = [], []
+
+                def callables(log, tag=tag):
+                    load = lambda k, row: log.append(("l", k, row)) or f"{tag}in{k}[{row}]"  # noqa: E731
+                    store = lambda k, row: log.append(("s", k, row)) or f"{tag}out{k}[{row}]"  # noqa: E731
+                    return load, store
+
+                got = qt.trace_body(qf, *callables(calls), dialect, ctx_load, zero_unwritten=True)
+                want = qt._trace(qf, *callables(fresh_calls), dialect, ctx_load, True)
+                assert got == want and calls == fresh_calls
+    assert qt._trace_key(qf, qt.CPP, False, True) in qt._RECORDED
+
+
+def test_recorded_traces_keep_each_context_apart(ref):
+    """A context baked into the statements is part of what a recorded trace is kept by."""
+    from hofem.qfunction_trace import trace_body
+
+    def body(scale):
+        qf = ref.QFunctionByName("Scale", scale=scale)
+        return trace_body(qf, lambda k, row: f"u[{row}]", lambda k, row: f"v[{row}]")
+
+    assert body(2.0) != body(3.0)
+    assert body(2.0) == body(2.0)
+
+
+def test_bodies_outside_the_gallery_are_traced_each_time(ref):
+    from hofem import qfunction_trace as qt
+
+    qf = ref.QFunction(
+        first_row_only, inputs=[("u", 1, hf.EVAL_INTERP)], outputs=[("v", 2, hf.EVAL_INTERP)]
+    )
+    assert qt._trace_key(qf, qt.CPP, False, False) is None

@@ -41,6 +41,11 @@ _SCATTER_THREADS = 256
 _MAX_BLOCKS = 1 << 20
 # "auto" scatter: the transpose map won at 27 nodes per element, atomics at 125 and 729
 _MAP_MAX_ELEM_SIZE = 27
+# (device, collocated, shape, interp_1d bytes, grad_1d bytes) -> BatchedBasisData: the
+# device matrices of a tensor basis, shared by every basis of the same 1D matrices (each
+# multigrid level, transfer and set-up operator makes its bases anew); read only
+_TENSOR_BASIS_DATA: dict[tuple, BatchedBasisData] = {}
+_TENSOR_BASIS_DATA_MAX = 64
 
 
 def device_layout(r: ElemRestriction) -> tuple[bool, type[np.signedinteger]]:
@@ -241,24 +246,42 @@ class CudaBatchedBackend(CudaRefBackend):
 
     # --- basis -------------------------------------------------------------------------------
     def basis_setup(self, b: Basis) -> None:
-        """Device matrices; tensor bases also keep the transposes (P_1d, Q_1d) contiguous."""
+        """Device matrices; tensor bases also keep the transposes (P_1d, Q_1d) contiguous.
+
+        A tensor basis whose 1D matrices an earlier one had (same values, same device)
+        shares that one's device matrices: nothing is uploaded again.
+        """
+        if b.is_tensor:
+            B, G = b.interp_1d, b.grad_1d  # (Q_1d, P_1d) each, host
+            key = (cupy.cuda.Device().id, self.collocated, B.shape, B.tobytes(), G.tobytes())
+            data = _TENSOR_BASIS_DATA.get(key)
+            if data is None:
+                data = self._tensor_basis_data(b)
+                if len(_TENSOR_BASIS_DATA) >= _TENSOR_BASIS_DATA_MAX:  # the oldest goes
+                    del _TENSOR_BASIS_DATA[next(iter(_TENSOR_BASIS_DATA))]
+                _TENSOR_BASIS_DATA[key] = data
+            b.backend_data = data
+            return
         super().basis_setup(b)
         ref = b.backend_data
-        if b.is_tensor:
-            D = collocated_grad(b.interp_1d, b.grad_1d) if self.collocated else None
-            b.backend_data = BatchedBasisData(
-                interp_1d=ref.interp_1d,
-                grad_1d=ref.grad_1d,
-                interp_1d_t=cupy.ascontiguousarray(ref.interp_1d.T),
-                grad_1d_t=cupy.ascontiguousarray(ref.grad_1d.T),
-                kernels=max(b.P_1d, b.Q_1d) <= _MAX_T_1D,
-                collocated=None if D is None else cupy.asarray(D),  # (Q_1d, Q_1d)
-            )
-        else:  # the GEMMs need C-contiguous matrices
-            b.backend_data = BatchedBasisData(
-                interp=cupy.ascontiguousarray(ref.interp),  # (Q, P)
-                grad=cupy.ascontiguousarray(ref.grad),  # (dim, Q, P)
-            )
+        b.backend_data = BatchedBasisData(  # the GEMMs need C-contiguous matrices
+            interp=cupy.ascontiguousarray(ref.interp),  # (Q, P)
+            grad=cupy.ascontiguousarray(ref.grad),  # (dim, Q, P)
+        )
+
+    def _tensor_basis_data(self, b):
+        """The device matrices of tensor basis ``b`` (uploaded now)."""
+        super().basis_setup(b)
+        ref = b.backend_data
+        D = collocated_grad(b.interp_1d, b.grad_1d) if self.collocated else None
+        return BatchedBasisData(
+            interp_1d=ref.interp_1d,
+            grad_1d=ref.grad_1d,
+            interp_1d_t=cupy.ascontiguousarray(ref.interp_1d.T),
+            grad_1d_t=cupy.ascontiguousarray(ref.grad_1d.T),
+            kernels=max(b.P_1d, b.Q_1d) <= _MAX_T_1D,
+            collocated=None if D is None else cupy.asarray(D),  # (Q_1d, Q_1d)
+        )
 
     def _tensor_kernel(self, b, t_mode, eval_mode, src, dst, num_elem, q_strides):
         """Launch one tensor basis kernel; the Q side is addressed with ``q_strides``."""
