@@ -88,6 +88,8 @@ class Basis:
         Tensor bases only.
     interp_1d, grad_1d : ndarray, (Q_1d, P_1d), or None
     q_ref_1d, q_weight_1d : ndarray, (Q_1d,), or None
+        Read-only for :meth:`~hofem.Ceed.BasisTensorH1Lagrange` bases: every basis of
+        the same ``P``, ``Q`` and rule shares one copy (copy them to modify).
     interp : ndarray, (num_qpts, num_nodes)
     grad : ndarray, (dim, num_qpts, num_nodes)
     q_ref : ndarray, (num_qpts, dim)
