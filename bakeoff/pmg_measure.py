@@ -22,6 +22,14 @@ from hofem.bakeoff.common import box_side, emit_line, threads
 from hofem.bakeoff.problems import setup
 
 
+def case_arguments(parser, ceed, dofs):
+    """``--ceed``, ``--order`` (6) and ``--dofs`` of one BP3 box for the pmg scripts that
+    time a single case (``pmg_options.py``, ``pmg_setup_host.py``)."""
+    parser.add_argument("--ceed", default=ceed)
+    parser.add_argument("--order", type=int, default=6)
+    parser.add_argument("--dofs", type=float, default=dofs)
+
+
 def problem(ceed, cell, p, dofs):
     n = box_side(dofs, p)
     if cell == "tet":  # 6 tets per box cell, same nodes

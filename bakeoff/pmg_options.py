@@ -15,6 +15,8 @@ iterations, set-up and solve seconds, time to solution and the set-up's split.
 import argparse
 import time
 
+from pmg_measure import case_arguments, problem
+
 import hofem as hf
 from hofem.bakeoff.common import emit_line
 
@@ -49,15 +51,11 @@ def run(A, b, options):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ceed", default="/cpu/self/numba")
-    parser.add_argument("--order", type=int, default=6)
-    parser.add_argument("--dofs", type=float, default=1e6)
+    case_arguments(parser, "/cpu/self/numba", 1e6)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=[""])
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    from pmg_measure import problem
-
     ceed = hf.Ceed(args.ceed)
     n, prob = problem(ceed, "hex", args.order, args.dofs)
     A, b = prob.operator, prob.rhs

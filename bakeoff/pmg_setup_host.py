@@ -20,11 +20,10 @@ import pstats
 import time
 
 import numpy as np
+from pmg_measure import case_arguments, problem
 
 import hofem as hf
-from hofem import meshes
-from hofem.bakeoff.common import box_side, emit_line
-from hofem.bakeoff.problems import setup
+from hofem.bakeoff.common import emit_line
 
 # (file name end, function) pairs whose calls and cumulative seconds are reported
 _WATCHED = (
@@ -63,16 +62,13 @@ def watched(stats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ceed", default="/cpu/self/ref")
-    parser.add_argument("--order", type=int, default=6)
-    parser.add_argument("--dofs", type=float, default=1e5)
+    case_arguments(parser, "/cpu/self/ref", 1e5)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--print", type=int, default=0, help="costliest calls of the last run")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     ceed = hf.Ceed(args.ceed)
-    n = box_side(args.dofs, args.order)
-    prob = setup("bp3", ceed, args.order, meshes.box(n, 3))
+    n, prob = problem(ceed, "hex", args.order, args.dofs)
     A = prob.operator
     hf.pmg(A)  # compile the coarse levels, the transfers, the set-up operators
     runs, wall = [], []
