@@ -79,6 +79,8 @@ _SCHEMA = {
         "register_cap_max_t_1d": "value",
         "constant_bytes": "value",
         "tensor_core_shapes": "shapes",
+        "blocked_shapes": "shapes",
+        "blocked_grad_shapes": "shapes",
     },
     "cuda_simplex.json": {
         "tensor_cores": "shapes",
@@ -128,7 +130,8 @@ class GeometryTuning:
 class FusedTuning:
     """``cuda_fused.json``: the slab kernels' threads per block (``threads``, and
     ``threads_by_shape`` where another count won), register cap rule, constant-memory
-    budget in bytes and tensor-core shapes."""
+    budget in bytes, tensor-core shapes, and the shapes of the register-blocked layout
+    (``blocked_shapes`` for one value per point, ``blocked_grad_shapes`` with gradients)."""
 
     threads: int
     threads_by_shape: Mapping[Shape, int]
@@ -137,6 +140,8 @@ class FusedTuning:
     register_cap_max_t_1d: int
     constant_bytes: int
     tensor_core_shapes: frozenset[Shape]
+    blocked_shapes: frozenset[Shape]
+    blocked_grad_shapes: frozenset[Shape]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,11 +331,13 @@ def fused() -> FusedTuning:
     }
     if values["register_cap_from"] > values["register_cap"]:
         raise _bad(name, "register_cap_from must not pass register_cap")
+    shapes = {
+        key: _shapes(name, key, _payload(name, key))
+        for key in ("tensor_core_shapes", "blocked_shapes", "blocked_grad_shapes")
+    }
     return FusedTuning(
         threads_by_shape=_entries(name, "threads_by_shape", _payload(name, "threads_by_shape")),
-        tensor_core_shapes=_shapes(
-            name, "tensor_core_shapes", _payload(name, "tensor_core_shapes")
-        ),
+        **shapes,
         **values,
     )
 

@@ -57,6 +57,8 @@ def test_fused_tables():
     caps = fused.register_cap, fused.register_cap_from, fused.register_cap_max_t_1d
     assert caps == (168, 104, 9)
     assert fused.tensor_core_shapes == {(3, 7, 8)}
+    # the register-blocked slab: BP1 p = 7 only (its gradient kernels spill)
+    assert (fused.blocked_shapes, fused.blocked_grad_shapes) == ({(3, 8, 9)}, frozenset())
 
 
 def test_simplex_tables_name_the_tet_shapes_where_batched_won():

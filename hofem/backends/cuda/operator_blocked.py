@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ... import tuning
 from .operator_fuse import FusedOperator
 from .operator_warp import has_grad, point_rows
 
@@ -56,9 +57,9 @@ __all__ = ["BLOCKED_GRAD_SHAPES", "BLOCKED_SHAPES", "BlockedFusedOperator", "use
 
 # the (dim, P_1d, Q_1d) that run the blocked layout, for one interpolated value per point
 # and with gradients: where two columns a thread save more shared loads than their extra
-# registers cost (the gradient kernels spill, so none; bakeoff/ab/ab_blocked.py decides)
-BLOCKED_SHAPES = frozenset({(3, 8, 9)})
-BLOCKED_GRAD_SHAPES = frozenset()
+# registers cost (cuda_fused.json, measured by bakeoff/ab/ab_blocked.py)
+BLOCKED_SHAPES = tuning.fused().blocked_shapes
+BLOCKED_GRAD_SHAPES = tuning.fused().blocked_grad_shapes
 
 
 def use_blocked_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
