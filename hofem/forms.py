@@ -256,7 +256,7 @@ def resolve_geometry(
     {"stored", "on_the_fly"}
     """
     rule = form_quadrature(space, form, q_extra, quad_mode)
-    return _geometry(space, form, coefficient, rule, geometry)
+    return _geometry(space, form, coefficient, rule, geometry)[0]
 
 
 def _coordinate_basis(space, rule):
@@ -281,11 +281,12 @@ def _coordinate_field(space, rule):
     return coords, geo
 
 
-def _geometry(space, form, coefficient, rule, geometry, fields=None):
-    """The geometry the form uses: ``"stored"`` or ``"on_the_fly"`` (see :mod:`hofem.geometry`).
+def _geometry(space, form, coefficient, rule, geometry, basis=None):
+    """The geometry the form uses, ``"stored"`` or ``"on_the_fly"`` (see
+    :mod:`hofem.geometry`), and the :func:`_coordinate_field` it made to choose (None
+    unless ``geometry`` is ``"auto"``), so that a caller building the form makes it once.
 
-    ``fields``: a dict the bases it makes are kept in (``"basis"``, ``"coordinates"``: the
-    form's basis and :func:`_coordinate_field`), for a caller that uses them too.
+    ``basis``: the form's ``space.basis(**rule)`` where the caller has it.
     """
     check_geometry(geometry)
     if callable(coefficient):
@@ -294,17 +295,14 @@ def _geometry(space, form, coefficient, rule, geometry, fields=None):
                 "geometry='on_the_fly' needs a constant coefficient (a callable coefficient is "
                 "evaluated into stored quadrature data); use geometry='stored' or 'auto'"
             )
-        return "stored"
+        return "stored", None
     if geometry != "auto":
-        return geometry
+        return geometry, None
     kind = "Mass" if form == "mass" else "Poisson"
-    fields = {} if fields is None else fields
-    if "basis" not in fields:
-        fields["basis"] = space.basis(**rule)
-    fields["coordinates"] = _coordinate_field(space, rule)
-    geo = fields["coordinates"][1]
-    costs = geometry_costs(form, fields["basis"], _QDATA_SIZE[kind][space.dim], geo)
-    return choose_geometry(geometry, space.ceed.resource, costs)
+    basis = space.basis(**rule) if basis is None else basis
+    coordinates = _coordinate_field(space, rule)
+    costs = geometry_costs(form, basis, _QDATA_SIZE[kind][space.dim], coordinates[1])
+    return choose_geometry(geometry, space.ceed.resource, costs), coordinates
 
 
 def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=None):
@@ -314,13 +312,13 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=
     kind = "Mass" if form == "mass" else "Poisson"
     prefix = _vector_prefix(space)
     rule = form_quadrature(space, form, q_extra, quad_mode)
-    made = {"basis": space.basis(**rule)}  # and the coordinate field, where _geometry makes it
-    basis = made["basis"]
-    if _geometry(space, form, coefficient, rule, geometry, made) == "on_the_fly":
+    basis = space.basis(**rule)
+    used, coordinates = _geometry(space, form, coefficient, rule, geometry, basis)
+    if used == "on_the_fly":
         scale = 1.0 if coefficient is None else float(coefficient)
         op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
-        coords, geo = made.get("coordinates") or _coordinate_field(space, rule)
+        coords, geo = coordinates or _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, _coordinates(coords, reuse))
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
