@@ -577,8 +577,6 @@ def simplex_operator(op: Any) -> SimplexOperator | None:
     The shapes of the table's ``tensor_cores`` run the tensor-core variant where the device
     has fp64 ``mma`` and its shared memory holds the launch; elsewhere they fall back as the
     other shapes do."""
-    if simplex_shape(op) is None:
-        return None
     view = factored_view(op)
     fewer = view is not None and view.num_qpts < op.num_qpts  # else nothing to save
     run = _fused_simplex(view) if fewer else None
@@ -586,8 +584,7 @@ def simplex_operator(op: Any) -> SimplexOperator | None:
 
 
 def _fused_simplex(op):
-    """:func:`simplex_operator` of an operator that :func:`simplex_shape` accepts, or of its
-    factored view."""
+    """:func:`simplex_operator` of an operator or of its factored view."""
     shape = simplex_shape(op)
     if shape is None:
         return None

@@ -41,6 +41,8 @@ class FactoredBasis:
     q_weight : float64 (num_qpts,)
         Ones: the weights are in ``interp``.
     is_cell_constant : bool
+    is_tensor : bool
+        False: a dense basis.
     """
 
     dim: int
