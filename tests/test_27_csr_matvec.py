@@ -8,20 +8,24 @@ of one small block (its warps loop over the rows), on random matrices of every r
 regime: empty rows, one row, rows of a few entries (1 to 16 lanes a row), the order-1
 Laplacian's 27-entry rows, rows longer than a warp, a rectangular ``P``; a kernel broken on
 purpose must fail.  ``CupyVectorOps.csr_matvec``'s glue runs the host kernel too.  nvcc
-compiles the source for sm_90 in ``test_12_nvcc.py``.
+compiles the source for sm_90 in ``test_12_nvcc.py``.  The AMG cycle makes every product
+through the method, and a small AMG level of a GPU cycle is estimated on the host.
 """
 
 import ctypes
 import subprocess
+import types
 
 import numpy as np
 import pytest
 import scipy.sparse
 from host_kernels import CXX, SHIM, rel_error
 
+from hofem import multigrid
 from hofem.backends.cuda import kernels
 from hofem.backends.cuda import vector_ops as cuda_vector_ops
-from hofem.multigrid import device_matrix
+from hofem.multigrid import AMGCycle, device_matrix, smoothed_aggregation
+from hofem.vector_ops import VectorOps
 
 
 def _matrix(rng, lengths, cols):
@@ -167,3 +171,42 @@ def test_cupy_vector_ops_launches_the_kernel(tmp_path):
         ops.csr_matvec(B, x, out)
         assert rel_error(out, A @ x) <= 1e-14
     assert len(calls) == 1
+
+
+class CountingOps(VectorOps):
+    """NumPy's vector steps, counting the sparse products."""
+
+    def __init__(self):
+        super().__init__(np)
+        self.products = 0
+
+    def csr_matvec(self, A, x, out):
+        self.products += 1
+        super().csr_matvec(A, x, out)
+
+
+def test_amg_cycle_products_go_through_csr_matvec():
+    """Every product of an AMG cycle is one ``csr_matvec`` (per level: 2 + 2 smoother
+    applications at degree 2, ``R`` and ``P``), into the cycle's ``out`` when given, the
+    same result as into a new array."""
+    ops = CountingOps()
+    levels, coarsest = smoothed_aggregation(_trilinear_laplacian(10), max_coarse=10)
+    cycle = AMGCycle(levels, coarsest, np, ops=ops)
+    b = np.random.default_rng(2).standard_normal(cycle.shape[0])
+    x = cycle(b)
+    assert ops.products == 6 * len(levels) == 12
+    out = np.empty_like(b)
+    assert cycle(b, out) is out
+    np.testing.assert_array_equal(out, x)
+
+
+def test_small_levels_are_estimated_on_the_host():
+    """A level below ``HOST_ESTIMATE_ROWS`` of a non-NumPy cycle gets NumPy's estimate of
+    its host matrix (the cycle's arrays, ops and matrix unused)."""
+    A = _trilinear_laplacian(6)  # 216 rows
+    assert A.shape[0] < multigrid.HOST_ESTIMATE_ROWS
+    other_xp = types.SimpleNamespace()  # where a GPU cycle's arrays would live
+    got = multigrid._level_estimate(A, None, None, other_xp, None, 10)
+    ops = VectorOps(np)
+    apply = multigrid._matrix_apply(A, ops)
+    assert got == multigrid.estimate_max_eigenvalue(apply, 1.0 / A.diagonal(), ops, 10)
