@@ -39,7 +39,7 @@ def pyamg_cycle(A_host, xp, cycles, ops, weighting, args):
     for level in ml.levels[:-1]:
         A = mg.device_matrix(level.A, xp)
         inv_diag = xp.asarray(1.0 / level.A.diagonal())
-        lam = mg.estimate_max_eigenvalue(mg._matrix_apply(A), inv_diag, ops, args.amg_eig)
+        lam = mg.estimate_max_eigenvalue(mg._matrix_apply(A, ops), inv_diag, ops, args.amg_eig)
         P, R = mg.device_matrix(level.P, xp), mg.device_matrix(level.R, xp)
         levels.append(mg.AMGLevel(A, inv_diag, lam, P, R))
     return mg.AMGCycle(

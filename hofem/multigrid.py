@@ -339,9 +339,13 @@ def device_matrix(A: SparseMatrix, xp: ModuleType) -> SparseMatrix:
     return A.tocsr() if xp is np else sparse_module(xp).csr_matrix(A.tocsr())
 
 
-def _matrix_apply(A):
+def _matrix_apply(A: SparseMatrix, ops: VectorOps | None = None) -> Callable[[Array, Array], None]:
+    """``apply(u, v)``: ``v = A u`` for ``xp``'s CSR matrix ``A``, by ``ops.csr_matvec``
+    (default the sparse library's product)."""
+    matvec = (VectorOps() if ops is None else ops).csr_matvec
+
     def apply(u, v):
-        v[...] = A @ u
+        matvec(A, u, v)
 
     return apply
 
@@ -371,12 +375,14 @@ class AMGLevel:
 class AMGCycle:
     """Symmetric V-cycles of an algebraic multigrid hierarchy, run with ``xp``'s arrays.
 
-    The hierarchy is built once (:func:`smoothed_aggregation`); the
-    cycle itself is array expressions and sparse products, so with ``xp = cupy``
-    it runs on the GPU (``cupyx.scipy.sparse``) and with NumPy on the host, one
-    code for both.  Smoothing is Chebyshev on the Jacobi-scaled level matrix
-    (symmetric, no triangular solves); the coarsest level is solved with its
-    dense pseudo-inverse (a matrix product).
+    The hierarchy is built once (:func:`smoothed_aggregation`); the cycle itself is
+    the fused vector steps and sparse products of ``ops``
+    (:meth:`~hofem.vector_ops.VectorOps.csr_matvec` on ``xp``'s CSR matrices: one
+    kernel of its own per product on a GPU, SciPy's on the host), one code for both.
+    Its work vectors are made once, here and at each smoother's first smoothing, so a
+    cycle is a fixed sequence of kernel launches.  Smoothing is Chebyshev on the
+    Jacobi-scaled level matrix (symmetric, no triangular solves); the coarsest level
+    is solved with its dense pseudo-inverse (a matrix product).
 
     Parameters
     ----------
@@ -409,9 +415,9 @@ class AMGCycle:
         import scipy.linalg
 
         self.xp, self.cycles = xp, int(cycles)
-        ops = VectorOps(xp) if ops is None else ops
+        self.ops = ops = VectorOps(xp) if ops is None else ops
         self.levels = [  # (A, P, R, smoother) on xp, fine to coarse
-            (lv.A, lv.P, lv.R, Chebyshev(_matrix_apply(lv.A), lv.inv_diag, lv.lambda_max,
+            (lv.A, lv.P, lv.R, Chebyshev(_matrix_apply(lv.A, ops), lv.inv_diag, lv.lambda_max,
                                          degree, bounds, ops))
             for lv in levels
         ]  # fmt: skip
@@ -419,22 +425,49 @@ class AMGCycle:
         self.coarse_inverse = xp.asarray(scipy.linalg.pinvh(dense))  # (n_c, n_c)
         self.A = self.levels[0][0] if self.levels else xp.asarray(dense)
         self.shape = self.A.shape
+        sizes = [lv.inv_diag.shape[0] for lv in levels] + [dense.shape[0]]  # rows per level
+        # below the finest: each level's right-hand side (the restricted residual) and
+        # iterate; above the coarsest: the prolonged correction
+        self._b = [None] + [xp.empty(n) for n in sizes[1:]]
+        self._x = [None] + [xp.empty(n) for n in sizes[1:]]
+        self._e = [xp.empty(n) for n in sizes[:-1]]
+        # the later cycles' residual and correction on the finest level, (n,) each
+        self._later = [xp.empty(sizes[0]) for _ in range(2)] if self.cycles > 1 else None
 
-    def __call__(self, b):
-        """``x`` approximating ``A^-1 b``: ``cycles`` V-cycles from zero."""
-        x = self._cycle(0, b)
+    def __call__(self, b: Array, out: Array | None = None) -> Array:
+        """``x`` approximating ``A^-1 b``: ``cycles`` V-cycles from zero.
+
+        ``b`` (n,); ``x`` goes to ``out`` (n,), default a new array.
+        """
+        x = self.xp.empty_like(b) if out is None else out
+        self._cycle(0, b, x)
         for _ in range(self.cycles - 1):
-            x += self._cycle(0, b - self.A @ x)
+            r, e = self._later
+            self._apply(x, r)
+            self.xp.subtract(b, r, out=r)
+            x += self._cycle(0, r, e)
         return x
 
     matvec = __call__
 
-    def _cycle(self, level, b):
+    def _apply(self, u, v):
+        """``v = A u`` on the finest level."""
+        if self.levels:
+            self.ops.csr_matvec(self.A, u, v)
+        else:
+            self.xp.dot(self.A, u, out=v)
+
+    def _cycle(self, level, b, x):
+        """One V-cycle from zero of ``level`` for ``b`` into its iterate ``x``; returns ``x``."""
         if level == len(self.levels):
-            return self.coarse_inverse @ b
+            return self.xp.dot(self.coarse_inverse, b, out=x)
         _, P, R, smoother = self.levels[level]
-        x, r = smoother.smooth(b)
-        x += P @ self._cycle(level + 1, R @ r)
+        _, r = smoother.smooth(b, out=x)
+        b_c, x_c, e = self._b[level + 1], self._x[level + 1], self._e[level]
+        self.ops.csr_matvec(R, r, b_c)
+        self._cycle(level + 1, b_c, x_c)
+        self.ops.csr_matvec(P, x_c, e)
+        x += e
         smoother.smooth(b, x)
         return x
 
@@ -465,13 +498,33 @@ def _host_coarse_matrix(A_x: Any, xp: Any) -> Any:
     return A
 
 
-def _smoothed_level(A_x, diagonal, aggregates, B, xp, ops, eig_steps, omega):
+# An AMG level of fewer rows than this has its Lanczos estimate run on the host copy of its
+# matrix when the cycle runs on a GPU.  There each step is a dozen launches of small kernels
+# (the product, the inner products, the scalar and vector updates), whose host time, not
+# their device time, sets its cost; such a level holds about 1e5 entries (Galerkin rows of
+# 60-130), whose host product costs no more than one step's launches.  Above it, the
+# product's host time grows with the entries while the launches' stay the same.
+HOST_ESTIMATE_ROWS = 2048
+
+
+def _level_estimate(A, A_x, inv_diag, xp, ops, eig_steps):
+    """The Lanczos estimate of ``lambda_max(D^-1 A)`` of one AMG level: where the cycle runs
+    (``A_x``, ``inv_diag`` on ``xp``), or on the host (``A``) for a small level on a GPU
+    (:data:`HOST_ESTIMATE_ROWS`, its start vector NumPy's)."""
+    if xp is not np and A.shape[0] < HOST_ESTIMATE_ROWS:
+        host = VectorOps(np)
+        return estimate_max_eigenvalue(_matrix_apply(A, host), 1.0 / A.diagonal(), host, eig_steps)
+    return estimate_max_eigenvalue(_matrix_apply(A_x, ops), inv_diag, ops, eig_steps)
+
+
+def _smoothed_level(A_x, A, aggregates, B, xp, ops, eig_steps, omega):
     """One level of :func:`smoothed_aggregation` on ``xp`` and the next level's candidate.
 
     Parameters
     ----------
     A_x : xp's sparse matrix (n, n)
-    diagonal : host array (n,)
+    A : host CSR (n, n)
+        The same matrix on the host.
     aggregates : host CSR (n, n_c)
         pyamg's aggregation operator.
     B : host array (n,) or (n, 1)
@@ -485,8 +538,8 @@ def _smoothed_level(A_x, diagonal, aggregates, B, xp, ops, eig_steps, omega):
     import scipy.sparse
     from pyamg.aggregation import fit_candidates
 
-    inv_diag = xp.asarray(1.0 / diagonal)  # (n,)
-    lam = estimate_max_eigenvalue(_matrix_apply(A_x), inv_diag, ops, eig_steps)
+    inv_diag = xp.asarray(1.0 / A.diagonal())  # (n,)
+    lam = _level_estimate(A, A_x, inv_diag, xp, ops, eig_steps)
     T, B_c = fit_candidates(aggregates, B.reshape(-1, 1))  # T (n, n_c): one entry a row
     T_x = device_matrix(scipy.sparse.csr_matrix(T), xp)
     n = inv_diag.shape[0]
@@ -513,8 +566,9 @@ def smoothed_aggregation(
     candidate improved by four symmetric Gauss-Seidel sweeps on the first level),
     but the tentative prolongator ``T`` is smoothed
     as ``P = (I - omega / lambda_max D^-1 A) T`` with each level's Lanczos estimate
-    of ``lambda_max`` (:func:`estimate_max_eigenvalue`, run where the cycle runs),
-    the same estimate its Chebyshev smoother then uses.  A bound from local row
+    of ``lambda_max`` (:func:`estimate_max_eigenvalue`, run where the cycle runs, but on
+    the host for levels of fewer than :data:`HOST_ESTIMATE_ROWS` rows on a GPU), the
+    same estimate its Chebyshev smoother then uses.  A bound from local row
     sums instead (pyamg's ``weighting="local"``) overestimates ``lambda_max`` by a
     third on a trilinear Laplacian, so ``P`` is under-smoothed, and the cycle's
     contraction then degrades with the number of levels; pyamg's own estimate
@@ -567,7 +621,7 @@ def smoothed_aggregation(
         aggregates = standard_aggregation(A)[0]  # (n, n_c)
         if not 0 < aggregates.shape[1] < A.shape[0]:  # nothing left to coarsen
             break
-        level, B = _smoothed_level(A_x, A.diagonal(), aggregates, B, xp, ops, eig_steps, omega)
+        level, B = _smoothed_level(A_x, A, aggregates, B, xp, ops, eig_steps, omega)
         levels.append(level)
         A_x = level.R @ A_x @ level.P  # (n_c, n_c)
         A = _host_coarse_matrix(A_x, xp)

@@ -174,7 +174,7 @@ class VectorOps:
             return self.local_dots(((r, r), (w, r)))
         return self.local_dots(((r, u), (w, u), (r, r)))
 
-    # --- Chebyshev smoothing and transfers (hofem.multigrid): one pass per step -------------
+    # --- Chebyshev smoothing, transfers and sparse products (hofem.multigrid) --------------
     def chebyshev_start(
         self, c: float, inv_diag: Array, b: Array, Ax: Array | None, r: Array, d: Array
     ) -> None:
@@ -224,6 +224,16 @@ class VectorOps:
         x += d
         if r is not None:
             r -= Ad
+
+    def csr_matvec(self, A: Any, x: Array, out: Array) -> None:
+        """``out = A x`` for a CSR matrix ``A`` (m, n) of ``xp``'s sparse library.
+
+        ``x`` (n,) and ``out`` (m,) are distinct vectors.  The sparse library's product
+        here (SciPy's on the host, one ``cupyx`` product with a temporary otherwise);
+        the CUDA backends launch one kernel of their own on ``A.data``, ``A.indices`` and
+        ``A.indptr``, without the library's per-call set-up.
+        """
+        out[...] = A @ x
 
     def scatter_scaled(self, values: Array, index: Array, scale: Array, out: Array) -> None:
         """``out[index] = scale * values`` (``scale`` None: 1); ``index`` distinct, (n,)."""

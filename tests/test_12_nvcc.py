@@ -39,6 +39,7 @@ DEFINES = {
     ],
     "restriction.cu": [{"INDEX_T": "int"}, {"INDEX_T": "long long"}],
     "cg.cu": [{}],
+    "csr.cu": [{}],
     "ipc.cu": [{}],
 }
 

@@ -24,6 +24,7 @@ __all__ = [
     "basis_block",
     "basis_module",
     "cg_module",
+    "csr_module",
     "ipc_module",
     "raw_module",
     "restriction_module",
@@ -106,6 +107,11 @@ def basis_module(dim: int, num_comp: int, P_1d: int, Q_1d: int) -> RawModule:
 def cg_module() -> RawModule:
     """Compiled ``cg.cu``: ``update_xr_rr``, CG's x/r update fused with ``r . r``."""
     return _module("cg.cu", ())
+
+
+def csr_module() -> RawModule:
+    """Compiled ``csr.cu``: ``csr_matvec``, ``y = A x`` for an int32 CSR matrix."""
+    return _module("csr.cu", ())
 
 
 def ipc_module() -> RawModule:

@@ -2,6 +2,7 @@
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -10,7 +11,9 @@ from ...vector_ops import VectorOps
 from . import kernels
 from .device import cupy
 
-__all__ = ["CupyVectorOps", "cupy_vector_ops"]
+__all__ = ["CSR_THREADS", "CupyVectorOps", "csr_launch", "cupy_vector_ops"]
+
+CSR_THREADS = 256  # threads per block of csr.cu's csr_matvec (a multiple of the warp's 32)
 
 
 class CupyVectorOps(VectorOps):
@@ -197,6 +200,22 @@ class CupyVectorOps(VectorOps):
         else:
             self._xr(1.0, d, Ad, x, r)
 
+    @functools.cached_property
+    def _csr_kernel(self):
+        return kernels.csr_module().get_function("csr_matvec")
+
+    def csr_matvec(self, A: Any, x: Array, out: Array) -> None:
+        """One launch of ``csr.cu``'s kernel for float64 entries and int32 indices (what
+        ``cupyx.scipy.sparse`` holds); cuSPARSE's product for any other matrix."""
+        int32 = A.indices.dtype == np.int32 and A.indptr.dtype == np.int32
+        if not int32 or A.data.dtype != np.float64 or x.dtype != np.float64:
+            super().csr_matvec(A, x, out)
+            return
+        launch = csr_launch(A, x, out)
+        if launch is not None:
+            grid, block, args = launch
+            self._csr_kernel((grid,), (block,), args)
+
     def scatter_scaled(self, values: Array, index: Array, scale: Array | None, out: Array) -> None:
         if scale is None:
             _chebyshev_kernels()["scatter"](values, index, out)
@@ -209,6 +228,26 @@ class CupyVectorOps(VectorOps):
         name = ("gather_add" if add else "gather") + ("" if scale is None else "_scaled")
         args = (w, index, v) if scale is None else (w, index, scale, v)
         _chebyshev_kernels()[name](*args)
+
+
+def csr_launch(A: Any, x: Array, out: Array) -> tuple[int, int, tuple] | None:
+    """``(grid, block, arguments)`` of ``csr_matvec`` for ``out = A x``, or None for a
+    matrix of no rows.
+
+    ``A`` a CSR matrix (m, n) with int32 ``indptr`` and ``indices``, ``x`` (n,), ``out``
+    (m,).  Each row gets the smallest power of two of lanes, up to the warp's 32, that
+    covers the mean row: the order-1 Laplacian's 27-entry rows and ``P^T``'s longer ones a
+    warp, ``P``'s few entries a row a few lanes, so that no warp idles on short rows.  One
+    row per group: the grid covers the rows once.
+    """
+    rows = int(A.shape[0])
+    if rows == 0:
+        return None
+    mean = -(-int(A.nnz) // rows)  # entries a row, rounded up
+    lanes = 1 << max(mean - 1, 0).bit_length() if mean <= 32 else 32
+    grid = -(-rows * lanes // CSR_THREADS)
+    args = (np.int32(rows), np.int32(lanes), A.indptr, A.indices, A.data, x, out)
+    return grid, CSR_THREADS, args
 
 
 @functools.cache
