@@ -316,22 +316,49 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=
     used, coordinates = _geometry(space, form, coefficient, rule, geometry, basis)
     if used == "on_the_fly":
         scale = 1.0 if coefficient is None else float(coefficient)
-        op = ceed.Operator(ceed.QFunctionByName(f"{prefix}{kind}{dim}DApplyGeometry", scale=scale))
+        qf_name, qf_args = f"{kind}{dim}DApplyGeometry", {"scale": scale}
+        op = ceed.Operator(ceed.QFunctionByName(prefix + qf_name, **qf_args))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
         coords, geo = coordinates or _coordinate_field(space, rule)
         op.set_field("dx", coords.restriction, geo, _coordinates(coords, reuse))
         op.set_field("weights", ELEMRESTRICTION_NONE, geo, VECTOR_NONE)
     else:
-        apply_name = f"{prefix}MassApply" if form == "mass" else f"{prefix}Poisson{dim}DApply"
+        qf_name, qf_args = ("MassApply" if form == "mass" else f"Poisson{dim}DApply"), {}
         r_q, qdata = _qdata(space, kind, basis, rule, coefficient)
-        op = ceed.Operator(ceed.QFunctionByName(apply_name))
+        op = ceed.Operator(ceed.QFunctionByName(prefix + qf_name))
         op.set_field(fields[0], space.restriction, basis, VECTOR_ACTIVE)
         op.set_field("qdata", r_q, BASIS_NONE, qdata)
     op.set_field(fields[1], space.restriction, basis, VECTOR_ACTIVE)
     _SPACES[op] = space
     _FORM_ARGS[op] = (form, fields, coefficient, q_extra, quad_mode, geometry)
     op.diagonal_assembly = _form_diagonal(weakref.ref(op))
+    if prefix:  # the vector forms apply the scalar form to each component
+        op.component_operator = _component_form(weakref.ref(op), space, qf_name, qf_args, rule)
     return op
+
+
+def _component_form(ref, space, qf_name, qf_args, rule):
+    """``component_operator()`` of the multi-component form ``ref()`` on ``space``: the
+    scalar form ``qf_name`` on one component's nodes, with the same passive fields (q-data or
+    coordinates and weights, the same vectors), built at the first call and kept."""
+    made = []
+
+    def component_operator():
+        if not made:
+            op, ceed = ref(), space.ceed
+            scalar = ceed.Operator(ceed.QFunctionByName(qf_name, **qf_args))
+            restriction, basis = space.make_restriction(1), space.basis(1, **rule)
+            for field in op.qf.inputs + op.qf.outputs:
+                bound = op.fields[field.name]
+                if bound.is_active:
+                    scalar.set_field(field.name, restriction, basis, VECTOR_ACTIVE)
+                else:
+                    r = bound.restriction or ELEMRESTRICTION_NONE
+                    scalar.set_field(field.name, r, bound.basis or BASIS_NONE, bound.vector)
+            made.append(scalar)
+        return made[0]
+
+    return component_operator
 
 
 def _coordinates(coords, reuse):

@@ -179,6 +179,14 @@ class Operator(_OperatorBase):
         :func:`hofem.mass` and :func:`hofem.diffusion` set it (their q-data, through
         :class:`hofem.level_assembly.LevelAssembly`); :meth:`linear_assemble_diagonal`
         uses it where set.
+    component_operator : callable () -> Operator, or None
+        Where this operator is block diagonal over the components of its component-major
+        L-vectors (the same one-component operator ``B`` on each block:
+        ``A u = [B u_0; B u_1; ...]``), returns ``B``, sharing this operator's passive
+        vectors (its q-data or coordinates). :func:`hofem.mass` and
+        :func:`hofem.diffusion` set it on multi-component spaces; a backend may apply
+        ``B`` block by block where its kernel for ``B`` runs faster
+        (``/gpu/cuda/gen``, :mod:`hofem.backends.cuda.component_split`).
     """
 
     def __init__(self, ceed: CeedLike, qf: QFunction) -> None:
@@ -191,6 +199,8 @@ class Operator(_OperatorBase):
         # an exact diagonal cheaper than the backend's generic assembly, from whoever built
         # the operator and knows its pointwise matrix (hofem's forms, once every field is set)
         self.diagonal_assembly: Callable[[], Array] | None = None
+        # the one-component operator of a block-diagonal multi-component one, from its builder
+        self.component_operator: Callable[[], Operator] | None = None
 
     # --- fields -----------------------------------------------------------------------
     def set_field(

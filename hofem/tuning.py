@@ -81,6 +81,9 @@ _SCHEMA = {
         "tensor_core_shapes": "shapes",
         "blocked_shapes": "shapes",
         "blocked_grad_shapes": "shapes",
+        "component_split_shapes": "shapes",
+        "component_split_grad_shapes": "shapes",
+        "component_split_grad_on_the_fly_shapes": "shapes",
     },
     "cuda_simplex.json": {
         "tensor_cores": "shapes",
@@ -130,8 +133,11 @@ class GeometryTuning:
 class FusedTuning:
     """``cuda_fused.json``: the slab kernels' threads per block (``threads``, and
     ``threads_by_shape`` where another count won), register cap rule, constant-memory
-    budget in bytes, tensor-core shapes, and the shapes of the register-blocked layout
-    (``blocked_shapes`` for one value per point, ``blocked_grad_shapes`` with gradients)."""
+    budget in bytes, tensor-core shapes, the shapes of the register-blocked layout
+    (``blocked_shapes`` for one value per point, ``blocked_grad_shapes`` with gradients),
+    and those where a multi-component form runs its one-component kernel on each component
+    (``component_split_shapes``; with gradients ``component_split_grad_shapes`` for stored
+    q-data and ``component_split_grad_on_the_fly_shapes``)."""
 
     threads: int
     threads_by_shape: Mapping[Shape, int]
@@ -142,6 +148,9 @@ class FusedTuning:
     tensor_core_shapes: frozenset[Shape]
     blocked_shapes: frozenset[Shape]
     blocked_grad_shapes: frozenset[Shape]
+    component_split_shapes: frozenset[Shape]
+    component_split_grad_shapes: frozenset[Shape]
+    component_split_grad_on_the_fly_shapes: frozenset[Shape]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,7 +342,14 @@ def fused() -> FusedTuning:
         raise _bad(name, "register_cap_from must not pass register_cap")
     shapes = {
         key: _shapes(name, key, _payload(name, key))
-        for key in ("tensor_core_shapes", "blocked_shapes", "blocked_grad_shapes")
+        for key in (
+            "tensor_core_shapes",
+            "blocked_shapes",
+            "blocked_grad_shapes",
+            "component_split_shapes",
+            "component_split_grad_shapes",
+            "component_split_grad_on_the_fly_shapes",
+        )
     }
     return FusedTuning(
         threads_by_shape=_entries(name, "threads_by_shape", _payload(name, "threads_by_shape")),

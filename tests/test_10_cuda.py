@@ -541,6 +541,49 @@ def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry
     _check_box_layout(gen, ref, form, p, warp, geometry, layout="blocked")
 
 
+@pytest.mark.parametrize(
+    ("form", "rule", "geometry", "p"),
+    [("mass", {}, "stored", 2), ("diffusion", {}, "on_the_fly", 3), ("diffusion", {}, "stored", 2),
+     ("diffusion", {"q_extra": 0, "quad_mode": hf.GAUSS_LOBATTO}, "on_the_fly", 3)],
+)  # fmt: skip
+def test_gen_component_split_matches_ref(gen, ref, monkeypatch, form, rule, geometry, p):
+    """A vector form (BP2, BP4, BP6) run as its scalar kernel on each component block
+    (component_split) where the table holds its shape: equal to ref and to gen's own vector
+    kernel, its u . Au partial sums over the three blocks, and a device CG equal to ref's."""
+    from hofem.backends.cuda import component_split
+
+    make = hf.mass if form == "mass" else hf.diffusion
+    ops, spaces = {}, {}
+    for ceed in (ref, gen):  # 27 distorted cells (stored) or affine ones (on the fly)
+        mesh = meshes.box(3, 3, distort=0.1 if geometry == "stored" else 0.0)
+        spaces[ceed] = hf.H1Space(ceed, mesh, p, num_comp=3)
+        ops[ceed] = make(spaces[ceed], geometry=geometry, **rule)
+    op_gen = ops[gen]
+    u = np.random.default_rng(p).standard_normal(op_gen.shape[1])
+    vector = gen.to_numpy(op_gen(gen.asarray(u)))
+    split_type = component_split.ComponentSplitOperator
+    assert not isinstance(gen.backend._fused_operator(op_gen), split_type)
+    table = {"mass": "SPLIT_SHAPES", "diffusion": "SPLIT_GRAD_SHAPES"}[form]
+    if form == "diffusion" and geometry == "on_the_fly":
+        table = "SPLIT_GRAD_ON_THE_FLY_SHAPES"
+    shape = (3, p + 1, p + 1 + rule.get("q_extra", 1))
+    monkeypatch.setattr(component_split, table, frozenset({shape}))
+    op_gen.backend_data.clear()
+    split = gen.backend._fused_operator(op_gen)
+    assert isinstance(split, split_type)
+    assert split.num_blocks == 3 * split.run.num_blocks
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), ops[ref](u)) < 1e-13
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), vector) < 1e-13
+    _check_dot(gen, op_gen)
+    # the CG on the interior DOFs: the pure Neumann Poisson operator is singular
+    A = {c: hf.restrict_dofs(op, op.ceed.asarray(spaces[c].free_dofs())) for c, op in ops.items()}
+    b = np.random.default_rng(1).standard_normal(A[ref].shape[0])
+    x_ref, info_ref = hf.cg(A[ref], b, rtol=1e-10, M=hf.jacobi(A[ref]))
+    x_gen, info_gen = hf.cg(A[gen], gen.asarray(b), rtol=1e-10, M=hf.jacobi(A[gen]))
+    assert info_ref == 0 and info_gen == 0
+    assert rel_error(gen.to_numpy(x_gen), x_ref) < 1e-8
+
+
 @pytest.mark.parametrize("p", range(1, 7))
 def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     """One warp per element (operator_warp): mass on 27 distorted elements (warps of a block

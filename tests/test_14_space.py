@@ -233,3 +233,25 @@ def test_functions_run_on_the_backend_or_on_host_copies(ceed):
     assert l2 == pytest.approx(space.errors(u, host_f), rel=1e-12) and h1 > 0.1
     with pytest.raises(ValueError, match="boom"):
         space.load_vector(lambda x: (_ for _ in ()).throw(ValueError("boom")))
+
+
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+@pytest.mark.parametrize("form", [hf.mass, hf.diffusion])
+@pytest.mark.parametrize("simplex", [False, True])
+def test_vector_forms_are_their_component_operator_on_each_block(ceed, simplex, form, geometry):
+    """A 3-component form's ``component_operator()`` is the scalar form of the same q-data or
+    coordinates (shared vectors, made once) and the form applies it on each component block
+    of its component-major L-vectors; scalar forms have none."""
+    mesh = box(2, 3, simplex=simplex, distort=0.0 if geometry == "on_the_fly" else 0.1)
+    space = hf.H1Space(ceed, mesh, 2, num_comp=3)
+    op = form(space, geometry=geometry)
+    scalar = op.component_operator()
+    assert scalar is op.component_operator() and scalar.shape == (space.num_nodes,) * 2
+    passive = [f.vector for f in op.fields.values() if not f.is_active]
+    assert [f.vector for f in scalar.fields.values() if not f.is_active] == passive
+    assert form(hf.H1Space(ceed, mesh, 2), geometry=geometry).component_operator is None
+    n = space.num_nodes
+    u = np.random.default_rng(0).standard_normal(3 * n)
+    blocks = [ceed.to_numpy(scalar(ceed.asarray(u[c * n : (c + 1) * n]))) for c in range(3)]
+    whole = ceed.to_numpy(op(ceed.asarray(u)))
+    assert np.abs(np.concatenate(blocks) - whole).max() <= 1e-13 * np.abs(whole).max()

@@ -4,8 +4,10 @@ G, B, the QFunction, B^T and G^T run in one kernel per operator
 (:mod:`hofem.backends.cuda.operator_fuse`): E-vectors and Q-vectors stay in
 registers and shared memory; 3D operators of ``P_1d, Q_1d <= 8`` run one warp per element
 with every x and y stage (and the collocated derivative's) on the fp64 tensor cores where
-that measured faster (:mod:`hofem.backends.cuda.operator_warp`), and the shapes of
-:mod:`hofem.backends.cuda.operator_blocked` give each thread two columns.  Operators of dense
+that measured faster (:mod:`hofem.backends.cuda.operator_warp`), the shapes of
+:mod:`hofem.backends.cuda.operator_blocked` give each thread two columns, and those of
+:mod:`hofem.backends.cuda.component_split` run a vector form's scalar kernel on each
+component.  Operators of dense
 (simplex) bases fuse into one kernel of gather, point and node stages
 (:mod:`hofem.backends.cuda.operator_simplex`).  Operators that cannot
 fuse (tensor and dense bases mixed, oriented restrictions, QFunction bodies that cannot be
@@ -41,6 +43,7 @@ class CudaGenBackend(CudaBatchedBackend):
 
     def _fused_operator(self, op):
         """The bound fused kernel of ``op`` (None when it cannot fuse), cached per context."""
+        from .component_split import ComponentSplitOperator, use_component_split
         from .operator_blocked import BlockedFusedOperator, use_blocked_layout
         from .operator_fuse import FusedOperator, fusable_shape
         from .operator_simplex import simplex_operator
@@ -50,6 +53,12 @@ class CudaGenBackend(CudaBatchedBackend):
             shape = fusable_shape(op, _MAX_T_1D)
             if shape is None:  # dense (simplex) bases, or None
                 return simplex_operator(op)
+            if use_component_split(op, shape):
+                scalar = op.component_operator()
+                run = self._fused_operator(scalar)
+                if run is not None:
+                    num_comp = op.active_restriction(False).num_comp
+                    return ComponentSplitOperator(run, num_comp, scalar.shape[1])
             fused = WarpFusedOperator if use_warp_layout(op, shape) else FusedOperator
             if fused is FusedOperator and use_blocked_layout(op, shape):
                 fused = BlockedFusedOperator
