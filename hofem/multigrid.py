@@ -508,8 +508,8 @@ HOST_ESTIMATE_ROWS = 2048
 
 # Chebyshev degree of the first AMG level's candidate improvement (:func:`_improved_candidate`):
 # the lowest that keeps every BP3 iteration count of pyamg's four symmetric Gauss-Seidel
-# sweeps, which run on the host only (degree 6 and eight weighted-Jacobi steps each cost a
-# tet or hex case one more iteration).
+# sweeps, which run on the host only; lower degrees and Jacobi steps of the same products
+# cost some tet or hex case an iteration (docs/solvers.md, Options).
 CANDIDATE_DEGREE = 8
 
 
