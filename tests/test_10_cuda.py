@@ -753,11 +753,17 @@ def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
     (hf.GAUSS, 5, "warp"), (hf.GAUSS, 7, "slab"), (hf.GAUSS_LOBATTO, 2, "warp"),
     (hf.GAUSS_LOBATTO, 4, "warp"), (hf.GAUSS_LOBATTO, 7, "warp")])  # fmt: skip
 @pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
-def test_gen_vector_poisson_layout(gen, ref, quad_mode, p, layout, geometry):
+def test_gen_vector_poisson_layout(gen, ref, monkeypatch, quad_mode, p, layout, geometry):
     """BP4 (p + 2 Gauss points) and BP6 (p + 1 Gauss-Lobatto points), the 3-component
-    Poisson operator, run one warp per element at the shapes of their tables (BP6 up to
-    p = 7, BP4 to p = 6) and the slab past them, equal to ref, with the u . Au variant."""
+    Poisson operator's own kernel (the component split's tables emptied: its scalar kernels
+    are tested by test_gen_component_split_matches_ref), one warp per element at the shapes
+    of their tables (BP6 up to p = 7, BP4 to p = 6) and the slab past them, equal to ref,
+    with the u . Au variant."""
+    from hofem.backends.cuda import component_split
     from hofem.backends.cuda import operator_warp as ow
+
+    for table in ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES"):
+        monkeypatch.setattr(component_split, table, frozenset())
 
     q_extra = 1 if quad_mode is hf.GAUSS else 0
     ops = {}
