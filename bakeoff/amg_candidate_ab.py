@@ -81,12 +81,12 @@ def hierarchy(A_host, xp, ops, candidate, max_coarse=500, max_levels=10, eig_ste
         aggregates = standard_aggregation(A)[0]
         if not 0 < aggregates.shape[1] < A.shape[0]:
             break
-        inv_diag = xp.asarray(1.0 / A.diagonal())
-        lam = mg._level_estimate(A, A_x, inv_diag, xp, ops, eig_steps)
-        if not levels:
+        if not levels:  # the level's estimate again in _smoothed_level: the same seed and value
+            inv_diag = xp.asarray(1.0 / A.diagonal())
+            lam = mg._level_estimate(A, A_x, inv_diag, xp, ops, eig_steps)
             B = candidate(A, A_x, inv_diag, lam, np.ones(A.shape[0]), ops)
             B = B if xp is np else B.get()
-        level, B = mg._smoothed_level(A_x, A, inv_diag, lam, aggregates, B, xp, 4.0 / 3.0)
+        level, B = mg._smoothed_level(A_x, A, aggregates, B, xp, ops, eig_steps, 4.0 / 3.0)
         levels.append(level)
         A_x = level.R @ A_x @ level.P
         A = mg._host_coarse_matrix(A_x, xp)

@@ -506,12 +506,6 @@ def _host_coarse_matrix(A_x: Any, xp: Any) -> Any:
 # product's host time grows with the entries while the launches' stay the same.
 HOST_ESTIMATE_ROWS = 2048
 
-# Chebyshev degree of the first AMG level's candidate improvement (:func:`_improved_candidate`):
-# the lowest that keeps every BP3 iteration count of pyamg's four symmetric Gauss-Seidel
-# sweeps, which run on the host only; lower degrees and Jacobi steps of the same products
-# cost some tet or hex case an iteration (docs/solvers.md, Options).
-CANDIDATE_DEGREE = 8
-
 
 def _level_estimate(A, A_x, inv_diag, xp, ops, eig_steps):
     """The Lanczos estimate of ``lambda_max(D^-1 A)`` of one AMG level: where the cycle runs
@@ -523,23 +517,7 @@ def _level_estimate(A, A_x, inv_diag, xp, ops, eig_steps):
     return estimate_max_eigenvalue(_matrix_apply(A_x, ops), inv_diag, ops, eig_steps)
 
 
-def _improved_candidate(A_x: Any, inv_diag: Array, lam: float, ops: VectorOps) -> np.ndarray:
-    """The constant near-null-space candidate relaxed on ``A B = 0``, as a host array (n,).
-
-    One Chebyshev step of degree :data:`CANDIDATE_DEGREE` of ``D^-1 A`` on ``[0.1, 1.1] *
-    lam`` from ``B = ones`` (``A_x``, ``inv_diag`` where the cycle runs, ``lam`` the level's
-    estimate of ``lambda_max(D^-1 A)``): it damps the components of eigenvalues in that
-    interval, so that ``B`` bends down to a Dirichlet boundary as the smoothest mode does,
-    with the products and vector steps of the cycle's own smoother.
-    """
-    xp = ops.xp
-    B = xp.ones_like(inv_diag)  # (n,)
-    smoother = Chebyshev(_matrix_apply(A_x, ops), inv_diag, lam, CANDIDATE_DEGREE, ops=ops)
-    smoother.smooth(xp.zeros_like(B), B)  # in place: the homogeneous problem from B
-    return B if xp is np else B.get()
-
-
-def _smoothed_level(A_x, A, inv_diag, lam, aggregates, B, xp, omega):
+def _smoothed_level(A_x, A, aggregates, B, xp, ops, eig_steps, omega):
     """One level of :func:`smoothed_aggregation` on ``xp`` and the next level's candidate.
 
     Parameters
@@ -547,10 +525,6 @@ def _smoothed_level(A_x, A, inv_diag, lam, aggregates, B, xp, omega):
     A_x : xp's sparse matrix (n, n)
     A : host CSR (n, n)
         The same matrix on the host.
-    inv_diag : xp array (n,)
-        ``1 / diag(A)``.
-    lam : float
-        The level's estimate of ``lambda_max(D^-1 A)``.
     aggregates : host CSR (n, n_c)
         pyamg's aggregation operator.
     B : host array (n,) or (n, 1)
@@ -564,6 +538,8 @@ def _smoothed_level(A_x, A, inv_diag, lam, aggregates, B, xp, omega):
     import scipy.sparse
     from pyamg.aggregation import fit_candidates
 
+    inv_diag = xp.asarray(1.0 / A.diagonal())  # (n,)
+    lam = _level_estimate(A, A_x, inv_diag, xp, ops, eig_steps)
     T, B_c = fit_candidates(aggregates, B.reshape(-1, 1))  # T (n, n_c): one entry a row
     T_x = device_matrix(scipy.sparse.csr_matrix(T), xp)
     n = inv_diag.shape[0]
@@ -587,10 +563,8 @@ def smoothed_aggregation(
 
     pyamg's smoothed aggregation with its defaults (standard aggregation of the
     symmetric strength-of-connection graph with ``theta = 0``, the constant
-    candidate improved on the first level), but the candidate is improved where the
-    cycle runs, by a Chebyshev step of degree :data:`CANDIDATE_DEGREE` on ``A B = 0``
-    (:class:`Chebyshev` with the level's estimate; pyamg's four symmetric Gauss-Seidel
-    sweeps run on the host only), and the tentative prolongator ``T`` is smoothed
+    candidate improved by four symmetric Gauss-Seidel sweeps on the first level),
+    but the tentative prolongator ``T`` is smoothed
     as ``P = (I - omega / lambda_max D^-1 A) T`` with each level's Lanczos estimate
     of ``lambda_max`` (:func:`estimate_max_eigenvalue`, run where the cycle runs, but on
     the host for levels of fewer than :data:`HOST_ESTIMATE_ROWS` rows on a GPU), the
@@ -602,9 +576,8 @@ def smoothed_aggregation(
 
     With ``theta = 0`` the symmetric strength keeps every stored entry and standard
     aggregation reads the graph only, so each level's own sparsity pattern is
-    aggregated, without building the strength matrix.  The aggregation and ``T``
-    are made on the host (pyamg), the candidate comes to it from ``xp``'s arrays;
-    the products ``A T``, ``P``,
+    aggregated, without building the strength matrix.  The aggregation, the
+    candidate and ``T`` are made on the host (pyamg); the products ``A T``, ``P``,
     ``R = P^T`` and the Galerkin ``R A P`` with ``xp``'s sparse matrices
     (cuSPARSE with CuPy), and only each coarse matrix comes back to the host, for
     the next aggregation and diagonal (exact zeros dropped and each row's columns
@@ -617,8 +590,7 @@ def smoothed_aggregation(
         Where the levels' matrices go, their products and the estimates run
         (NumPy or CuPy).
     ops : hofem.vector_ops.VectorOps, optional
-        Products and vector steps of the estimates and the candidate's Chebyshev step;
-        default ``VectorOps(xp)``.
+        Inner products of the estimates; default ``VectorOps(xp)``.
     max_coarse : int
         Coarsen until at most this many rows.
     max_levels : int
@@ -636,20 +608,20 @@ def smoothed_aggregation(
     import_pyamg()
     import scipy.sparse
     from pyamg.aggregation import standard_aggregation
+    from pyamg.relaxation.relaxation import gauss_seidel
 
     ops = VectorOps(xp) if ops is None else ops
     A = scipy.sparse.csr_matrix(A_host)  # host: the aggregation's graph and the diagonal
     A_x = device_matrix(A, xp)  # (n, n) where the products run
-    levels, B = [], None  # B: the near-null-space candidate, host (n,) or (n, 1)
+    B = np.ones(A.shape[0])  # (n,) near-null-space candidate
+    levels = []
     while A.shape[0] > max_coarse and len(levels) < max_levels - 1:
+        if not levels:  # pyamg's improve_candidates: B relaxed on A B = 0
+            gauss_seidel(A, B, np.zeros_like(B), iterations=4, sweep="symmetric")
         aggregates = standard_aggregation(A)[0]  # (n, n_c)
         if not 0 < aggregates.shape[1] < A.shape[0]:  # nothing left to coarsen
             break
-        inv_diag = xp.asarray(1.0 / A.diagonal())  # (n,)
-        lam = _level_estimate(A, A_x, inv_diag, xp, ops, eig_steps)
-        if not levels:  # pyamg's improve_candidates, where the cycle runs
-            B = _improved_candidate(A_x, inv_diag, lam, ops)
-        level, B = _smoothed_level(A_x, A, inv_diag, lam, aggregates, B, xp, omega)
+        level, B = _smoothed_level(A_x, A, aggregates, B, xp, ops, eig_steps, omega)
         levels.append(level)
         A_x = level.R @ A_x @ level.P  # (n_c, n_c)
         A = _host_coarse_matrix(A_x, xp)
