@@ -116,6 +116,27 @@ def time_events(fn, repeat, warmup=3):
     return event_seconds(fn, repeat)
 
 
+def alternating_times(runs, rounds, repeat=5):
+    """``{key: [median seconds of round 0, 1, ...]}``: each of ``runs`` (key -> callable)
+    timed in turn by :func:`time_events` (``repeat`` calls after one warm-up), ``rounds``
+    times over, so that a drift of the machine's load hits every variant alike."""
+    times = {key: [] for key in runs}
+    for _ in range(rounds):
+        for key, run in runs.items():
+            times[key].append(time_events(run, repeat, 1))
+    return times
+
+
+def check_same(outputs, first, label, tol=1e-12):
+    """Raise AssertionError where an output of ``outputs`` (key -> array) differs from that
+    of key ``first`` by more than ``tol`` relative to its largest entry."""
+    reference = outputs[first]
+    for key, out in outputs.items():
+        diff = float(abs(out - reference).max() / abs(reference).max())
+        if diff > tol:
+            raise AssertionError(f"{label} {key}: {diff:.1e} from {first}")
+
+
 def event_seconds(fn, repeat):
     """Median seconds of ``repeat`` calls of ``fn()``, each between two CUDA events.
 

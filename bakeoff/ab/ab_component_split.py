@@ -20,7 +20,7 @@ import cupy
 
 import hofem as hf
 from bakeoff.ab.ab_warp import operator
-from bakeoff.common import time_events
+from bakeoff.common import alternating_times, check_same
 from hofem.backends.cuda import component_split as cs
 from hofem.backends.cuda import operator_fuse as of
 
@@ -64,15 +64,8 @@ def case(ceed, form, geometry, p, rounds):
             run()
             key = (name, "dot" if dot else "apply")
             runs[key], outputs[key] = run, out
-    reference = outputs[("vector", "apply")]
-    for key, out in outputs.items():
-        diff = float(abs(out - reference).max() / abs(reference).max())
-        if diff > 1e-12:
-            raise AssertionError(f"{form} p={p} {key}: {diff:.1e} from the vector kernel")
-    times = {key: [] for key in runs}
-    for _ in range(rounds):
-        for key, run in runs.items():
-            times[key].append(time_events(run, 5, 1))
+    check_same(outputs, ("vector", "apply"), f"{form} p={p}")
+    times = alternating_times(runs, rounds)
     records = []
     for (name, what), t in times.items():
         base = times[("vector", what)]

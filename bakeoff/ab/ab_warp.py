@@ -43,7 +43,7 @@ import statistics
 import cupy
 
 import hofem as hf
-from bakeoff.common import box_operator, dot_args, time_events
+from bakeoff.common import alternating_times, box_operator, check_same, dot_args
 from hofem import meshes
 from hofem.backends.cuda import operator_fuse as of
 from hofem.backends.cuda import operator_warp as ow
@@ -147,14 +147,8 @@ def case(ceed, form, geometry, kind, p, dot=False, rounds=5):
         regs[name] = f"{kernel.num_regs}r/{kernel.local_size_bytes}B"  # registers, local memory
         runs[name], outputs[name] = run, out
     first = next(iter(runs))
-    for name, out in outputs.items():
-        diff = float(abs(out - outputs[first]).max() / abs(outputs[first]).max())
-        if diff > 1e-12:
-            raise AssertionError(f"p={p} {name}: {diff:.1e} from {first}")
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            times[name].append(time_events(run, 5, 1))
+    check_same(outputs, first, f"p={p}")
+    times = alternating_times(runs, rounds)
     cells = [f"p={p}"]
     for name in runs:
         rate = u.size / statistics.median(times[name]) / 1e9
