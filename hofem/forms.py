@@ -340,12 +340,14 @@ def _form(space, form, fields, coefficient, q_extra, quad_mode, geometry, reuse=
 def _component_form(ref, space, qf_name, qf_args, rule):
     """``component_operator()`` of the multi-component form ``ref()`` on ``space``: the
     scalar form ``qf_name`` on one component's nodes, with the same passive fields (q-data or
-    coordinates and weights, the same vectors), built at the first call and kept."""
+    coordinates and weights, the same vectors), built at the first call and kept; each call
+    gives it the form's current QFunction context (a coefficient set since)."""
     made = []
 
     def component_operator():
+        op = ref()
         if not made:
-            op, ceed = ref(), space.ceed
+            ceed = space.ceed
             scalar = ceed.Operator(ceed.QFunctionByName(qf_name, **qf_args))
             restriction, basis = space.make_restriction(1), space.basis(1, **rule)
             for field in op.qf.inputs + op.qf.outputs:
@@ -356,6 +358,7 @@ def _component_form(ref, space, qf_name, qf_args, rule):
                     r = bound.restriction or ELEMRESTRICTION_NONE
                     scalar.set_field(field.name, r, bound.basis or BASIS_NONE, bound.vector)
             made.append(scalar)
+        made[0].qf.set_context(op.qf.context)
         return made[0]
 
     return component_operator
