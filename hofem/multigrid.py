@@ -499,11 +499,9 @@ def _host_coarse_matrix(A_x: Any, xp: Any) -> Any:
 
 
 # An AMG level of fewer rows than this has its Lanczos estimate run on the host copy of its
-# matrix when the cycle runs on a GPU.  There each step is a dozen launches of small kernels
-# (the product, the inner products, the scalar and vector updates), whose host time, not
-# their device time, sets its cost; such a level holds about 1e5 entries (Galerkin rows of
-# 60-130), whose host product costs no more than one step's launches.  Above it, the
-# product's host time grows with the entries while the launches' stay the same.
+# matrix when the cycle runs on a GPU: on a small level a step's dozen small launches cost
+# more host time than the host's own product, which grows with the level's entries while the
+# launches' cost does not (bakeoff/JOURNAL.md, "the AMG cycle on hofem's CSR kernel").
 HOST_ESTIMATE_ROWS = 2048
 
 
