@@ -340,32 +340,25 @@ def fused() -> FusedTuning:
     }
     if values["register_cap_from"] > values["register_cap"]:
         raise _bad(name, "register_cap_from must not pass register_cap")
-    shapes = {
-        key: _shapes(name, key, _payload(name, key))
-        for key in (
-            "tensor_core_shapes",
-            "blocked_shapes",
-            "blocked_grad_shapes",
-            "component_split_shapes",
-            "component_split_grad_shapes",
-            "component_split_grad_on_the_fly_shapes",
-        )
-    }
     return FusedTuning(
         threads_by_shape=_entries(name, "threads_by_shape", _payload(name, "threads_by_shape")),
-        **shapes,
+        **_shape_tables(name),
         **values,
     )
+
+
+def _shape_tables(name):
+    """``{key: frozenset of shapes}`` of every table of file ``name`` whose schema kind is
+    ``shapes``, checked."""
+    keys = [key for key, kind in _SCHEMA[name].items() if kind == "shapes"]
+    return {key: _shapes(name, key, _payload(name, key)) for key in keys}
 
 
 @functools.cache
 def simplex() -> SimplexTuning:
     """The tables of ``cuda_simplex.json``, checked."""
     name = "cuda_simplex.json"
-    tables = {
-        key: _shapes(name, key, _payload(name, key))
-        for key in ("tensor_cores", "batched_stored", "batched_on_the_fly")
-    }
+    tables = _shape_tables(name)
     launches = {}  # shape -> {"threads": n, ...}: simplex_launch's override keywords
     for field in ("threads", "tiles", "elems"):
         key = f"tensor_core_{field}"
