@@ -92,6 +92,7 @@ _SCHEMA = {
         "tensor_core_elems": "entries",
         "batched_stored": "shapes",
         "batched_on_the_fly": "shapes",
+        "batched_over_tensor_cores_on_the_fly": "shapes",
     },
     "cuda_warp.json": {
         **{f"blocks_{kind}": "entries" for kind in WARP_KINDS},
@@ -171,12 +172,13 @@ class SimplexTuning:
     on the fp64 tensor cores, with the launches (threads, tiles, elements per block) where
     another than the default measured faster, and those it hands to the batched kernels
     (with stored q-data and with the geometry on the fly) where the tensor-core variant
-    cannot run."""
+    cannot run, and the tensor-core shapes that batched beat with the geometry on the fly."""
 
     tensor_cores: frozenset[Shape]
     tensor_core_launches: Mapping[Shape, Mapping[str, int]]
     batched_stored: frozenset[Shape]
     batched_on_the_fly: frozenset[Shape]
+    batched_over_tensor_cores_on_the_fly: frozenset[Shape]
 
 
 class TuningFileError(ValueError):
@@ -359,6 +361,8 @@ def simplex() -> SimplexTuning:
     """The tables of ``cuda_simplex.json``, checked."""
     name = "cuda_simplex.json"
     tables = _shape_tables(name)
+    if not tables["batched_over_tensor_cores_on_the_fly"] <= tables["tensor_cores"]:
+        raise _bad(name, "batched_over_tensor_cores_on_the_fly must list shapes of tensor_cores")
     launches = {}  # shape -> {"threads": n, ...}: simplex_launch's override keywords
     for field in ("threads", "tiles", "elems"):
         key = f"tensor_core_{field}"

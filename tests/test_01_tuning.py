@@ -64,8 +64,11 @@ def test_fused_tables():
 def test_simplex_tables_name_the_tet_shapes_where_batched_won():
     table = tuning.simplex()
     orders_5_6 = {(3, 56, 46), (3, 56, 79), (3, 84, 79), (3, 84, 145)}
-    assert table.batched_stored == orders_5_6 | {(3, 20, 125), (3, 35, 216)}  # q_extra = 1
-    assert table.batched_on_the_fly == {(3, 84, 79)}
+    collapsed_5 = (3, 56, 343)  # q_extra = 1 at p = 5, beyond the tensor-core variant
+    assert table.batched_stored == orders_5_6 | {(3, 20, 125), (3, 35, 216), collapsed_5}
+    assert table.batched_on_the_fly == {(3, 84, 79), collapsed_5}
+    # BP3 on the collapsed rule at p = 4 with the geometry on the fly: batched beat both kernels
+    assert table.batched_over_tensor_cores_on_the_fly == {(3, 35, 216)}
     # the tensor-core variant: BP1 and BP3 at p = 3..6 on the symmetric rules, the
     # collapsed rules of q_extra = 1 at p = 2, 3, 4, and the factored rules (P points) of
     # the mass on the fly at p = 3..6
@@ -125,6 +128,8 @@ def _rewrite(path, edit):
         ("cuda_fused.json", lambda t: t["threads"]["measured"][0].pop("date"), "'date'"),
         ("cuda_simplex.json", lambda t: t["tensor_core_tiles"]["entries"].append(
             {"shape": [3, 4, 4], "value": 1}), "which tensor_cores does not"),
+        ("cuda_simplex.json", lambda t: t["batched_over_tensor_cores_on_the_fly"]["shapes"]
+         .append([3, 4, 4]), "shapes of tensor_cores"),
         ("geometry.json", lambda t: t["machine_balance"]["by_resource"].update(x=-1.0), ">= 0"),
         ("geometry.json", lambda t: t["on_the_fly_shapes"]["by_resource"]["/gpu/cuda/gen"]
          .update(mass=[[3, 6, 7], [3, 6, 7]]), "twice"),

@@ -905,33 +905,38 @@ def test_gen_simplex_tensor_cores_checks_the_device(gen):
 
 
 @pytest.mark.parametrize(
-    "form, p, q_extra, runs",
+    "form, p, q_extra, geometry, runs",
     [
-        ("mass", 1, None, "scalar"),
-        ("mass", 3, None, "tensor_cores"),
-        ("mass", 2, None, "scalar"),
-        ("diffusion", 3, None, "tensor_cores"),  # 256 threads
-        ("diffusion", 4, None, "tensor_cores"),  # the table's launch: 256 threads, 1 tile
-        ("diffusion", 6, None, "tensor_cores"),
-        ("mass", 2, 1, "tensor_cores"),  # the collapsed rule, 64 points
-        ("diffusion", 4, 1, "batched"),  # 216 points: its matrices do not fit
+        ("mass", 1, None, "auto", "scalar"),
+        ("mass", 3, None, "auto", "tensor_cores"),
+        ("mass", 2, None, "auto", "scalar"),
+        ("diffusion", 3, None, "auto", "tensor_cores"),  # 256 threads
+        ("diffusion", 4, None, "auto", "tensor_cores"),  # the table's launch: 256 threads, 1 tile
+        ("diffusion", 6, None, "auto", "tensor_cores"),
+        ("mass", 2, 1, "auto", "tensor_cores"),  # the collapsed rule, 64 points
+        ("diffusion", 4, 1, "stored", "batched"),  # 216 points: its matrices do not fit
+        ("diffusion", 4, 1, "on_the_fly", "batched"),  # they fit, and batched is faster
+        ("mass", 5, 1, "stored", "batched"),  # 343 points
+        ("diffusion", 5, 1, "on_the_fly", "batched"),
     ],
 )
-def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(gen, form, p, q_extra, runs):
+def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(
+    gen, form, p, q_extra, geometry, runs
+):
     """gen's simplex kernel is the tensor-core variant at the shapes of ``cuda_simplex.json``'s
-    ``tensor_cores`` (this device has fp64 ``mma``) where its launch fits, else batched's
-    shapes go to batched and the others run the scalar kernel."""
+    ``tensor_cores`` (this device has fp64 ``mma``) where its launch fits and batched did not
+    beat it, else batched's shapes go to batched and the others run the scalar kernel."""
     from hofem import tuning
     from hofem.backends.cuda import operator_simplex as osx
 
     assert int(cupy.cuda.Device().compute_capability) >= 80
     space = hf.H1Space(gen, meshes.box(2, 3, simplex=True), p)
-    op = getattr(hf, form)(space, q_extra=q_extra)
+    op = getattr(hf, form)(space, q_extra=q_extra, geometry=geometry)
     kernel = osx.simplex_operator(op)
-    tensor_cores = osx.simplex_shape(op) in tuning.simplex().tensor_cores
     if runs == "batched":
-        assert tensor_cores and kernel is None
+        assert kernel is None
         return
+    tensor_cores = osx.simplex_shape(op) in tuning.simplex().tensor_cores
     assert kernel.launch.tensor_cores == tensor_cores == (runs == "tensor_cores")
     tuned = osx.tensor_core_overrides(osx.simplex_shape(op)) if tensor_cores else {}
     assert all(getattr(kernel.launch, key) == value for key, value in tuned.items())

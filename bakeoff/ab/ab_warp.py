@@ -18,7 +18,7 @@ Jacobian once per element).  ``--variants``:
 - ``budgets`` (the default): the slab, then the warp kernel with ``__launch_bounds__``
   asking registers for ``mbN`` blocks per SM (of 4 warps; 4 to 8 for the mass forms, 3 to
   6 for diffusion; of 2 warps for the vector diffusion forms, whose warps hold three buffer
-  slots each: 4 to 10);
+  slots each: 4 to 10; ``--budgets`` names others);
 - ``table``: the slab and the warp kernel at the budget of gen's tables;
 - ``warps``: the warp kernel at the tables' budget with 4 warps per block, then with 2 and
   8 at equal registers per SM (twice and half the blocks);
@@ -74,7 +74,7 @@ def operator(ceed, form, geometry, p, dofs=1e7):
     return box_operator(ceed, form, n, p, geometry=geometry)[0]
 
 
-def variants(form, kind, table_blocks):
+def variants(form, kind, table_blocks, budgets=None):
     """Name -> None (the slab) or ``(prefetch, blocks, warps, registers[, identity])`` of the
     warp kernel (``identity``: whether it gathers the nodes where the interpolation is the
     identity; default the module's rule)."""
@@ -87,9 +87,10 @@ def variants(form, kind, table_blocks):
         return {f"w{w}-mb{b}": (pf, b, w, regs) for w, b in pairs}
     if kind == "table":
         return {"slab": None, f"mb{mb}": (pf, mb, ow.WARPS, regs)}
-    budgets = (3, 4, 5, 6) if form.startswith("diffusion") else (4, 5, 6, 7, 8)
-    if form.startswith("vector-diffusion"):
+    if budgets is None and form.startswith("vector-diffusion"):
         budgets = (4, 6, 8, 10)
+    if budgets is None:
+        budgets = (3, 4, 5, 6) if form.startswith("diffusion") else (4, 5, 6, 7, 8)
     if kind == "operands":
         table = {f"table-mb{mb}": (pf, mb, ow.WARPS, False)}
         return table | {f"regs-mb{b}": (pf, b, ow.WARPS, True) for b in budgets}
@@ -127,13 +128,13 @@ def compiled(fused, dot):
     return fused
 
 
-def case(ceed, form, geometry, kind, p, dot=False, rounds=5):
+def case(ceed, form, geometry, kind, p, dot=False, rounds=5, budgets=None):
     op = operator(ceed, form, geometry, p)
     shape = of.fusable_shape(op, 16)
     table_blocks = ow.warp_shapes(op).get(tuple(shape), ow.MIN_BLOCKS)
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
     runs, regs, outputs = {}, {}, {}
-    for name, variant in variants(form, kind, table_blocks).items():
+    for name, variant in variants(form, kind, table_blocks, budgets).items():
         fused = build(op, shape, variant, dot)
         out = cupy.zeros_like(u)
         args = dot_args(fused, u, out)
@@ -167,11 +168,14 @@ def main():
         default="budgets",
     )
     parser.add_argument("--dot", action="store_true", help="time apply_dot (the CG kernel)")
+    parser.add_argument("--budgets", type=int, nargs="+", help="budgets: blocks per SM to try")
     parser.add_argument("orders", type=int, nargs="+")
     args = parser.parse_args()
     ceed = hf.Ceed("/gpu/cuda/gen")
     for p in args.orders:
-        line = case(ceed, args.form, args.geometry, args.variants, p, args.dot)
+        line = case(
+            ceed, args.form, args.geometry, args.variants, p, args.dot, budgets=args.budgets
+        )
         print(args.form, args.geometry, "dot" if args.dot else "apply", line, flush=True)
 
 

@@ -588,11 +588,14 @@ def _fused_simplex(op):
     shape = simplex_shape(op)
     if shape is None:
         return None
+    on_the_fly = _on_the_fly(op)
+    if on_the_fly and shape in _TUNING.batched_over_tensor_cores_on_the_fly:
+        return None
     if shape in _TUNING.tensor_cores:
         launch = _tensor_core_launch(op, shape)
         if launch is not None:
             return SimplexOperator(op, shape, launch)
-    if shape in _batched_shapes(op):
+    if shape in (_TUNING.batched_on_the_fly if on_the_fly else _TUNING.batched_stored):
         return None
     launch = simplex_launch(op, shape)
     return None if launch is None else SimplexOperator(op, shape, launch)
@@ -619,10 +622,7 @@ def tensor_core_overrides(shape: tuple[int, int, int]) -> dict[str, int]:
     return dict(_TUNING.tensor_core_launches.get(tuple(shape), {}))
 
 
-def _batched_shapes(op):
-    """The shapes the batched kernels run faster for ``op``'s kind of geometry: on the fly
-    where an input has a cell-constant basis (the vertices of affine cells), else stored."""
-    on_the_fly = any(
-        f.basis.is_cell_constant for f in op.input_fields if f.eval_mode in _BASIS_MODES
-    )
-    return _TUNING.batched_on_the_fly if on_the_fly else _TUNING.batched_stored
+def _on_the_fly(op):
+    """Whether ``op`` computes its geometry on the fly: an input with a cell-constant basis
+    (the vertices of affine cells); the batched tables are per kind of geometry."""
+    return any(f.basis.is_cell_constant for f in op.input_fields if f.eval_mode in _BASIS_MODES)
