@@ -77,6 +77,8 @@ _SCHEMA = {
         "register_cap": "value",
         "register_cap_from": "value",
         "register_cap_max_t_1d": "value",
+        "register_caps_by_shape": "entries",
+        "register_caps_grad_by_shape": "entries",
         "constant_bytes": "value",
         "tensor_core_shapes": "shapes",
         "blocked_shapes": "shapes",
@@ -145,6 +147,8 @@ class FusedTuning:
     register_cap: int
     register_cap_from: int
     register_cap_max_t_1d: int
+    register_caps_by_shape: Mapping[Shape, int]
+    register_caps_grad_by_shape: Mapping[Shape, int]
     constant_bytes: int
     tensor_core_shapes: frozenset[Shape]
     blocked_shapes: frozenset[Shape]
@@ -342,8 +346,9 @@ def fused() -> FusedTuning:
     }
     if values["register_cap_from"] > values["register_cap"]:
         raise _bad(name, "register_cap_from must not pass register_cap")
+    entries = ("threads_by_shape", "register_caps_by_shape", "register_caps_grad_by_shape")
     return FusedTuning(
-        threads_by_shape=_entries(name, "threads_by_shape", _payload(name, "threads_by_shape")),
+        **{key: _entries(name, key, _payload(name, key)) for key in entries},
         **_shape_tables(name),
         **values,
     )

@@ -59,6 +59,9 @@ def test_fused_tables():
     assert fused.tensor_core_shapes == {(3, 7, 8)}
     # the register-blocked slab: BP1 p = 7 only (its gradient kernels spill)
     assert (fused.blocked_shapes, fused.blocked_grad_shapes) == ({(3, 8, 9)}, frozenset())
+    # the slab at Q_1d = 10 (BP1, BP3 p = 8): caps in place of the rule
+    assert dict(fused.register_caps_by_shape) == {(3, 9, 10): 128}
+    assert dict(fused.register_caps_grad_by_shape) == {(3, 9, 10): 168}
 
 
 def test_simplex_tables_name_the_tet_shapes_where_batched_won():

@@ -541,6 +541,18 @@ def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry
     _check_box_layout(gen, ref, form, p, warp, geometry, layout="blocked")
 
 
+@pytest.mark.parametrize(("form", "cap"), [("mass", 128), ("diffusion", 168)])
+def test_gen_slab_compiles_at_the_tables_register_cap(gen, form, cap):
+    """BP1 and BP3 at p = 8 (``Q_1d = 10``, the slab) compile their apply kernel at
+    ``cuda_fused.json``'s cap, the CG variant at the rule
+    (``test_gen_blocked_layout_matches_ref`` checks their output)."""
+    op, _ = box_operator(gen, form, 1, 8)
+    fused = gen.backend._fused_operator(op)
+    assert (fused.layout, fused.blocking, fused._cap) == ("slab", 1, cap)
+    assert fused._kernel.num_regs <= cap
+    _check_dot(gen, op)
+
+
 @pytest.mark.parametrize(
     ("form", "rule", "geometry", "p"),
     [("mass", {}, "stored", 2), ("diffusion", {}, "on_the_fly", 3), ("diffusion", {}, "stored", 2),

@@ -182,3 +182,14 @@ def test_gen_runs_the_blocked_layout_where_it_measured_faster(kernels):
     assert chosen == {"bp1-p7-stored", "bp1-p7-on_the_fly"}
     _, op, shape, *_ = kernels[0]
     assert not use_blocked_layout(op, (2, *shape[1:]))
+
+
+def test_slab_register_caps_go_to_one_component_kernels_by_kind():
+    """``cuda_fused.json``'s register caps of the slab at ``Q_1d = 10``: 128 for BP1 at p = 8
+    and 168 for BP3 at p = 8, either geometry (the coordinates' cell-constant basis counts for
+    neither kind); none for the three-component forms, nor at p = 7 (the register_cap rule)."""
+    caps = {name: of.slab_register_cap(op, shape) for name, op, shape, _ in _cases()}
+    expected = {f"bp1-p8-{g}": 128 for g in ("stored", "on_the_fly")}
+    expected |= {f"bp3-p8-{g}": 168 for g in ("stored", "on_the_fly")}
+    assert {name: cap for name, cap in caps.items() if cap is not None} == expected
+    assert {"bp2-p8-stored", "bp4-p7-on_the_fly", "bp1-p7-stored"} <= set(caps)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ... import tuning
 from ...constants import EVAL_NONE
-from .operator_warp import has_grad
+from .operator_fuse import has_grad
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ...typing import Array

@@ -47,8 +47,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ... import tuning
-from .operator_fuse import FusedOperator
-from .operator_warp import has_grad, point_rows
+from .operator_fuse import FusedOperator, has_grad, point_rows
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
     from ...typing import OperatorLike as Operator

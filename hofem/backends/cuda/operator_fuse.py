@@ -62,8 +62,11 @@ __all__ = [
     "fusable_shape",
     "fused_block",
     "fused_threads",
+    "has_grad",
     "kernel_source",
+    "point_rows",
     "register_cap",
+    "slab_register_cap",
     "use_tensor_cores",
 ]
 
@@ -86,6 +89,10 @@ _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 REGISTER_CAP = _TUNING.register_cap
 REGISTER_CAP_FROM = _TUNING.register_cap_from
 REGISTER_CAP_MAX_T_1D = _TUNING.register_cap_max_t_1d
+# ... and, in place of that rule, the caps of the slab kernels at the shapes where another
+# measured faster: interpolating one value per point, and with gradients
+REGISTER_CAPS = _TUNING.register_caps_by_shape
+REGISTER_CAPS_GRAD = _TUNING.register_caps_grad_by_shape
 # bytes of the constant-memory copies of the 1D matrices that the slowest axis reads
 # (_Source.slow): the FMAs take them from uniform registers, with no shared-memory load.
 # Larger budgets lose where the copies crowd the uniform registers and the kernel
@@ -158,6 +165,51 @@ def fused_block(shape: tuple[int, int, int], blocking: int = 1) -> tuple[int, tu
     buffer = 8 * T * T * 2 * pairs  # bytes
     elems = max(1, min(BLOCKED_THREADS // (pairs * T), BLOCKED_SCRATCH_BYTES // buffer))
     return elems, (pairs, T, elems)
+
+
+def _is_cell_field(field):
+    """An input of few nodes whose basis gives every point the same values (its element's
+    values, :func:`hofem.cell_center`): evaluated once per element."""
+    basis = field.basis
+    return (
+        field.eval_mode in _BASIS_MODES
+        and basis.is_cell_constant
+        and basis.P_1d**basis.dim <= DIRECT_NODES
+    )
+
+
+def _on_main_basis(field):
+    return field.eval_mode in _BASIS_MODES and not _is_cell_field(field)
+
+
+def _is_grad(field):
+    return field.eval_mode is EVAL_GRAD and _on_main_basis(field)
+
+
+def has_grad(op: Operator) -> bool:
+    """Whether a field of ``op`` on the main basis (not a cell-constant input's) has
+    gradients."""
+    return any(_is_grad(f) for f in op.input_fields + op.output_fields)
+
+
+def point_rows(op: Operator) -> tuple[int, ...]:
+    """Values per point of the main basis's fields, ``(inputs, outputs)``: what each side
+    keeps in registers (a cell-constant input's basis, e.g. the coordinates read on the fly,
+    is not the main one)."""
+    sides = op.input_fields, op.output_fields
+    return tuple(sum(f.size for f in fields if _on_main_basis(f)) for fields in sides)
+
+
+def slab_register_cap(op: Operator, shape: tuple[int, int, int]) -> int | None:
+    """The ``--maxrregcount`` that ``cuda_fused.json`` gives the slab kernel of ``op`` at
+    ``shape`` for one-component fields (the kernels it was measured on):
+    :data:`REGISTER_CAPS_GRAD` where the main basis has gradients (``dim`` values per point),
+    :data:`REGISTER_CAPS` where one value per point goes in and out; else None, the
+    :func:`register_cap` rule."""
+    rows = max(point_rows(op))
+    if has_grad(op):
+        return REGISTER_CAPS_GRAD.get(tuple(shape)) if rows == shape[0] else None
+    return REGISTER_CAPS.get(tuple(shape)) if rows == 1 else None
 
 
 def use_tensor_cores(shape: tuple[int, int, int], num_regs: int) -> bool:
@@ -696,8 +748,11 @@ def _compile_options(code, options):
     return kernels.raw_module(code, options).get_function("apply")
 
 
-def _compile(code, t_1d):
-    """The kernel ``apply`` of ``code``, compiled again at :func:`register_cap` where it asks."""
+def _compile(code, t_1d, cap=None):
+    """The kernel ``apply`` of ``code`` at ``--maxrregcount=cap``, or where ``cap`` is None
+    compiled again at :func:`register_cap` where it asks."""
+    if cap is not None:
+        return _compile_options(code, (f"--maxrregcount={cap}",))
     kernel = _compile_options(code, ())
     cap = register_cap(kernel.num_regs, t_1d)
     return kernel if cap is None else _compile_options(code, (f"--maxrregcount={cap}",))
@@ -740,11 +795,13 @@ class FusedOperator:
         self._matrices = matrices
         elems, self._block = fused_block(shape, self.blocking)
         self._tensor_cores = False
-        self._kernel = _compile(self._source(), max(shape[1:]))
         scalar = self.blocking == 1
+        # the apply kernel's cap; the CG variant keeps the rule (_compile)
+        self._cap = slab_register_cap(op, shape) if scalar else None
+        self._kernel = _compile(self._source(), max(shape[1:]), self._cap)
         if scalar and use_tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
             self._tensor_cores = True
-            self._kernel = _compile(self._source(), max(shape[1:]))
+            self._kernel = _compile(self._source(), max(shape[1:]), self._cap)
         self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = self._weight_tables(op, shape)
         resident = max(1, 2048 // int(np.prod(self._block)))  # blocks per SM, by threads
@@ -773,7 +830,8 @@ class FusedOperator:
         return weights
 
     def _compile(self, code):
-        """The kernel ``apply`` of ``code``, at the :func:`register_cap` its shape asks for."""
+        """The kernel ``apply`` of ``code`` at the :func:`register_cap` rule: the CG variant's
+        (:func:`slab_register_cap`'s caps measured no faster for it)."""
         return _compile(code, max(self._shape[1:]))
 
     def _source(self, dot=False):

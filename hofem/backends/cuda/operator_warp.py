@@ -54,15 +54,19 @@ from ...basis import collocated_grad
 from ...constants import EVAL_GRAD, EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
 from .operator_fuse import (
     _DOT_BEGIN,
-    DIRECT_NODES,
     FusedOperator,
     _compile,
     _constant_tables,
     _dot_end,
     _dot_params,
+    _is_cell_field,
+    _is_grad,
+    _on_main_basis,
     _qfunction_stage,
     _Source,
     dot_pairs,
+    has_grad,
+    point_rows,
 )
 from .ref import cupy
 
@@ -181,45 +185,12 @@ def warp_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 
 
-def point_rows(op: Operator) -> tuple[int, ...]:
-    """Values per point of the main basis's fields, ``(inputs, outputs)``: what each side
-    keeps in registers (a cell-constant input's basis, e.g. the coordinates read on the fly,
-    is not the main one)."""
-    sides = op.input_fields, op.output_fields
-    return tuple(sum(f.size for f in fields if _on_main_basis(f)) for fields in sides)
-
-
 def operand_registers(op: Operator, shape: tuple[int, int, int]) -> bool:
     """Whether ``op``'s kernel holds the stages' operand entries in registers (``WarpRegs``,
     :data:`REGISTER_OPERAND_SHAPES`) rather than reading them from the block's shared table
     where each stage uses them (``WarpTable``)."""
     scalar = any(warp_shapes(op) is table for table in (WARP_SHAPES, WARP_CELL_SHAPES))
     return scalar and tuple(shape) in REGISTER_OPERAND_SHAPES
-
-
-def _is_cell_field(field):
-    """An input of few nodes whose basis gives every point the same values (its element's
-    values, :func:`hofem.cell_center`): evaluated once per element."""
-    basis = field.basis
-    return (
-        field.eval_mode in _BASIS_MODES
-        and basis.is_cell_constant
-        and basis.P_1d**basis.dim <= DIRECT_NODES
-    )
-
-
-def _on_main_basis(field):
-    return field.eval_mode in _BASIS_MODES and not _is_cell_field(field)
-
-
-def _is_grad(field):
-    return field.eval_mode is EVAL_GRAD and _on_main_basis(field)
-
-
-def has_grad(op: Operator) -> bool:
-    """Whether a field of ``op`` on the main basis (not a cell-constant input's) has
-    gradients."""
-    return any(_is_grad(f) for f in op.input_fields + op.output_fields)
 
 
 def _slots(op):
