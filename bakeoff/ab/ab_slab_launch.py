@@ -8,13 +8,14 @@ into a block fills the warps' lanes, and a register cap lets more warps reside.
 Usage (on a GPU)::
 
     python -m bakeoff.ab.ab_slab_launch --form diffusion --geometry on_the_fly 8 7
-    python -m bakeoff.ab.ab_slab_launch --form mass --variants e1 e2c128 e4c128 8
+    python -m bakeoff.ab.ab_slab_launch 8 --form mass --variants e1 e2c128 e4c128
 
 A variant ``eNcR`` runs ``N`` elements per block (threads ``N T_1d^2``) compiled at
 ``--maxrregcount=R`` (``eN``: the ``register_cap`` rule, without ``cuda_fused.json``'s caps by
-shape); ``table`` is gen's choice.  ``--dot`` times the kernel variant the device CG
-launches (``apply_dot``) instead of the apply.  Prints
-one line per order: registers and local (spill) bytes, GDOF/s and the median of 5
+shape); ``b`` and ``bcR`` the register-blocked slab (``operator_blocked``, two columns a
+thread) at the rule or at ``R``; ``table`` is the slab at gen's choice.  ``--dot`` times
+the kernel variant the device CG launches (``apply_dot``) instead of the apply.  Prints one
+line per order: registers and local (spill) bytes, GDOF/s and the median of 5
 alternating rounds' ratios over ``table`` (5 applies each, about 1e7 DOFs); every output is
 checked against ``table``'s.
 """
@@ -28,6 +29,7 @@ import cupy
 import hofem as hf
 from bakeoff.ab.ab_warp import FORMS, compiled, operator
 from bakeoff.common import alternating_times, check_same, dot_args
+from hofem.backends.cuda import operator_blocked as ob
 from hofem.backends.cuda import operator_fuse as of
 
 VARIANTS = ("table", "e1", "e1c168", "e1c128", "e2c128", "e2c160", "e3c128", "e4c128", "e4c96")
@@ -38,6 +40,15 @@ def build(op, shape, variant, dot=False):
     ``apply_dot`` kernel compiled where ``dot``."""
     if variant == "table":
         return compiled(of.FusedOperator(op, shape), dot)
+    if variant.startswith("b"):
+        cap = variant[2:]
+        saved = of.register_cap
+        if cap:
+            of.register_cap = lambda num_regs, t_1d: int(cap)
+        try:
+            return compiled(ob.BlockedFusedOperator(op, shape), dot)
+        finally:
+            of.register_cap = saved
     elems, cap = re.fullmatch(r"e(\d+)(?:c(\d+))?", variant).groups()
     T = max(shape[1:])
     saved = of.THREADS_BY_SHAPE, of.slab_register_cap
