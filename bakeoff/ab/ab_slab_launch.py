@@ -22,13 +22,11 @@ checked against ``table``'s.
 
 import argparse
 import re
-import statistics
 
 import cupy
 
 import hofem as hf
-from bakeoff.ab.ab_warp import FORMS, compiled, operator
-from bakeoff.common import alternating_times, check_same, dot_args
+from bakeoff.ab.ab_warp import FORMS, compare_kernels, compiled, operator
 from hofem.backends.cuda import operator_blocked as ob
 from hofem.backends.cuda import operator_fuse as of
 
@@ -66,29 +64,8 @@ def case(ceed, form, geometry, p, variants, dot=False, rounds=5):
     op = operator(ceed, form, geometry, p)
     shape = of.fusable_shape(op, 16)
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
-    runs, regs, outputs = {}, {}, {}
-    for name in variants:
-        fused = build(op, shape, name, dot)
-        out = cupy.zeros_like(u)
-        args = dot_args(fused, u, out)
-
-        def run(fused=fused, out=out, args=args):
-            out[...] = 0.0
-            fused.apply_dot(*args) if dot else fused(u, out)
-
-        run()
-        kernel = fused._dot_kernel if dot else fused._kernel
-        regs[name] = f"{kernel.num_regs}r/{kernel.local_size_bytes}B"
-        runs[name], outputs[name] = run, out
-    first = variants[0]
-    check_same(outputs, first, f"p={p}")
-    times = alternating_times(runs, rounds)
-    cells = [f"p={p}"]
-    for name in runs:
-        rate = u.size / statistics.median(times[name]) / 1e9
-        ratio = statistics.median(s / t for s, t in zip(times[first], times[name], strict=True))
-        cells.append(f"{name} {regs[name]} {rate:.1f} ({ratio:.2f})")
-    return " | ".join(cells)
+    kernels = {name: build(op, shape, name, dot) for name in variants}
+    return compare_kernels(kernels, u, p, dot, rounds)
 
 
 def main():

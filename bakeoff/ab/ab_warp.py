@@ -133,9 +133,19 @@ def case(ceed, form, geometry, kind, p, dot=False, rounds=5, budgets=None):
     shape = of.fusable_shape(op, 16)
     table_blocks = ow.warp_shapes(op).get(tuple(shape), ow.MIN_BLOCKS)
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
+    kernels = {
+        name: build(op, shape, variant, dot)
+        for name, variant in variants(form, kind, table_blocks, budgets).items()
+    }
+    return compare_kernels(kernels, u, p, dot, rounds)
+
+
+def compare_kernels(kernels, u, p, dot=False, rounds=5):
+    """One line of ``kernels`` (name -> fused operator, the first the reference) applied to
+    ``u`` (``apply_dot`` where ``dot``): registers and local (spill) bytes, GDOF/s and the
+    median of ``rounds`` alternating rounds' ratios over the first; outputs checked alike."""
     runs, regs, outputs = {}, {}, {}
-    for name, variant in variants(form, kind, table_blocks, budgets).items():
-        fused = build(op, shape, variant, dot)
+    for name, fused in kernels.items():
         out = cupy.zeros_like(u)
         args = dot_args(fused, u, out)
 
