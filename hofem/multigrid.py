@@ -501,7 +501,7 @@ def _host_coarse_matrix(A_x: Any, xp: Any) -> Any:
 # An AMG level of fewer rows than this has its Lanczos estimate run on the host copy of its
 # matrix when the cycle runs on a GPU: on a small level a step's dozen small launches cost
 # more host time than the host's own product, which grows with the level's entries while the
-# launches' cost does not (bakeoff/JOURNAL.md, "the AMG cycle on hofem's CSR kernel").
+# launches' cost does not.
 HOST_ESTIMATE_ROWS = 2048
 
 

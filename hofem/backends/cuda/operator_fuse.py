@@ -89,8 +89,9 @@ _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 REGISTER_CAP = _TUNING.register_cap
 REGISTER_CAP_FROM = _TUNING.register_cap_from
 REGISTER_CAP_MAX_T_1D = _TUNING.register_cap_max_t_1d
-# ... and, in place of that rule, the caps of the slab kernels at the shapes where another
-# measured faster: interpolating one value per point, and with gradients
+# ... and, in place of that rule, per shape and kind (one value per point, gradients) the
+# slab's own caps (slab_register_cap): past T_1d = 9 one element fills a block, so the
+# register count alone sets the warps per SM
 REGISTER_CAPS = _TUNING.register_caps_by_shape
 REGISTER_CAPS_GRAD = _TUNING.register_caps_grad_by_shape
 # bytes of the constant-memory copies of the 1D matrices that the slowest axis reads
@@ -202,7 +203,7 @@ def point_rows(op: Operator) -> tuple[int, ...]:
 
 def slab_register_cap(op: Operator, shape: tuple[int, int, int]) -> int | None:
     """The ``--maxrregcount`` that ``cuda_fused.json`` gives the slab kernel of ``op`` at
-    ``shape`` for one-component fields (the kernels it was measured on):
+    ``shape`` for one-component fields (the kernels its tables are for):
     :data:`REGISTER_CAPS_GRAD` where the main basis has gradients (``dim`` values per point),
     :data:`REGISTER_CAPS` where one value per point goes in and out; else None, the
     :func:`register_cap` rule."""
@@ -751,11 +752,12 @@ def _compile_options(code, options):
 def _compile(code, t_1d, cap=None):
     """The kernel ``apply`` of ``code`` at ``--maxrregcount=cap``, or where ``cap`` is None
     compiled again at :func:`register_cap` where it asks."""
-    if cap is not None:
-        return _compile_options(code, (f"--maxrregcount={cap}",))
-    kernel = _compile_options(code, ())
-    cap = register_cap(kernel.num_regs, t_1d)
-    return kernel if cap is None else _compile_options(code, (f"--maxrregcount={cap}",))
+    if cap is None:
+        kernel = _compile_options(code, ())
+        cap = register_cap(kernel.num_regs, t_1d)
+        if cap is None:
+            return kernel
+    return _compile_options(code, (f"--maxrregcount={cap}",))
 
 
 class FusedOperator:
@@ -796,12 +798,11 @@ class FusedOperator:
         elems, self._block = fused_block(shape, self.blocking)
         self._tensor_cores = False
         scalar = self.blocking == 1
-        # the apply kernel's cap; the CG variant keeps the rule (_compile)
-        self._cap = slab_register_cap(op, shape) if scalar else None
-        self._kernel = _compile(self._source(), max(shape[1:]), self._cap)
+        cap = slab_register_cap(op, shape) if scalar else None  # the CG variant: _compile
+        self._kernel = _compile(self._source(), max(shape[1:]), cap)
         if scalar and use_tensor_cores(shape, self._kernel.num_regs):  # the dot variant follows
             self._tensor_cores = True
-            self._kernel = _compile(self._source(), max(shape[1:]), self._cap)
+            self._kernel = _compile(self._source(), max(shape[1:]), cap)
         self._dot_kernel = None  # compiled on the first apply_dot
         self._weights = self._weight_tables(op, shape)
         resident = max(1, 2048 // int(np.prod(self._block)))  # blocks per SM, by threads
@@ -830,8 +831,8 @@ class FusedOperator:
         return weights
 
     def _compile(self, code):
-        """The kernel ``apply`` of ``code`` at the :func:`register_cap` rule: the CG variant's
-        (:func:`slab_register_cap`'s caps measured no faster for it)."""
+        """The kernel ``apply`` of ``code`` at the :func:`register_cap` rule: the CG variant's,
+        which the caps of :func:`slab_register_cap` (the apply kernel's) do not serve."""
         return _compile(code, max(self._shape[1:]))
 
     def _source(self, dot=False):

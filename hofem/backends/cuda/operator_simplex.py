@@ -237,8 +237,7 @@ def simplex_launch(
     shared_bytes = SHARED_BYTES if shared_bytes is None else shared_bytes
     Q = shape[2]
     threads = overrides.get("threads", THREADS)
-    constant = any(f.basis.is_cell_constant for f in op.input_fields if f.eval_mode in _BASIS_MODES)
-    ppt = min(Q, CONSTANT_POINTS) if constant else 1
+    ppt = min(Q, CONSTANT_POINTS) if _on_the_fly(op) else 1
     ppt = overrides.get("points_per_thread", max(ppt, -(-Q // threads)))
     per_elem = 8 * _element_doubles(op)
     free = shared_bytes - (8 * threads if dot_pairs(op) is not None else 0)  # block_sum
