@@ -542,15 +542,27 @@ def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry
 
 
 @pytest.mark.parametrize(("form", "cap"), [("mass", 128), ("diffusion", 168)])
-def test_gen_slab_compiles_at_the_tables_register_cap(gen, form, cap):
-    """BP1 and BP3 at p = 8 (``Q_1d = 10``, the slab) compile their apply kernel at
-    ``cuda_fused.json``'s cap, the CG variant at the rule
+def test_gen_slab_compiles_at_the_tables_register_cap(gen, monkeypatch, form, cap):
+    """BP1 and BP3 at p = 8 (``Q_1d = 10``, the slab) compile their apply kernel once, at
+    ``cuda_fused.json``'s cap, and the CG variant at the rule, without it
     (``test_gen_blocked_layout_matches_ref`` checks their output)."""
+    from hofem.backends.cuda import operator_fuse as of
+
     op, _ = box_operator(gen, form, 1, 8)
-    fused = gen.backend._fused_operator(op)
-    assert (fused.layout, fused.blocking, fused._cap) == ("slab", 1, cap)
+    assert gen.backend._fused_operator(op).layout == "slab"
+    options, compile_options = [], of._compile_options
+
+    def recorded(code, opts):
+        options.append(opts)
+        return compile_options(code, opts)
+
+    monkeypatch.setattr(of, "_compile_options", recorded)
+    fused = of.FusedOperator(op, of.fusable_shape(op, 16))
+    assert options == [(f"--maxrregcount={cap}",)]
     assert fused._kernel.num_regs <= cap
-    _check_dot(gen, op)
+    options.clear()
+    _check_dot(gen, op, fused)
+    assert options and f"--maxrregcount={cap}" not in sum(options, ())
 
 
 @pytest.mark.parametrize(
@@ -926,8 +938,8 @@ def test_gen_simplex_tensor_cores_checks_the_device(gen):
         ("diffusion", 4, None, "auto", "tensor_cores"),  # the table's launch: 256 threads, 1 tile
         ("diffusion", 6, None, "auto", "tensor_cores"),
         ("mass", 2, 1, "auto", "tensor_cores"),  # the collapsed rule, 64 points
-        ("diffusion", 4, 1, "stored", "batched"),  # 216 points: its matrices do not fit
-        ("diffusion", 4, 1, "on_the_fly", "batched"),  # they fit, and batched is faster
+        ("diffusion", 4, 1, "stored", "batched_over_tensor_cores"),  # 216 points: too large
+        ("diffusion", 4, 1, "on_the_fly", "batched_over_tensor_cores"),  # fits; batched faster
         ("mass", 5, 1, "stored", "batched"),  # 343 points
         ("diffusion", 5, 1, "on_the_fly", "batched"),
     ],
@@ -945,10 +957,10 @@ def test_gen_simplex_default_takes_the_tensor_cores_at_its_shapes(
     space = hf.H1Space(gen, meshes.box(2, 3, simplex=True), p)
     op = getattr(hf, form)(space, q_extra=q_extra, geometry=geometry)
     kernel = osx.simplex_operator(op)
-    if runs == "batched":
-        assert kernel is None
-        return
     tensor_cores = osx.simplex_shape(op) in tuning.simplex().tensor_cores
+    if runs.startswith("batched"):
+        assert kernel is None and tensor_cores == (runs == "batched_over_tensor_cores")
+        return
     assert kernel.launch.tensor_cores == tensor_cores == (runs == "tensor_cores")
     tuned = osx.tensor_core_overrides(osx.simplex_shape(op)) if tensor_cores else {}
     assert all(getattr(kernel.launch, key) == value for key, value in tuned.items())
