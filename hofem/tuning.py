@@ -61,7 +61,7 @@ FORMAT = 1
 Shape = tuple[int, int, int]  # (dim, P_1d, Q_1d)
 # the kinds of one-warp-per-element kernels, each with its table of blocks per SM
 WARP_KINDS = ("interp", "cell", "vector", "grad", "grad_stored")
-WARP_KINDS += ("vector_grad", "vector_grad_stored")
+WARP_KINDS += ("vector_grad", "vector_grad_stored", "grad_in_turn", "grad_in_turn_stored")
 
 # each file's tables and the payload key each one holds
 _SCHEMA = {

@@ -608,6 +608,48 @@ def test_gen_component_split_matches_ref(gen, ref, monkeypatch, form, rule, geom
     assert rel_error(gen.to_numpy(x_gen), x_ref) < 1e-8
 
 
+@pytest.mark.parametrize(("quad_mode", "geometry", "p"), [(hf.GAUSS, "stored", 2),
+    (hf.GAUSS, "on_the_fly", 3), (hf.GAUSS_LOBATTO, "stored", 4),
+    (hf.GAUSS_LOBATTO, "on_the_fly", 2), (hf.GAUSS_LOBATTO, "on_the_fly", 7)])  # fmt: skip
+def test_gen_components_in_turn_matches_ref(gen, ref, monkeypatch, quad_mode, geometry, p):
+    """BP4 and BP6 as one warp kernel of the scalar Poisson form that takes the three
+    components in turn (operator_warp.use_components_in_turn) where its table holds the
+    shape: equal to ref and to gen's own vector kernel, its u . Au partial sums, and a device
+    CG equal to ref's; the stored q-data of distorted cells read at each point."""
+    from hofem.backends.cuda import component_split
+    from hofem.backends.cuda import operator_warp as ow
+
+    for table in ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES"):
+        monkeypatch.setattr(component_split, table, frozenset())
+    for table in ("WARP_IN_TURN_SHAPES", "WARP_IN_TURN_STORED_SHAPES"):
+        monkeypatch.setattr(ow, table, {})
+    q_extra = 1 if quad_mode is hf.GAUSS else 0
+    ops, spaces = {}, {}
+    for ceed in (ref, gen):
+        mesh = meshes.box(3, 3, distort=0.1 if geometry == "stored" else 0.0)
+        spaces[ceed] = hf.H1Space(ceed, mesh, p, num_comp=3)
+        ops[ceed] = hf.diffusion(spaces[ceed], q_extra=q_extra, quad_mode=quad_mode,
+                                 geometry=geometry)  # fmt: skip
+    op_gen = ops[gen]
+    u = np.random.default_rng(p).standard_normal(op_gen.shape[1])
+    vector = gen.to_numpy(op_gen(gen.asarray(u)))
+    assert gen.backend._fused_operator(op_gen).layout != "warp, components in turn"
+    table = "WARP_IN_TURN_STORED_SHAPES" if geometry == "stored" else "WARP_IN_TURN_SHAPES"
+    monkeypatch.setattr(ow, table, {(3, p + 1, p + 1 + q_extra): 5})
+    op_gen.backend_data.clear()
+    fused = gen.backend._fused_operator(op_gen)
+    assert fused.layout == "warp, components in turn"
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), ops[ref](u)) < 1e-13
+    assert rel_error(gen.to_numpy(op_gen(gen.asarray(u))), vector) < 1e-13
+    _check_dot(gen, op_gen)
+    A = {c: hf.restrict_dofs(op, op.ceed.asarray(spaces[c].free_dofs())) for c, op in ops.items()}
+    b = np.random.default_rng(1).standard_normal(A[ref].shape[0])
+    x_ref, info_ref = hf.cg(A[ref], b, rtol=1e-10, M=hf.jacobi(A[ref]))
+    x_gen, info_gen = hf.cg(A[gen], gen.asarray(b), rtol=1e-10, M=hf.jacobi(A[gen]))
+    assert info_ref == 0 and info_gen == 0
+    assert rel_error(gen.to_numpy(x_gen), x_ref) < 1e-8
+
+
 @pytest.mark.parametrize("p", range(1, 7))
 def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     """One warp per element (operator_warp): mass on 27 distorted elements (warps of a block
@@ -779,8 +821,9 @@ def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
 @pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
 def test_gen_vector_poisson_layout(gen, ref, monkeypatch, quad_mode, p, layout, geometry):
     """BP4 (p + 2 Gauss points) and BP6 (p + 1 Gauss-Lobatto points), the 3-component
-    Poisson operator's own kernel (the component split's tables emptied: its scalar kernels
-    are tested by test_gen_component_split_matches_ref), one warp per element at the shapes
+    Poisson operator's own kernel (the component split's and the in-turn tables emptied:
+    test_gen_component_split_matches_ref and test_gen_components_in_turn_matches_ref test
+    those kernels), one warp per element at the shapes
     of their tables (BP6 up to p = 7, BP4 to p = 6) and the slab past them, equal to ref,
     with the u . Au variant."""
     from hofem.backends.cuda import component_split
@@ -788,6 +831,8 @@ def test_gen_vector_poisson_layout(gen, ref, monkeypatch, quad_mode, p, layout, 
 
     for table in ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES"):
         monkeypatch.setattr(component_split, table, frozenset())
+    for table in ("WARP_IN_TURN_SHAPES", "WARP_IN_TURN_STORED_SHAPES"):
+        monkeypatch.setattr(ow, table, {})
 
     q_extra = 1 if quad_mode is hf.GAUSS else 0
     ops = {}

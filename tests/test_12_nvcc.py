@@ -125,9 +125,10 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path.write_text(kernel_source(op, shape, collocated, dot=variants[-1], blocking=2))
                 jobs.append(path)
     assert dots == 18  # the apply operators: 13 scalar and 5 vector ones
+    from hofem.backends.cuda.operator_fuse import has_grad
     from hofem.backends.cuda.operator_warp import warp_fusable, warp_kernel_source
 
-    warps = 0
+    warps = turns = 0
     for k, op in enumerate(_fused_operators()):  # one warp per element (operator_warp)
         shape = fusable_shape(op, 16)
         if shape[0] == 3 and max(shape[1:]) <= 8 and warp_fusable(op):
@@ -137,8 +138,16 @@ def test_generated_operator_kernels_compile(tmp_path):
                 path.write_text(warp_kernel_source(op, shape, dot, registers))
                 jobs.append(path)
             warps += 1
+            if op.component_operator is not None and has_grad(op):  # the components in turn
+                for dot in (False, True):
+                    path = tmp_path / f"op{k}-turn-{int(dot)}.cu"
+                    scalar = op.component_operator()
+                    path.write_text(warp_kernel_source(scalar, shape, dot, components=3))
+                    jobs.append(path)
+                turns += 1
     # scalar and vector mass and Poisson, Poisson on the fly (affine, curved), BP5 and BP6
     assert warps == 8
+    assert turns == 2  # the vector Poisson forms (BP4, BP6)
     include = ROOT / "backends" / "cuda"
 
     def compile_one(path):

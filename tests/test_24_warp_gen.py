@@ -8,8 +8,9 @@ between a warp's 32 threads (``host_kernels.py``).  The results are compared wit
 ``/cpu/self/ref`` on small boxes: BP1 to BP6, stored q-data (distorted cells) and the
 geometry on the fly (affine cells: the Jacobian once per element), one element per warp and
 four (``warp_side``), the Gauss-Lobatto gather (``warp_gather_points``), the stages'
-operands in registers and in the shared table, a partial last group of elements, and the
-CG variant's partial sums of ``u . Au`` and its stopped status.  The shapes need not be in
+operands in registers and in the shared table, a partial last group of elements, the
+vector Poisson as its one-component kernel taking the components in turn, and the CG
+variant's partial sums of ``u . Au`` and its stopped status.  The shapes need not be in
 the tuning tables: :func:`warp_kernel_source` generates any :func:`warp_fusable` one.  The
 device tests are in ``test_10_cuda.py``; ``test_12_nvcc.py`` compiles such sources for
 sm_90.
@@ -75,15 +76,27 @@ def _cases():
     return cases
 
 
+# the vector Poisson cases that also run as their one-component kernel taking the three
+# components in turn (warp_kernel_source's components): four elements per warp, and one
+# with the Gauss-Lobatto gather
+IN_TURN = ("bp4-p2", "bp6-p5")
+
+
 def _kernels():
-    """``(name, op, shape, source, dot)``: each case's apply and CG variant, one with the
-    stages' operands in registers and the other from the shared table (alternating)."""
+    """``(name, op, shape, source, dot, scalar)``: each case's apply and CG variant, one with
+    the stages' operands in registers and the other from the shared table (alternating); for
+    the cases of :data:`IN_TURN` also the kernel of the component operator ``scalar`` that
+    takes the components in turn (``scalar`` None elsewhere)."""
     out = []
     for k, (name, op, shape) in enumerate(_cases()):
         assert dot_pairs(op) is not None, name
         for dot in (False, True):
             source = ow.warp_kernel_source(op, shape, dot, registers=(k + dot) % 2 == 0)
-            out.append((name, op, shape, source, dot))
+            out.append((name, op, shape, source, dot, None))
+            if name.rsplit("-", 1)[0] in IN_TURN:  # without the geometry
+                scalar = op.component_operator()
+                source = ow.warp_kernel_source(scalar, shape, dot, components=3)
+                out.append((f"{name}-turn", op, shape, source, dot, scalar))
     return out
 
 
@@ -100,12 +113,17 @@ def _launch(op, shape):
     return math.ceil(op.num_elem / (2 * elems)), 32 * warps
 
 
-def _run(lib, source, op, shape, u, dot, stopped=False):
+def _run(lib, source, op, shape, u, dot, stopped=False, scalar=None):
     """``v = A u`` and, for ``dot``, the blocks' partial sums of ``u . Au`` from the kernel of
-    ``lib`` (``stopped``: CG's status set, so that the dot variant writes nothing)."""
-    grid, block = _launch(op, shape)
+    ``lib`` (``stopped``: CG's status set, so that the dot variant writes nothing); with
+    ``scalar``, the kernel of ``op``'s component operator that takes the components in turn."""
+    kernel_op = op if scalar is None else scalar
+    grid, block = _launch(kernel_op, shape)
     v = np.zeros(op.shape[0])
-    args = [np.int32(op.num_elem), *field_arguments(op, u, v, weights=False)]
+    head = [np.int32(op.num_elem)]
+    if scalar is not None:
+        head.append(np.int64(scalar.shape[1]))  # comp_step: one component's entries
+    args = [*head, *field_arguments(kernel_op, u, v, weights=False)]
     partial = np.full(grid, np.nan)
     if dot:
         args += [partial, np.array([int(stopped), 0, 0], dtype=np.int64)]
@@ -115,11 +133,11 @@ def _run(lib, source, op, shape, u, dot, stopped=False):
 
 def _check(lib, k, kernel):
     """The failures of ``kernel`` (the ``k``-th, built in ``lib``) against ``/cpu/self/ref``."""
-    name, op, shape, source, dot = kernel
+    name, op, shape, source, dot, scalar = kernel
     u = np.random.default_rng(k).standard_normal(op.shape[1])
 
     def run(stopped):
-        return _run(lib, source, op, shape, u, dot, stopped=stopped)
+        return _run(lib, source, op, shape, u, dot, stopped=stopped, scalar=scalar)
 
     return failures(f"{name} {shape} dot={dot}", run, u, op(u), dot, 1e-13)
 
@@ -147,7 +165,7 @@ def test_every_case_covers_its_path(kernels):
     shuffles), stored q-data prefetched and read at each point, both operand placements,
     gradients of one and of three components, blocks of four and of two warps, and a
     partial last group of elements."""
-    sources = {name: source for name, _, _, source, dot in kernels if not dot}
+    sources = {name: source for name, _, _, source, dot, _ in kernels if not dot}
     side4 = [s for s in sources.values() if "#define WARP_SIDE 4" in s]
     assert side4 and len(side4) < len(sources)
     assert "warp_gather_points<" in sources["bp5-p2-stored"]
@@ -159,9 +177,13 @@ def test_every_case_covers_its_path(kernels):
     placements = {"WarpRegs frag" in s for s in sources.values()}
     assert placements == {True, False}
     assert "warp_grad_level<" in sources["bp4-p4-on_the_fly"]
-    blocks = {_launch(op, shape)[1] for _, op, shape, _, _ in kernels}
+    turns = [name for name, source in sources.items() if "comp * comp_step" in source]
+    assert len(turns) == 2 * len(IN_TURN) and all(name.endswith("-turn") for name in turns)
+    assert "warp_gather_points<" in sources["bp6-p5-stored-turn"]
+    assert "warp_cell_values<" in sources["bp4-p2-on_the_fly-turn"]
+    blocks = {_launch(op, shape)[1] for _, op, shape, _, _, _ in kernels}
     assert blocks == {128, 64}
-    for _, op, shape, _, _ in kernels:
-        grid, block = _launch(op, shape)
+    for _, op, shape, _, _, scalar in kernels:
+        grid, block = _launch(op if scalar is None else scalar, shape)
         elems = block // 32 * (8 // ow.warp_side(shape)) ** 2
         assert op.num_elem % elems != 0 and grid * elems < op.num_elem  # partial, and loops

@@ -7,7 +7,8 @@ with every x and y stage (and the collocated derivative's) on the fp64 tensor co
 that measured faster (:mod:`hofem.backends.cuda.operator_warp`), the shapes of
 :mod:`hofem.backends.cuda.operator_blocked` give each thread two columns, and those of
 :mod:`hofem.backends.cuda.component_split` run a vector form's scalar kernel on each
-component.  Operators of dense
+component (or, at the shapes of ``operator_warp.in_turn_shapes``, one warp kernel of it
+that takes the components in turn).  Operators of dense
 (simplex) bases fuse into one kernel of gather, point and node stages
 (:mod:`hofem.backends.cuda.operator_simplex`).  Operators that cannot
 fuse (tensor and dense bases mixed, oriented restrictions, QFunction bodies that cannot be
@@ -47,7 +48,7 @@ class CudaGenBackend(CudaBatchedBackend):
         from .operator_blocked import BlockedFusedOperator, use_blocked_layout
         from .operator_fuse import FusedOperator, fusable_shape
         from .operator_simplex import simplex_operator
-        from .operator_warp import WarpFusedOperator, use_warp_layout
+        from .operator_warp import WarpFusedOperator, use_components_in_turn, use_warp_layout
 
         def build(op):
             shape = fusable_shape(op, _MAX_T_1D)
@@ -59,6 +60,10 @@ class CudaGenBackend(CudaBatchedBackend):
                 if run is not None:
                     num_comp = op.active_restriction(False).num_comp
                     return ComponentSplitOperator(run, num_comp, scalar.shape[1])
+            if use_components_in_turn(op, shape):  # one kernel, the components in turn
+                scalar = op.component_operator()
+                num_comp = op.active_restriction(False).num_comp
+                return WarpFusedOperator(scalar, shape, num_comp, scalar.shape[1])
             fused = WarpFusedOperator if use_warp_layout(op, shape) else FusedOperator
             if fused is FusedOperator and use_blocked_layout(op, shape):
                 fused = BlockedFusedOperator

@@ -39,6 +39,12 @@ the fly, and user operators of the same structure (at most :data:`MAX_POINT_ROWS
 per point each way, or :data:`MAX_GRAD_ROWS` with gradients).  The tables of
 :func:`warp_shapes`, one per kind of kernel, hold the shapes where it measured faster than
 the slab.
+
+A vector form's one-component operator (:attr:`hofem.Operator.component_operator`: BP4,
+BP6) runs as one kernel that takes the components in turn (``components`` of
+:func:`warp_kernel_source`, :func:`use_components_in_turn`): the element's geometry once,
+then for each component the gather, the stages, the QFunction and the scatter, with one
+component's registers and buffer slot where the vector kernel holds three.
 """
 
 from __future__ import annotations
@@ -78,12 +84,17 @@ __all__ = [
     "WARP_CELL_SHAPES",
     "WARP_GRAD_SHAPES",
     "WARP_GRAD_STORED_SHAPES",
+    "WARP_IN_TURN_SHAPES",
+    "WARP_IN_TURN_STORED_SHAPES",
     "WARP_SHAPES",
     "WARP_VECTOR_GRAD_SHAPES",
     "WARP_VECTOR_GRAD_STORED_SHAPES",
     "WARP_VECTOR_SHAPES",
     "WarpFusedOperator",
+    "in_turn_shapes",
+    "use_components_in_turn",
     "use_warp_layout",
+    "warp_budget",
     "warp_kernel_source",
 ]
 
@@ -121,6 +132,12 @@ WARP_GRAD_STORED_SHAPES = _TUNING.blocks["grad_stored"]
 WARP_VECTOR_GRAD_SHAPES = _TUNING.blocks["vector_grad"]
 # ... and with stored q-data (more than PREFETCH_SIZE values read at each point)
 WARP_VECTOR_GRAD_STORED_SHAPES = _TUNING.blocks["vector_grad_stored"]
+# ... and of the kernels that apply a vector form's one-component operator to each component
+# in turn (warp_kernel_source's components; BP4 and BP6): the registers and buffer slot of
+# one component, the geometry read once for three; with the geometry on the fly, and with
+# stored q-data (re-read at each point for each component, from the cache)
+WARP_IN_TURN_SHAPES = _TUNING.blocks["grad_in_turn"]
+WARP_IN_TURN_STORED_SHAPES = _TUNING.blocks["grad_in_turn_stored"]
 # values per point of the main basis's fields that the layout keeps in registers at most
 # (gen's rule, use_warp_layout): a scalar gradient or a 3-component interpolation in, the
 # same out ...
@@ -183,6 +200,40 @@ def warp_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     if max(rows) > MAX_POINT_ROWS:
         return WARP_VECTOR_GRAD_STORED_SHAPES if stored else WARP_VECTOR_GRAD_SHAPES
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
+
+
+def in_turn_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
+    """The table of measured shapes (and register budgets) of ``op``'s kernel applied to
+    each component in turn: :data:`WARP_IN_TURN_STORED_SHAPES` where it reads more than
+    :data:`PREFETCH_SIZE` stored values at each point, else :data:`WARP_IN_TURN_SHAPES`."""
+    stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
+    return WARP_IN_TURN_STORED_SHAPES if stored else WARP_IN_TURN_SHAPES
+
+
+def use_components_in_turn(op: Operator, shape: tuple[int, int, int]) -> bool:
+    """Whether gen applies the multi-component ``op`` (of fused ``shape``) as one kernel of
+    its :attr:`~hofem.Operator.component_operator` that takes the components in turn.
+
+    ``op`` has gradients and a component operator, ``shape`` is in the table of
+    :func:`in_turn_shapes`, and the component operator takes the warp layout's other
+    conditions (:func:`warp_fusable`, the collocated derivative, compute capability 8.0).
+    """
+    if op.component_operator is None or not has_grad(op):
+        return False
+    if tuple(shape) not in in_turn_shapes(op):
+        return False
+    scalar = op.component_operator()
+    if not warp_fusable(scalar) or _main_basis(scalar).backend_data.collocated is None:
+        return False
+    return int(cupy.cuda.Device().compute_capability) >= 80
+
+
+def warp_budget(op: Operator, shape: tuple[int, int, int], components: int = 1) -> int:
+    """Blocks per SM that the kernel's ``__launch_bounds__`` asks registers for: the entry of
+    :func:`warp_shapes` (or with ``components`` > 1 :func:`in_turn_shapes`) for ``shape``,
+    :data:`MIN_BLOCKS` where the table has none."""
+    table = in_turn_shapes(op) if components > 1 else warp_shapes(op)
+    return table.get(tuple(shape), MIN_BLOCKS)
 
 
 def operand_registers(op: Operator, shape: tuple[int, int, int]) -> bool:
@@ -280,7 +331,11 @@ def _cell_table(field):
 
 
 def warp_kernel_source(
-    op: Operator, shape: tuple[int, int, int], dot: bool = False, registers: bool | None = None
+    op: Operator,
+    shape: tuple[int, int, int],
+    dot: bool = False,
+    registers: bool | None = None,
+    components: int = 1,
 ) -> str:
     """CUDA source of ``op``'s one-warp-per-element kernel ``apply`` (needs no device).
 
@@ -296,6 +351,11 @@ def warp_kernel_source(
     registers : bool, optional
         Hold the stages' operand entries in registers rather than read them from the
         block's shared table; default :func:`operand_registers`.
+    components : int
+        Apply ``op`` to this many blocks of its active L-vectors in turn, each block
+        ``comp_step`` entries after the last (a parameter after ``num_elem``): a vector form's
+        :attr:`~hofem.Operator.component_operator` on each component, its other inputs (the
+        q-data, the geometry) read once per element where they are read before the stages.
 
     Returns
     -------
@@ -308,8 +368,15 @@ def warp_kernel_source(
     Raises
     ------
     ValueError
-        ``op`` is not :func:`warp_fusable`, or ``dot`` without :func:`dot_pairs`.
+        ``op`` is not :func:`warp_fusable`, ``dot`` without :func:`dot_pairs`, or
+        ``components`` other than 1 for an operator with a multi-component active field.
     """
+    active = [f for f in op.input_fields + op.output_fields if f.is_active]
+    if components < 1 or (components > 1 and any(f.basis.num_comp != 1 for f in active)):
+        raise ValueError(
+            f"components={components}: use 1, or more for a one-component operator (a "
+            "vector form's component_operator)"
+        )
     if not warp_fusable(op):
         raise ValueError(
             "the warp layout needs 3D interpolation and gradient fields of one basis of "
@@ -324,7 +391,9 @@ def warp_kernel_source(
     tables = {"B0": basis.interp_1d}  # (Q_1d, P_1d)
     if has_grad(op):
         tables["D"] = collocated_grad(basis.interp_1d, basis.grad_1d)  # (Q_1d, Q_1d)
-    stages = _WarpStages(_Source(3, False, None, {}, 0), tables)  # declares the parameters
+    stages = _WarpStages(_Source(3, False, None, {}, 0), tables, components=components)
+    if components > 1:
+        stages.src.param("const index_t comp_step")
     for k, field in enumerate(op.input_fields):
         _emit_input(stages, k, field)
     for k, field in enumerate(op.output_fields):
@@ -359,6 +428,19 @@ class _WarpStages:
     loads: list = dataclasses.field(default_factory=list)
     stores: list = dataclasses.field(default_factory=list)
     output_slots: int = 0  # buffer slots of the active gradient outputs' y parts
+    components: int = 1  # blocks of the active vectors applied in turn (warp_kernel_source)
+
+    def field_params(self, name, field, writable):
+        """:meth:`_Source.field_params`, an active field's pointer at block ``comp``."""
+        address = self.src.field_params(name, field, writable)
+        if self.components == 1 or not field.is_active:
+            return address
+
+        def block(c, nodes, elem="elem"):
+            pointer, idx, base = address(c, nodes, elem)
+            return f"{pointer} + comp * comp_step", idx, base
+
+        return block
 
 
 def _emit_input(stages, k, field):
@@ -370,7 +452,7 @@ def _emit_input(stages, k, field):
         stages.tables["w"] = field.basis.q_weight_1d  # (Q_1d,)
         stages.loads.append(lambda row: "(qok ? c_w[k] * frag(WF_W + h) : 0.0)")
         return
-    address = stages.src.field_params(name, field, writable=False)
+    address = stages.field_params(name, field, writable=False)
     if field.eval_mode is EVAL_NONE:
         _emit_stored_input(stages, name, field, address)
     elif _is_cell_field(field):
@@ -463,7 +545,7 @@ def _emit_output(stages, k, field):
 def _emit_transpose_scatter(stages, name, field):
     """An active output's transposed basis (for a gradient: ``D^T`` per level, the y parts
     through the buffer after every level), then its transposed interpolation and scatter."""
-    address = stages.src.field_params(name, field, writable=True)
+    address = stages.field_params(name, field, writable=True)
     grad = field.eval_mode is EVAL_GRAD
     values = f"v_{name}" if grad else f"r_{name}"
     C = field.basis.num_comp
@@ -509,14 +591,21 @@ def _warp_kernel_text(op, shape, stages, body, dot, registers):
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
     defines |= {"SLOTS": slots, "WARP_SIDE": warp_side(shape)}
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
-    min_blocks = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)
+    min_blocks = warp_budget(op, shape, stages.components)
     D = "c_D" if "D" in stages.tables else "nullptr"
     W = "c_w" if "w" in stages.tables else "nullptr"
-    element = "\n    ".join(stages.prefetch + stages.stage + stages.tiles)
+    prefetch = "\n    ".join(stages.prefetch)
+    element = "\n    ".join(stages.stage + stages.tiles)
     before, after = "\n      ".join(stages.level), "\n      ".join(stages.level_end)
     point = "\n        ".join(body)
     finish = "\n    ".join(stages.transposes + stages.epilogue)
     dot_begin = _DOT_BEGIN if dot else ""
+    # the blocks of the active vectors in turn: one copy of the stages, not unrolled
+    turn, end = "", ""
+    if stages.components > 1:
+        loop = f"for (int comp = 0; comp < {stages.components}; comp++) {{"
+        turn = f"#pragma unroll 1\n    {loop}\n    "
+        end = "\n    }"
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
 #include "warp_element.cuh"
@@ -536,7 +625,8 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
        elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {{
     const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
     const bool lane_ok = warp_valid(pe, nvalid);
-    {element}
+    {prefetch}
+    {turn}{element}
 #pragma unroll
     for (int k = 0; k < Q_1D; k++) {{
       {before}
@@ -548,7 +638,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
       }}
       {after}
     }}
-    {finish}
+    {finish}{end}
   }}{_dot_end(dot, "threadIdx.x", "blockDim.x")}
 }}
 """
@@ -560,13 +650,22 @@ class WarpFusedOperator(FusedOperator):
     Parameters
     ----------
     op : Operator
-        :func:`use_warp_layout` for ``shape``.
+        :func:`use_warp_layout` for ``shape``, or with ``components`` > 1 the
+        :attr:`~hofem.Operator.component_operator` of a form that
+        :func:`use_components_in_turn`.
     shape : tuple
         ``(3, P_1d, Q_1d)``.
+    components : int
+        The blocks of the active L-vectors that ``op`` applies to in turn, each ``comp_step``
+        entries after the last: ``run(u, v)`` then takes and adds to vectors of
+        ``components * comp_step`` entries.
+    comp_step : int
+        Entries of one block: the component operator's L-vector size.
     """
 
-    def __init__(self, op, shape):
+    def __init__(self, op, shape, components=1, comp_step=0):
         self._op, self._shape, self._collocated = op, shape, False
+        self._components, self._comp_step = components, comp_step
         self._matrices = []  # constant tables in the source
         warps = warps_per_block(_slots(op))
         self._block = (32 * warps, 1, 1)
@@ -574,11 +673,19 @@ class WarpFusedOperator(FusedOperator):
         self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None
         self._weights = None  # __constant__ tables in the source
-        resident = warp_shapes(op).get(tuple(shape), MIN_BLOCKS)  # __launch_bounds__'s
+        resident = warp_budget(op, shape, components)  # __launch_bounds__'s
         elems = warps * (8 // warp_side(shape)) ** 2  # a block's elements
         self.num_blocks = self._grid(op.num_elem, elems, resident)
+        if components > 1:
+            self.layout = "warp, components in turn"
 
     layout = "warp"
 
     def _source(self, dot=False):
-        return warp_kernel_source(self._op, self._shape, dot)
+        return warp_kernel_source(self._op, self._shape, dot, components=self._components)
+
+    def _args(self, u, v):
+        args = super()._args(u, v)  # num_elem, the fields (no matrices: constant tables)
+        if self._components > 1:
+            args.insert(1, np.int64(self._comp_step))
+        return args
