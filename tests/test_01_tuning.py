@@ -107,6 +107,13 @@ def test_warp_tables_hold_the_shapes_gen_runs_one_warp_per_element():
     assert set(warp.blocks["grad"]) == set(BP3 + BP5)
     assert set(warp.blocks["grad_stored"]) == set(BP3[1:] + BP5) - {(3, 5, 5)}
     assert warp.register_operand_shapes == {(3, 3, 4)}
+    # BP4 and BP6 on the fly take their components in turn at every warp shape; gen asks the
+    # component split first, so its tables must leave those shapes to this one
+    assert set(warp.blocks["grad_in_turn"]) == set(BP3[1:] + BP5)
+    assert not warp.blocks["grad_in_turn_stored"]
+    fused = tuning.fused()
+    assert not set(warp.blocks["grad_in_turn"]) & fused.component_split_grad_on_the_fly_shapes
+    assert not set(warp.blocks["grad_in_turn_stored"]) & fused.component_split_grad_shapes
     assert (warp.prefetch_size, warp.warps_per_block) == (2, 4)
     assert tuning.warp_blocks("cell", (3, 2, 3)) == 8
     assert tuning.warp_blocks("interp", (3, 2, 3)) is None  # keeps the slab
