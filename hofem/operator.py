@@ -186,7 +186,8 @@ class Operator(_OperatorBase):
         vectors (its q-data or coordinates). :func:`hofem.mass` and
         :func:`hofem.diffusion` set it on multi-component spaces; a backend may apply
         ``B`` block by block where its kernel for ``B`` runs faster
-        (``/gpu/cuda/gen``, :mod:`hofem.backends.cuda.component_split`).
+        (``/gpu/cuda/gen``: :mod:`hofem.backends.cuda.component_split`, and one kernel of
+        ``B`` that takes the blocks in turn, ``operator_warp.use_components_in_turn``).
     """
 
     def __init__(self, ceed: CeedLike, qf: QFunction) -> None:

@@ -95,9 +95,11 @@ def check_solve(ceed, bp, p, mesh, distributed, to_serial, jacobi=False):
     x_dist, info_dist = hf.cg(distributed.operator, distributed.rhs, rtol=1e-12)
     assert info_serial == 0 and info_dist == 0
     # the L2 errors of the converged solutions: at rtol 1e-8 the algebraic error is still a
-    # few percent of it and the sums' order moves that part
+    # few percent of it and the sums' order moves that part; at high order the discretization
+    # error falls to ~1e-11 (p = 7) and the rtol-1e-12 solve's own error, ~1e-15, is a
+    # visible part of it, hence the absolute floor
     l2_serial, l2_dist = accuracy(serial, x_serial)[1], accuracy(distributed, x_dist)[1]
-    assert abs(l2_dist - l2_serial) <= 1e-4 * l2_serial, (l2_dist, l2_serial)
+    assert abs(l2_dist - l2_serial) <= 1e-4 * l2_serial + 1e-13, (l2_dist, l2_serial)
     x_serial, x_dist = ceed.to_numpy(x_serial), ceed.to_numpy(x_dist)
     full_serial = np.zeros(serial.space.num_dofs)
     full_serial[serial.free if serial.free is not None else slice(None)] = x_serial
