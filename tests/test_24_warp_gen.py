@@ -187,3 +187,20 @@ def test_every_case_covers_its_path(kernels):
         grid, block = _launch(op if scalar is None else scalar, shape)
         elems = block // 32 * (8 // ow.warp_side(shape)) ** 2
         assert op.num_elem % elems != 0 and grid * elems < op.num_elem  # partial, and loops
+
+
+def test_in_turn_fusable_takes_the_measured_structure():
+    """The vector Poisson form's component operator takes the components in turn with stored
+    q-data and with the affine Jacobian on the fly, not with the coordinates of curved cells
+    on the fly (their gradient would be formed again for each component); a vector operator
+    is refused one line by the generator."""
+    ref = hf.Ceed("/cpu/self/ref")
+    # curved: cells of order p, so that the coordinates are on the solution's basis
+    for geometry, order, expected in (("stored", 3, True), ("on_the_fly", 1, True),
+                                      ("on_the_fly", 3, False)):  # fmt: skip
+        mesh = meshes.box(2, 3, order=order, distort=0.1 if order > 1 else 0.0)
+        op = hf.diffusion(hf.H1Space(ref, mesh, 3, num_comp=3), geometry=geometry, **GLL)
+        assert ow.warp_fusable(op.component_operator()), (geometry, order)
+        assert ow.in_turn_fusable(op.component_operator()) is expected, (geometry, order)
+    with pytest.raises(ValueError, match="components=3: use 1, or more for a one-component"):
+        ow.warp_kernel_source(op, fusable_shape(op, 8), components=3)

@@ -91,6 +91,7 @@ __all__ = [
     "WARP_VECTOR_GRAD_STORED_SHAPES",
     "WARP_VECTOR_SHAPES",
     "WarpFusedOperator",
+    "in_turn_fusable",
     "in_turn_shapes",
     "use_components_in_turn",
     "use_warp_layout",
@@ -215,17 +216,30 @@ def use_components_in_turn(op: Operator, shape: tuple[int, int, int]) -> bool:
     its :attr:`~hofem.Operator.component_operator` that takes the components in turn.
 
     ``op`` has gradients and a component operator, ``shape`` is in the table of
-    :func:`in_turn_shapes`, and the component operator takes the warp layout's other
-    conditions (:func:`warp_fusable`, the collocated derivative, compute capability 8.0).
+    :func:`in_turn_shapes`, the component operator is :func:`in_turn_fusable` and has the
+    collocated derivative, on a device of compute capability 8.0 or later.
     """
     if op.component_operator is None or not has_grad(op):
         return False
     if tuple(shape) not in in_turn_shapes(op):
         return False
     scalar = op.component_operator()
-    if not warp_fusable(scalar) or _main_basis(scalar).backend_data.collocated is None:
+    if not in_turn_fusable(scalar) or _main_basis(scalar).backend_data.collocated is None:
         return False
     return int(cupy.cuda.Device().compute_capability) >= 80
+
+
+def in_turn_fusable(op: Operator) -> bool:
+    """Whether the one-component ``op`` can take the components in turn as the tables were
+    measured (no device): :func:`warp_fusable`, its passive inputs stored values, weights or
+    cell-constant inputs (the affine Jacobian, evaluated once per element before the
+    components' loop).  A passive field interpolated or differentiated on the main basis
+    (the coordinates of curved cells on the fly) would run its stages inside the loop, once
+    per component."""
+    if not warp_fusable(op):
+        return False
+    before = (EVAL_NONE, EVAL_WEIGHT)
+    return all(f.is_active or f.eval_mode in before or _is_cell_field(f) for f in op.input_fields)
 
 
 def warp_budget(op: Operator, shape: tuple[int, int, int], components: int = 1) -> int:
