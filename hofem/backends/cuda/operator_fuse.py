@@ -90,8 +90,8 @@ REGISTER_CAP = _TUNING.register_cap
 REGISTER_CAP_FROM = _TUNING.register_cap_from
 REGISTER_CAP_MAX_T_1D = _TUNING.register_cap_max_t_1d
 # ... and, in place of that rule, per shape and kind (one value per point, gradients) the
-# slab's own caps (slab_register_cap): past T_1d = 9 one element fills a block, so the
-# register count alone sets the warps per SM
+# slab's own caps (slab_register_cap): where one element fills a block, the register count
+# alone sets the warps per SM
 REGISTER_CAPS = _TUNING.register_caps_by_shape
 REGISTER_CAPS_GRAD = _TUNING.register_caps_grad_by_shape
 # bytes of the constant-memory copies of the 1D matrices that the slowest axis reads

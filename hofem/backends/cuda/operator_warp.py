@@ -134,9 +134,9 @@ WARP_VECTOR_GRAD_SHAPES = _TUNING.blocks["vector_grad"]
 # ... and with stored q-data (more than PREFETCH_SIZE values read at each point)
 WARP_VECTOR_GRAD_STORED_SHAPES = _TUNING.blocks["vector_grad_stored"]
 # ... and of the kernels that apply a vector form's one-component operator to each component
-# in turn (warp_kernel_source's components; BP4 and BP6): the registers and buffer slot of
-# one component, the geometry read once for three; with the geometry on the fly, and with
-# stored q-data (re-read at each point for each component, from the cache)
+# in turn (warp_kernel_source's components): one component's registers and buffer slot, the
+# cell's geometry evaluated once for all of them; without and with stored values read at
+# each point (:func:`in_turn_shapes`), which each component reads again
 WARP_IN_TURN_SHAPES = _TUNING.blocks["grad_in_turn"]
 WARP_IN_TURN_STORED_SHAPES = _TUNING.blocks["grad_in_turn_stored"]
 # values per point of the main basis's fields that the layout keeps in registers at most
