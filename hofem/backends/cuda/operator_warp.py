@@ -197,7 +197,7 @@ def warp_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
         if rows[0] > 1:
             return WARP_VECTOR_SHAPES
         return WARP_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else WARP_SHAPES
-    stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
+    stored = _reads_at_points(op)
     if max(rows) > MAX_POINT_ROWS:
         return WARP_VECTOR_GRAD_STORED_SHAPES if stored else WARP_VECTOR_GRAD_SHAPES
     return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
@@ -207,8 +207,13 @@ def in_turn_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     """The table of measured shapes (and register budgets) of ``op``'s kernel applied to
     each component in turn: :data:`WARP_IN_TURN_STORED_SHAPES` where it reads more than
     :data:`PREFETCH_SIZE` stored values at each point, else :data:`WARP_IN_TURN_SHAPES`."""
-    stored = any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
-    return WARP_IN_TURN_STORED_SHAPES if stored else WARP_IN_TURN_SHAPES
+    return WARP_IN_TURN_STORED_SHAPES if _reads_at_points(op) else WARP_IN_TURN_SHAPES
+
+
+def _reads_at_points(op):
+    """Whether ``op`` reads a stored input of more than :data:`PREFETCH_SIZE` values per point
+    (q-data of a Poisson form), at each point rather than into registers before the stages."""
+    return any(f.eval_mode is EVAL_NONE and f.size > PREFETCH_SIZE for f in op.input_fields)
 
 
 def use_components_in_turn(op: Operator, shape: tuple[int, int, int]) -> bool:
