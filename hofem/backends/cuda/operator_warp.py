@@ -179,8 +179,14 @@ def use_warp_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
     limit = MAX_GRAD_ROWS if has_grad(op) else MAX_POINT_ROWS
     if tuple(shape) not in warp_shapes(op) or max(point_rows(op)) > limit:
         return False
+    return _device_ready(op)
+
+
+def _device_ready(op):
+    """With gradients, the main basis's device collocated derivative (the backend may turn
+    it off); a device of compute capability 8.0 or later (the fp64 tensor cores)."""
     if has_grad(op) and _main_basis(op).backend_data.collocated is None:
-        return False  # the backend's collocated derivative turned off
+        return False
     return int(cupy.cuda.Device().compute_capability) >= 80
 
 
@@ -229,9 +235,7 @@ def use_components_in_turn(op: Operator, shape: tuple[int, int, int]) -> bool:
     if tuple(shape) not in in_turn_shapes(op):
         return False
     scalar = op.component_operator()
-    if not in_turn_fusable(scalar) or _main_basis(scalar).backend_data.collocated is None:
-        return False
-    return int(cupy.cuda.Device().compute_capability) >= 80
+    return in_turn_fusable(scalar) and _device_ready(scalar)
 
 
 def in_turn_fusable(op: Operator) -> bool:
