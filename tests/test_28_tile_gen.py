@@ -171,3 +171,17 @@ def test_gen_takes_the_tile_layout_only_for_its_shapes(kernels):
     assert not ot.tile_fusable(hf.mass(hf.H1Space(ref, meshes.box(1, 2), 8), geometry="stored"))
     with pytest.raises(ValueError, match="tile layout"):
         ot.tile_kernel_source(hf.diffusion(hf.H1Space(ref, mesh, 8)), (3, 9, 10))
+
+
+def test_lab_script_parses_its_variants_on_the_host():
+    """``bakeoff/ab/ab_tiles.py`` imports without a GPU, puts ``table`` (the reference) first
+    and refuses a variant it cannot build before any device work."""
+    from bakeoff.ab import ab_tiles
+
+    args = ab_tiles.parse(["7", "8", "--form", "mass", "--geometry", "stored"])
+    assert args.orders == [7, 8] and args.variants == ["table", "w1", "w2", "w4", "w8"]
+    assert ab_tiles.parse(["8", "--variants", "w4", "table", "--dot"]).variants == ["table", "w4"]
+    assert [ab_tiles.warps_of(v) for v in ("table", "w1", "w8")] == [None, 1, 8]
+    for bad in ("w0", "slab", "w"):
+        with pytest.raises(ValueError, match="table or wN"):
+            ab_tiles.warps_of(bad)
