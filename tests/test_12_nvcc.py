@@ -259,7 +259,8 @@ def test_blocked_mass_kernels_compile_without_spills(tmp_path):
 
 def _tile_sources(tmp_path):
     """The tile kernels (operator_tiles), apply and CG variant: BP1 stored at p = 7, 8 and a
-    smaller shape (p = 4), at gen's warps per block and at 8."""
+    smaller shape (p = 4), at gen's warps per block and at 8; BP1 with the Jacobian of affine
+    cells on the fly at p = 7, 8."""
     from hofem.backends.cuda.operator_fuse import fusable_shape
     from hofem.backends.cuda.operator_tiles import WARPS, tile_kernel_source
 
@@ -271,6 +272,12 @@ def _tile_sources(tmp_path):
             for warps in (WARPS, 8):
                 path = tmp_path / f"tiles-p{p}-{int(dot)}-w{warps}.cu"
                 path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot, warps))
+                paths.append(path)
+        if p > 4:
+            op = hf.mass(hf.H1Space(ceed, meshes.box(2), p), geometry="on_the_fly")
+            for dot in (False, True):
+                path = tmp_path / f"tiles-p{p}-{int(dot)}-on_the_fly.cu"
+                path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot))
                 paths.append(path)
     return paths
 

@@ -7,7 +7,8 @@ the ``mma_m8n8k4`` tile emulated per warp, the dynamic shared memory filled with
 each block (so that a stage reading an entry no stage wrote shows in the result).  The
 results are compared with ``/cpu/self/ref`` for BP1 at p = 7 and 8 (``Q_1d = 9, 10``) and at
 p = 4 (a smaller shape: one n tile along P), stored q-data on distorted cells (and a
-QFunction that reads the quadrature weights, nonzero at zero input), the apply and
+QFunction that reads the quadrature weights, nonzero at zero input; and the Jacobian of
+affine cells on the fly, evaluated once per element), the apply and
 the CG variant (its partial sums of ``u . Au`` and its stopped status), several warps per
 block with a partial last block, and blocks looping over the elements.  ``test_12_nvcc.py``
 compiles the sources for sm_90 and checks that BP1 p = 8 spills nothing.
@@ -65,7 +66,8 @@ def _weighted(ref, mass):
 
 def _cases():
     """``(name, operator on /cpu/self/ref, shape, warps)``: BP1 with stored q-data on
-    distorted cells, and at p = 8 a QFunction that also reads the quadrature weights."""
+    distorted cells, and at p = 8 a QFunction that also reads the quadrature weights and
+    BP1 with the Jacobian of affine cells on the fly (a cell-constant input)."""
     ref = hf.Ceed("/cpu/self/ref")
     mesh = meshes.box(CELLS, 3, distort=0.1)
     out = []
@@ -74,6 +76,9 @@ def _cases():
         out.append((f"bp1-p{p}-w{warps}", op, of.fusable_shape(op, 16), warps))
         if p == 8:
             out.append((f"weights-p{p}-w{warps}", _weighted(ref, op), out[-1][2], warps))
+            affine = hf.H1Space(ref, meshes.box(CELLS, 3), p)  # the Jacobian on the fly
+            op = hf.mass(affine, geometry="on_the_fly")
+            out.append((f"on_the_fly-p{p}-w{warps}", op, out[-1][2], warps))
     return out
 
 
@@ -140,7 +145,8 @@ def test_every_case_covers_its_path(kernels):
         assert warps > 1 and op.num_elem % warps != 0, name  # a partial last block
         assert _grid(op, warps) * warps < op.num_elem, name  # the blocks loop
         assert f"#define PITCH {ot.pitch(shape)}" in source, name
-        assert ("c_w[" in source) == name.startswith("weights"), name
+        assert ("c_w[" in source) == name.startswith(("weights", "on_the_fly")), name
+        assert ("warp_cell_values" in source) == name.startswith("on_the_fly"), name
         assert shape[2] ** 2 % 8, name
 
 

@@ -14,8 +14,9 @@ touch shared memory.  For BP1 p = 8 an element is 458 fp64 ``mma`` and about 180
 loads per warp, against some 1600 shared-load instructions of the slab's.
 
 It applies to 3D operators that interpolate one value per point in and out on one basis of
-``max(P_1d, Q_1d) <=`` :data:`MAX_T_1D` (BP1 with stored q-data), with stored values
-(``EVAL_NONE``) and quadrature weights beside the active field (:func:`tile_fusable`); gen
+``max(P_1d, Q_1d) <=`` :data:`MAX_T_1D` (BP1), with stored values (``EVAL_NONE``: the
+q-data), quadrature weights and cell-constant inputs (the Jacobian of affine cells on the
+fly, once per element) beside the active field (:func:`tile_fusable`); gen
 takes it for the shapes of :data:`TILE_SHAPES`, measured on a GPU (``bakeoff/ab/ab_tiles.py``).
 """
 
@@ -34,6 +35,7 @@ from .operator_fuse import (
     _constant_tables,
     _dot_end,
     _dot_params,
+    _is_cell_field,
     _on_main_basis,
     _qfunction_stage,
     _Source,
@@ -41,6 +43,7 @@ from .operator_fuse import (
     has_grad,
     point_rows,
 )
+from .operator_warp import _cell_table, _group
 from .ref import cupy
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
@@ -97,7 +100,9 @@ def tile_fusable(op: Operator) -> bool:
 
     3D; the active input and output interpolated (one value per point each way, no
     gradients) on one basis of ``max(P_1d, Q_1d) <=`` :data:`MAX_T_1D`; every other input
-    stored (``EVAL_NONE``) or quadrature weights of that basis's points.
+    stored (``EVAL_NONE``), quadrature weights of that basis's points, or on a cell-constant
+    basis of few nodes (the Jacobian of affine cells from their vertices, evaluated once
+    per element).
     """
     if has_grad(op) or point_rows(op) != (1, 1):
         return False
@@ -110,8 +115,8 @@ def tile_fusable(op: Operator) -> bool:
     same = first is second or np.array_equal(first.interp_1d, second.interp_1d)
     if not same or first.dim != 3 or max(first.P_1d, first.Q_1d) > MAX_T_1D:
         return False
-    others = [f for f in op.input_fields if f.eval_mode is not EVAL_INTERP]
-    if any(f.eval_mode not in (EVAL_NONE, EVAL_WEIGHT) for f in others):
+    others = [f for f in op.input_fields if not _on_main_basis(f)]
+    if any(f.eval_mode not in (EVAL_NONE, EVAL_WEIGHT) and not _is_cell_field(f) for f in others):
         return False
     weights = [f.basis.q_weight_1d for f in others if f.eval_mode is EVAL_WEIGHT]
     return all(np.array_equal(w, weights[0]) for w in weights)  # one __constant__ table
@@ -166,8 +171,11 @@ def tile_kernel_source(
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     src = _Source(3, False, None, {}, 0)
     tables = {"B": _main_basis(op).interp_1d}  # (Q_1d, P_1d)
-    loads, gather = [], ""
+    loads, gather, cells = [], "", []
     for k, field in enumerate(op.input_fields):
+        if _is_cell_field(field):
+            loads.append(_cell_input(src, tables, k, field, cells))
+            continue
         load, gather = _input(src, tables, k, field, gather)
         loads.append(load)
     stores, scatter = [], ""
@@ -178,6 +186,9 @@ def tile_kernel_source(
         stores.append(lambda row: "v_q[j][h]")
     body = _qfunction_stage(op, loads, stores, pairs)
     body.append("if (!qok) v_q[j][h] = 0.0;")  # padded points add nothing
+    if cells:  # the warp's one element (warp_cell_values' count, _group's nvalid)
+        cells.insert(0, "const int nvalid = 1;")
+    gather = "\n    ".join([*cells, gather])
     return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps)
 
 
@@ -201,6 +212,26 @@ def _input(src, tables, k, field, gather):
     return (lambda row: "u_q[j][h]"), f"tile_gather<P_1D>({pointer}, {idx}, {base}, lane, buf0);"
 
 
+def _cell_input(src, tables, k, field, cells):
+    """Input ``k`` on a cell-constant basis: its values (row ``d C + c``), the same at every
+    point, evaluated once per element by the warp (``warp_cell_values``) into ``cells``."""
+    name, C = f"in{k}", field.basis.num_comp
+    address = src.field_params(name, field, writable=False)
+    table = _cell_table(field)  # (rows, P_1d^3)
+    tables[f"W{k}"] = table
+    nodes = field.basis.num_nodes
+    step = "0"  # from component 0's entry to component 1's
+    if C > 1:
+        (pointer, _, base), (pointer1, _, base1) = address(0, nodes), address(1, nodes)
+        step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
+    cells.append(f"double r_{name}[{field.size}];")
+    cells.append(
+        f"warp_cell_values<{nodes}, {len(table)}, {C}>({_group(address, 0, nodes)}, "
+        f"{step}, c_W{k}, lane, r_{name});"
+    )
+    return lambda row: f"r_{name}[{row}]"
+
+
 def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
     """The kernel's source around the stages: defines, tables, the element loop."""
     _, P, Q = shape
@@ -213,6 +244,7 @@ def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
     return f"""{head}#include "basis_tensor.cuh"
 #include "reduce.cuh"
 #include "tile_element.cuh"
+#include "warp_element.cuh"
 {_constant_tables(tables)}
 extern "C" __global__ void __launch_bounds__({32 * warps}) apply(
     {params}) {{
