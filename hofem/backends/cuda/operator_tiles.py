@@ -307,14 +307,15 @@ class TileFusedOperator(FusedOperator):
         :func:`tile_fusable`.
     shape : tuple
         ``(3, P_1d, Q_1d)``.
-    warps : int
-        Warps (elements at a time) per block.
+    warps : int, optional
+        Warps (elements at a time) per block; default :data:`WARPS`.
     """
 
     layout = "tiles"
 
-    def __init__(self, op, shape, warps=WARPS):
+    def __init__(self, op, shape, warps=None):
         self._op, self._shape, self._collocated = op, shape, False
+        warps = WARPS if warps is None else warps
         self._warps = warps
         self._matrices = []  # constant tables in the source
         self._weights = None
