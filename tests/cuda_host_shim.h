@@ -1,5 +1,5 @@
 // Runs a generated CUDA kernel on the host, for tests without a GPU (test_23_simplex_gen.py,
-// test_24_warp_gen.py, test_25_blocked_gen.py).
+// test_24_warp_gen.py, test_25_blocked_gen.py, test_28_tile_gen.py).
 //
 // Each CUDA thread of a block is a std::thread (a block of up to three dimensions, x
 // fastest; warps are 32 consecutive threads of that order); __syncthreads() is a std::barrier over the
@@ -8,8 +8,9 @@
 // over the block's threads between barriers computes here what it computes on a device.
 // The fp64 tensor-core tile (mma.cuh's mma_m8n8k4) is emulated per warp of 32 threads
 // (a std::barrier per warp around an exchange of the lanes' operands), and dynamic
-// shared memory (simplex_mma.cuh's SIMPLEX_MMA_SHARED) is one buffer, filled with NaN
-// before each block so that a read of an entry no stage wrote shows in the result.
+// shared memory (simplex_mma.cuh's SIMPLEX_MMA_SHARED, tile_element.cuh's TILE_SHARED) is
+// one buffer, filled with NaN before each block so that a read of an entry no stage wrote
+// shows in the result.
 // Included before the kernel source (g++ -include), C++20.
 #pragma once
 
@@ -77,6 +78,7 @@ inline void mma_m8n8k4(double &c0, double &c1, double a, double b) {
 }
 
 #define SIMPLEX_MMA_SHARED(name) double *name = shim_dynamic_shared.data()
+#define TILE_SHARED(name) double *name = shim_dynamic_shared.data()  // tile_element.cuh's
 
 inline double atomicAdd(double *address, double value) {
   std::lock_guard<std::mutex> lock(shim_atomic_lock);

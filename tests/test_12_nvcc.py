@@ -1,6 +1,7 @@
 """Every ``.cu`` file under ``hofem/`` compiles with nvcc for sm_90 (CI has nvcc, no GPU)."""
 
 import pathlib
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -147,6 +148,17 @@ def test_generated_operator_kernels_compile(tmp_path):
                 turns += 1
     # scalar and vector mass and Poisson, Poisson on the fly (affine, curved), BP5 and BP6
     assert warps == 8
+    from hofem.backends.cuda.operator_tiles import tile_fusable, tile_kernel_source
+
+    tiles = 0
+    for k, op in enumerate(_fused_operators()):  # every contraction a GEMM (operator_tiles)
+        if tile_fusable(op):
+            for dot in (False, True):
+                path = tmp_path / f"op{k}-tiles-{int(dot)}.cu"
+                path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot))
+                jobs.append(path)
+            tiles += 1
+    assert tiles == 2  # the 3D mass with stored q-data, p = 2 and 8
     assert turns == 2  # the vector Poisson forms (BP4, BP6)
     include = ROOT / "backends" / "cuda"
 
@@ -242,4 +254,48 @@ def test_blocked_mass_kernels_compile_without_spills(tmp_path):
             failures.append(f"{path.name} spills:\n{proc.stderr}")
         elif "ld.shared.v2.f64" not in path.with_suffix(".ptx").read_text():
             failures.append(f"{path.name} reads no 16-byte pairs")
+    assert not failures, "\n".join(failures)
+
+
+def _tile_sources(tmp_path):
+    """The tile kernels (operator_tiles), apply and CG variant: BP1 stored at p = 7, 8 and a
+    smaller shape (p = 4), at gen's warps per block and at 8; BP1 with the Jacobian of affine
+    cells on the fly at p = 7, 8."""
+    from hofem.backends.cuda.operator_fuse import fusable_shape
+    from hofem.backends.cuda.operator_tiles import WARPS, tile_kernel_source
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    paths = []
+    for p in (4, 7, 8):
+        op = hf.mass(hf.H1Space(ceed, meshes.box(2, distort=0.1), p), geometry="stored")
+        for dot in (False, True):
+            for warps in (WARPS, 8):
+                path = tmp_path / f"tiles-p{p}-{int(dot)}-w{warps}.cu"
+                path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot, warps))
+                paths.append(path)
+        if p > 4:
+            op = hf.mass(hf.H1Space(ceed, meshes.box(2), p), geometry="on_the_fly")
+            for dot in (False, True):
+                path = tmp_path / f"tiles-p{p}-{int(dot)}-on_the_fly.cu"
+                path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot))
+                paths.append(path)
+    return paths
+
+
+def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
+    """The tile kernels compile for sm_90 to mma.sync tiles and spill no registers (ptxas -v);
+    the registers of BP1 p = 8 leave the shared memory, not the register file, bounding the
+    warps per SM (at most 128 a thread)."""
+    failures = []
+    for path, proc, ptx in _cubin_and_ptx(_tile_sources(tmp_path), ROOT / "backends" / "cuda"):
+        if proc.returncode or ptx.returncode:
+            failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
+        elif "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
+            path.with_suffix(".ptx").read_text()
+        ):
+            failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
+        elif "p8" in path.name:
+            registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
+            if registers > 128:
+                failures.append(f"{path.name}: {registers} registers")
     assert not failures, "\n".join(failures)

@@ -1,0 +1,339 @@
+"""gen's fused kernel with one warp per element and every contraction a dense GEMM.
+
+At ``Q_1d = 9, 10`` (p = 7, 8) the slab of :mod:`.operator_fuse` is bound by shared-memory
+loads (about one per multiply-add in its x and y stages), and the tensor-core layouts that
+pad a plane of the element into 8x8 or 16x16 tiles idle most of their products.  Here
+(``tile_element.cuh``) each contraction along one direction is a GEMM whose rows are the
+pairs of the two other directions (``M = P^2, P Q`` or ``Q^2`` rows in tiles of 8, the
+direction contracted in k steps of 4, the 1D matrix as the B operand in registers), so that
+only the last m tile and the last k step and n tile are partial.  Each stage stores its
+output transposed in the warp's other shared buffer as the next stage's A operand; the z
+stage runs per m tile, its C fragments (the values at 4 points per lane) go through the
+inlined QFunction in registers and on as the A operand of ``z^T``, so the point values never
+touch shared memory.  For BP1 p = 8 an element is 458 fp64 ``mma`` and about 180 A-fragment
+loads per warp, against some 1600 shared-load instructions of the slab's.
+
+It applies to 3D operators that interpolate one value per point in and out on one basis of
+``max(P_1d, Q_1d) <=`` :data:`MAX_T_1D` (BP1), with stored values (``EVAL_NONE``: the
+q-data), quadrature weights and cell-constant inputs (the Jacobian of affine cells on the
+fly, once per element) beside the active field (:func:`tile_fusable`); gen
+takes it for the shapes of :data:`TILE_SHAPES`, measured on a GPU (``bakeoff/ab/ab_tiles.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ... import tuning
+from ...constants import EVAL_INTERP, EVAL_NONE, EVAL_WEIGHT
+from .operator_fuse import (
+    _DOT_BEGIN,
+    FusedOperator,
+    _compile_options,
+    _constant_tables,
+    _dot_end,
+    _dot_params,
+    _is_cell_field,
+    _on_main_basis,
+    _qfunction_stage,
+    _Source,
+    dot_pairs,
+    has_grad,
+    point_rows,
+)
+from .operator_warp import _cell_table, _group
+from .ref import cupy
+
+if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
+    from ...typing import OperatorLike as Operator
+
+__all__ = [
+    "MAX_T_1D",
+    "TILE_SHAPES",
+    "WARPS",
+    "TileFusedOperator",
+    "pitch",
+    "tile_fusable",
+    "tile_kernel_source",
+    "tile_shared_bytes",
+    "use_tile_layout",
+]
+
+# the (dim, P_1d, Q_1d) that gen runs in this layout: where it measured faster than the
+# slab and the blocked slab (cuda_fused.json, bakeoff/ab/ab_tiles.py)
+TILE_SHAPES = tuning.fused().tile_shapes
+# the largest max(P_1d, Q_1d): the buffers (2 max(P_1d, Q_1d)^2 rows of pitch() doubles a
+# warp) pass 24 KiB beyond it, and the SM holds fewer warps than the slab's
+MAX_T_1D = 10
+# warps (elements) per block unless told: with 19 KiB of buffers a warp at Q_1d = 10, two
+# warps a block keep ten warps resident within the SM's 228 KiB (ab_tiles measures 1 to 8)
+WARPS = 2
+# an SM's shared memory and what each resident block reserves of it (sm_80, sm_90), bytes
+_SM_SHARED, _BLOCK_RESERVED = 228 * 1024, 1024
+# static shared memory a block may use without the opt-in
+_STATIC_LIMIT = 48 * 1024
+
+
+def pitch(shape: tuple[int, int, int]) -> int:
+    """Doubles per row of the warp's buffers for ``shape`` ``(3, P_1d, Q_1d)``: at least
+    ``max(P_1d, Q_1d)``, 4 modulo 8, so that an 8x4 A fragment is free of bank conflicts."""
+    T = max(shape[1:])
+    return T + (4 - T) % 8
+
+
+def tile_shared_bytes(shape: tuple[int, int, int], warps: int) -> int:
+    """Dynamic shared memory of a block of ``warps`` warps: two buffers of ``max(P_1d,
+    Q_1d)^2`` rows of :func:`pitch` doubles a warp (every stage's rows, and the ``P_1d^3``
+    nodes of the last)."""
+    T = max(shape[1:])
+    return 8 * warps * 2 * T * T * pitch(shape)
+
+
+def _main_basis(op):
+    return next(f.basis for f in op.input_fields + op.output_fields if _on_main_basis(f))
+
+
+def tile_fusable(op: Operator) -> bool:
+    """The field conditions of :func:`use_tile_layout` (no device, no shape table).
+
+    3D; the active input and output interpolated (one value per point each way, no
+    gradients) on one basis of ``max(P_1d, Q_1d) <=`` :data:`MAX_T_1D`; every other input
+    stored (``EVAL_NONE``), quadrature weights of that basis's points, or on a cell-constant
+    basis of few nodes (the Jacobian of affine cells from their vertices, evaluated once
+    per element).
+    """
+    if has_grad(op) or point_rows(op) != (1, 1):
+        return False
+    if any(f.eval_mode is not EVAL_INTERP for f in op.output_fields):
+        return False
+    main = [f for f in op.input_fields + op.output_fields if f.eval_mode is EVAL_INTERP]
+    if len(main) != 2 or not all(f.is_active and _on_main_basis(f) for f in main):
+        return False
+    first, second = (f.basis for f in main)
+    same = first is second or np.array_equal(first.interp_1d, second.interp_1d)
+    if not same or first.dim != 3 or max(first.P_1d, first.Q_1d) > MAX_T_1D:
+        return False
+    others = [f for f in op.input_fields if not _on_main_basis(f)]
+    if any(f.eval_mode not in (EVAL_NONE, EVAL_WEIGHT) and not _is_cell_field(f) for f in others):
+        return False
+    weights = [f.basis.q_weight_1d for f in others if f.eval_mode is EVAL_WEIGHT]
+    return all(np.array_equal(w, weights[0]) for w in weights)  # one __constant__ table
+
+
+def use_tile_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
+    """Whether gen applies ``op`` (of fused ``shape``) in this layout: :func:`tile_fusable`,
+    ``shape`` in :data:`TILE_SHAPES`, a device of compute capability 8.0 or later."""
+    if tuple(shape) not in TILE_SHAPES or not tile_fusable(op):
+        return False
+    return int(cupy.cuda.Device().compute_capability) >= 80
+
+
+def tile_kernel_source(
+    op: Operator, shape: tuple[int, int, int], dot: bool = False, warps: int = WARPS
+) -> str:
+    """CUDA source of ``op``'s tile kernel ``apply`` (needs no device).
+
+    Parameters
+    ----------
+    op : Operator
+        :func:`tile_fusable`, its QFunction traceable.
+    shape : tuple
+        ``(3, P_1d, Q_1d)``.
+    dot : bool
+        Also write ``dot_partial[block]``, the block's part of ``u . Au``, and do nothing
+        while ``*status`` is nonzero, as :func:`.operator_fuse.kernel_source`.
+    warps : int
+        Warps (elements at a time) per block; :func:`tile_shared_bytes` of dynamic shared
+        memory.
+
+    Returns
+    -------
+    str
+        Source that includes ``basis_tensor.cuh`` and ``tile_element.cuh`` (compile with
+        ``-I`` this folder).  Parameters: ``num_elem``, the fields as
+        :class:`~.operator_fuse.FusedOperator` binds them (no weight arrays: the 1D matrix
+        and weights are ``__constant__`` tables), then ``dot_partial, status``.
+
+    Raises
+    ------
+    ValueError
+        ``op`` is not :func:`tile_fusable`, or ``dot`` without :func:`dot_pairs`.
+    """
+    if not tile_fusable(op):
+        raise ValueError(
+            "the tile layout needs a 3D operator interpolating one value per point in and "
+            f"out on one basis of max(P_1d, Q_1d) <= {MAX_T_1D}"
+        )
+    pairs = dot_pairs(op) if dot else []
+    if pairs is None:
+        raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
+    src = _Source(3, False, None, {}, 0)
+    tables = {"B": _main_basis(op).interp_1d}  # (Q_1d, P_1d)
+    loads, gather, cells = [], "", []
+    for k, field in enumerate(op.input_fields):
+        if _is_cell_field(field):
+            loads.append(_cell_input(src, tables, k, field, cells))
+            continue
+        load, gather = _input(src, tables, k, field, gather)
+        loads.append(load)
+    stores, scatter = [], ""
+    for k, field in enumerate(op.output_fields):
+        address = src.field_params(f"out{k}", field, writable=True)
+        pointer, idx, base = address(0, "NUM_NODES")
+        scatter = f"tile_scatter<P_1D>(buf1, {pointer}, {idx}, {base}, lane);"
+        stores.append(lambda row: "v_q[j][h]")
+    body = _qfunction_stage(op, loads, stores, pairs)
+    body.append("if (!qok) v_q[j][h] = 0.0;")  # padded points add nothing
+    if cells:  # the warp's one element (warp_cell_values' count, _group's nvalid)
+        cells.insert(0, "const int nvalid = 1;")
+    gather = "\n    ".join([*cells, gather])
+    return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps)
+
+
+def _input(src, tables, k, field, gather):
+    """Input ``k``'s ``load(row)`` at the lane's point and the active field's gather
+    (``gather`` unchanged for the others); weights add their table to ``tables``."""
+    name = f"in{k}"
+    if field.eval_mode is EVAL_WEIGHT:  # w[x'] w[y'] w[z'], a __constant__ table (Q_1d,)
+        tables["w"] = field.basis.q_weight_1d
+        weight = "c_w[row % Q_1D] * c_w[row / Q_1D] * c_w[zq]"
+        return (lambda row: f"(qok ? {weight} : 0.0)"), gather
+    address = src.field_params(name, field, writable=False)
+    if field.eval_mode is EVAL_NONE:  # read at each point: q = x' + Q (y' + Q z')
+
+        def load(row):
+            pointer, idx, base = address(row, "NUM_QPTS")
+            return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
+
+        return load, gather
+    pointer, idx, base = address(0, "NUM_NODES")
+    return (lambda row: "u_q[j][h]"), f"tile_gather<P_1D>({pointer}, {idx}, {base}, lane, buf0);"
+
+
+def _cell_input(src, tables, k, field, cells):
+    """Input ``k`` on a cell-constant basis: its values (row ``d C + c``), the same at every
+    point, evaluated once per element by the warp (``warp_cell_values``) into ``cells``."""
+    name, C = f"in{k}", field.basis.num_comp
+    address = src.field_params(name, field, writable=False)
+    table = _cell_table(field)  # (rows, P_1d^3)
+    tables[f"W{k}"] = table
+    nodes = field.basis.num_nodes
+    step = "0"  # from component 0's entry to component 1's
+    if C > 1:
+        (pointer, _, base), (pointer1, _, base1) = address(0, nodes), address(1, nodes)
+        step = f"(({pointer1}) - ({pointer})) + (({base1}) - ({base}))"
+    cells.append(f"double r_{name}[{field.size}];")
+    cells.append(
+        f"warp_cell_values<{nodes}, {len(table)}, {C}>({_group(address, 0, nodes)}, "
+        f"{step}, c_W{k}, lane, r_{name});"
+    )
+    return lambda row: f"r_{name}[{row}]"
+
+
+def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
+    """The kernel's source around the stages: defines, tables, the element loop."""
+    _, P, Q = shape
+    params = ",\n    ".join(["const int num_elem", *src.params, *_dot_params(dot)])
+    defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
+    defines |= {"PITCH": pitch(shape), "TILE_BUF": max(P, Q) ** 2 * pitch(shape)}
+    head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
+    point = "\n          ".join(body)
+    dot_begin = _DOT_BEGIN if dot else ""
+    return f"""{head}#include "basis_tensor.cuh"
+#include "reduce.cuh"
+#include "tile_element.cuh"
+#include "warp_element.cuh"
+{_constant_tables(tables)}
+extern "C" __global__ void __launch_bounds__({32 * warps}) apply(
+    {params}) {{
+  TILE_SHARED(s_buf);  // two buffers of TILE_BUF doubles a warp
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  double *buf0 = s_buf + warp * 2 * TILE_BUF, *buf1 = buf0 + TILE_BUF;
+  {dot_begin}// B's operand fragments for the whole kernel: forward (x, y, z: K = P, N = Q),
+  // backward (y^T, x^T: K = Q, N = P) and z^T's, its k order that of a C fragment
+  double b_fwd[TILE_KS(P_1D)][TILE_MT(Q_1D)], b_bwd[TILE_KS(Q_1D)][TILE_MT(P_1D)];
+  double b_zt[TILE_KS_C(Q_1D)][TILE_MT(P_1D)];
+  tile_operand<Q_1D, P_1D, false, false>(c_B, lane, b_fwd);
+  tile_operand<Q_1D, P_1D, true, false>(c_B, lane, b_bwd);
+  tile_operand<Q_1D, P_1D, true, true>(c_B, lane, b_zt);
+  for (index_t elem = (index_t)blockIdx.x * ELEMS_PER_BLOCK + warp; elem < num_elem;
+       elem += (index_t)gridDim.x * ELEMS_PER_BLOCK) {{
+    {gather}  // rows (z, y), columns x
+    __syncwarp();
+    tile_stage<P_1D * P_1D, P_1D, Q_1D, P_1D, TILE_INNER>(buf0, buf1, b_fwd, lane);  // (z, x'), y
+    __syncwarp();
+    tile_stage<P_1D * Q_1D, P_1D, Q_1D, Q_1D, TILE_OUTER>(buf1, buf0, b_fwd, lane);  // (y', x'), z
+    __syncwarp();
+#pragma unroll tile_unroll
+    for (int m = 0; m < TILE_MT(Q_1D * Q_1D); m++) {{
+      // z: the values at the points (x', y', z') of rows (y', x') = 8 m + g, z' = 8 j + 2 t + h
+      double u_q[TILE_MT(Q_1D)][2], v_q[TILE_MT(Q_1D)][2], c[TILE_MT(P_1D)][2];
+      tile_product<Q_1D * Q_1D, P_1D>(buf0, m, b_fwd, lane, u_q);
+#pragma unroll
+      for (int j = 0; j < TILE_MT(Q_1D); j++) {{
+#pragma unroll
+        for (int h = 0; h < 2; h++) {{
+          const int row = 8 * m + g, zq = 8 * j + 2 * t + h;
+          const bool qok = row < Q_1D * Q_1D && zq < Q_1D;
+          const index_t q = row + Q_1D * Q_1D * zq;
+          {point}
+        }}
+      }}
+      tile_product_c(v_q, b_zt, c);  // z^T: rows (y', x'), columns z
+      tile_store<Q_1D * Q_1D, P_1D, Q_1D, TILE_OUTER>(buf1, m, c, lane);  // (z, x'), y'
+    }}
+    __syncwarp();
+    tile_stage<P_1D * Q_1D, Q_1D, P_1D, Q_1D, TILE_INNER>(buf1, buf0, b_bwd, lane);  // (z, y), x'
+    __syncwarp();
+    tile_stage<P_1D * P_1D, Q_1D, P_1D, P_1D, TILE_NODES>(buf0, buf1, b_bwd, lane);  // nodes
+    __syncwarp();
+    {scatter}
+  }}{_dot_end(dot, "threadIdx.x", "blockDim.x")}
+}}
+"""
+
+
+class TileFusedOperator(FusedOperator):
+    """:class:`~.operator_fuse.FusedOperator` with the tile kernel: one warp per element,
+    every contraction a GEMM on the fp64 tensor cores (the same arguments but for the
+    matrices and weights, ``__constant__`` tables; the same CG variant).
+
+    Parameters
+    ----------
+    op : Operator
+        :func:`tile_fusable`.
+    shape : tuple
+        ``(3, P_1d, Q_1d)``.
+    warps : int, optional
+        Warps (elements at a time) per block; default :data:`WARPS`.
+    """
+
+    layout = "tiles"
+
+    def __init__(self, op, shape, warps=None):
+        self._op, self._shape, self._collocated = op, shape, False
+        warps = WARPS if warps is None else warps
+        self._warps = warps
+        self._matrices = []  # constant tables in the source
+        self._weights = None
+        self._block = (32 * warps, 1, 1)
+        self._shared_mem = tile_shared_bytes(shape, warps)
+        self._tensor_cores = True
+        self._kernel = self._compile(self._source())
+        self._dot_kernel = None
+        by_shared = _SM_SHARED // (self._shared_mem + _BLOCK_RESERVED)
+        resident = max(1, min(by_shared, 64 // warps))  # blocks per SM: 64 warps at most
+        self.num_blocks = self._grid(op.num_elem, warps, resident)
+
+    def _source(self, dot=False):
+        return tile_kernel_source(self._op, self._shape, dot, self._warps)
+
+    def _compile(self, code):
+        """The kernel ``apply`` of ``code``, opted in to its dynamic shared memory."""
+        kernel = _compile_options(code, ())
+        if self._shared_mem > _STATIC_LIMIT:
+            kernel.max_dynamic_shared_size_bytes = self._shared_mem
+        return kernel

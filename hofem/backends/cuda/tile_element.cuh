@@ -1,0 +1,172 @@
+// One warp per element with every contraction a dense GEMM on the fp64 tensor cores
+// (operator_tiles.py), for the 3D shapes past warp_element.cuh's 8 x 8 tiles (Q_1d = 9, 10).
+//
+// A contraction along one direction is a GEMM whose rows are the pairs of the two other
+// directions, so that no tile is padded over a plane: with P = P_1d, Q = Q_1d and B (Q x P),
+//
+//   x:   C[(z, y), x'] = sum_x A[(z, y), x] B[x', x]      M = P^2, K = P, N = Q
+//   y:   C[(z, x'), y'] = sum_y A[(z, x'), y] B[y', y]    M = P Q, K = P, N = Q
+//   z:   C[(y', x'), z'] = sum_z A[(y', x'), z] B[z', z]  M = Q^2, K = P, N = Q
+//   z^T, y^T, x^T: the same backwards (K = Q, N = P) with B^T.
+//
+// Each stage reads its A operand from one of the warp's two shared buffers (rows of PITCH
+// doubles) and stores its C tiles transposed into the other as the next stage's A (TileStore:
+// the pair's index that the next stage contracts becomes the column).  The 1D matrix's B
+// operand fragments stay in registers for the whole kernel.  The z stage's C fragments are
+// the values at the points: the QFunction runs on them in registers, and z^T takes its result
+// as the A operand directly (tile_product_c), so the points never touch shared memory.
+//
+// Included by the generated kernels after basis_tensor.cuh (index_t, entry), which define
+// PITCH: doubles per buffer row, at least max(P_1d, Q_1d) and 4 modulo 8, so that an A
+// fragment (8 rows g by 4 columns t, lane 4 g + t) falls in 16 distinct 8-byte bank pairs per
+// half-warp: its four rows start at the four multiples of 4 modulo 16 pairs.
+#pragma once
+
+#include "mma.cuh"
+
+// m tiles a stage's loop unrolls: a few, so that the A loads of the next tile overlap this
+// one's products; all of them would hoist every load and pass 255 registers
+#ifndef TILE_UNROLL
+#define TILE_UNROLL 4
+#endif
+constexpr int tile_unroll = TILE_UNROLL;  // (#pragma unroll takes no macro)
+
+// the block's buffers: dynamic shared memory (more than the 48 KiB of static arrays at 8
+// warps); the tests' host emulation gives its own
+#ifndef TILE_SHARED
+#define TILE_SHARED(name) extern __shared__ double name[]
+#endif
+
+// tiles of 8 (m tiles of a GEMM of M rows, n tiles of N columns); k steps (of 4) over K, in
+// the natural order and in the permuted order of a C fragment taken as the A operand (two
+// steps per 8 columns)
+#define TILE_MT(M) (((M) + 7) / 8)
+#define TILE_KS(K) (((K) + 3) / 4)
+#define TILE_KS_C(K) (2 * (((K) + 7) / 8))
+
+// Where a stage stores C entry (row r, column n), rows r = a D + b (D the inner extent):
+// TILE_INNER: row a N + n, column b (the inner index becomes the contracted one: x -> y);
+// TILE_OUTER: row n D + b, column a (the outer index: y -> z, z^T -> y^T);
+// TILE_NODES: entry r N + n of a flat array (x^T: the element's nodes in their order).
+enum TileStore { TILE_INNER, TILE_OUTER, TILE_NODES };
+
+template <int N, int D, TileStore STORE>
+__device__ __forceinline__ int tile_dest(int r, int n) {
+  if constexpr (STORE == TILE_INNER) return ((r / D) * N + n) * PITCH + r % D;
+  if constexpr (STORE == TILE_OUTER) return (n * D + r % D) * PITCH + r / D;
+  return r * N + n;
+}
+
+// The k index of step s for lane column t: natural (4 s + t), or permuted (PERMUTED) to
+// match a C fragment as the A operand: lane (g, t) holds columns 2 t, 2 t + 1 of each 8, so
+// step 2 j + i takes column 8 j + 2 t + i
+template <bool PERMUTED>
+__device__ __forceinline__ int tile_k(int s, int t) {
+  return PERMUTED ? 8 * (s / 2) + 2 * t + s % 2 : 4 * s + t;
+}
+
+// This lane's B-operand fragments b[s][nt] = b[k][n] (k = tile_k(s, t), n = 8 nt + g) of a
+// contraction with the 1D matrix Mat (R x C, row-major): forward b[k][n] = Mat[n][k] (K = C,
+// N = R), TRANSPOSE b[k][n] = Mat[k][n] (K = R, N = C); zero past the matrix, so that the
+// padded k steps and n tiles add nothing
+template <int R, int C, bool TRANSPOSE, bool PERMUTED, int KS, int NT>
+__device__ __forceinline__ void tile_operand(const double *Mat, int lane, double (&b)[KS][NT]) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int s = 0; s < KS; s++) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      const int k = tile_k<PERMUTED>(s, t), n = 8 * nt + g;
+      const int row = TRANSPOSE ? k : n, col = TRANSPOSE ? n : k;
+      b[s][nt] = row < R && col < C ? Mat[row * C + col] : 0.0;
+    }
+  }
+}
+
+// c (NT tiles, this lane's two columns each) = rows 8 m .. 8 m + 7 of A (M x K, in src) times
+// the B operand b: A read in 8 x 4 fragments, zero past row M and column K (the buffer's
+// entries there were never written, and may hold NaN)
+template <int M, int K, int KS, int NT>
+__device__ __forceinline__ void tile_product(const double *src, int m, const double (&b)[KS][NT],
+                                             int lane, double (&c)[NT][2]) {
+  const int row = 8 * m + (lane >> 2), t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) c[nt][0] = c[nt][1] = 0.0;
+#pragma unroll
+  for (int s = 0; s < KS; s++) {
+    const int col = 4 * s + t;
+    const double a = row < M && col < K ? src[row * PITCH + col] : 0.0;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mma_m8n8k4(c[nt][0], c[nt][1], a, b[s][nt]);
+  }
+}
+
+// c = a (8 rows, this lane's C fragments of NC tiles) times the B operand b whose k order is
+// permuted (tile_k<true>): a C fragment as the next GEMM's A operand, from registers
+template <int NC, int KS, int NT>
+__device__ __forceinline__ void tile_product_c(const double (&a)[NC][2], const double (&b)[KS][NT],
+                                               double (&c)[NT][2]) {
+  static_assert(KS == 2 * NC, "two k steps per C tile");
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) c[nt][0] = c[nt][1] = 0.0;
+#pragma unroll
+  for (int s = 0; s < KS; s++) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) mma_m8n8k4(c[nt][0], c[nt][1], a[s / 2][s % 2], b[s][nt]);
+  }
+}
+
+// Stores m tile m's C (rows 8 m .., this lane's columns) of a GEMM of M rows (inner extent
+// D) and N columns to dst (tile_dest): only entries inside M x N, which the next stage reads
+template <int M, int N, int D, TileStore STORE, int NT>
+__device__ __forceinline__ void tile_store(double *dst, int m, const double (&c)[NT][2],
+                                           int lane) {
+  const int row = 8 * m + (lane >> 2), t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int n = 8 * nt + 2 * t + i;
+      if (row < M && n < N) dst[tile_dest<N, D, STORE>(row, n)] = c[nt][i];
+    }
+  }
+}
+
+// One stage shared -> shared: dst = (A (M x K, src) times the 1D matrix's operand b) stored
+// as the next stage's A (STORE, inner extent D of A's rows)
+template <int M, int K, int N, int D, TileStore STORE, int KS, int NT>
+__device__ __forceinline__ void tile_stage(const double *src, double *dst,
+                                           const double (&b)[KS][NT], int lane) {
+#pragma unroll tile_unroll
+  for (int m = 0; m < TILE_MT(M); m++) {
+    double c[NT][2];
+    tile_product<M, K>(src, m, b, lane, c);
+    tile_store<M, N, D, STORE>(dst, m, c, lane);
+  }
+}
+
+// The element's P^3 nodes at l[entry(idx, base + node)] into dst as stage x's A (row
+// node / P = (z, y), column node % P = x): lane l takes nodes l, l + 32, ... (coalesced)
+template <int P, typename I>
+__device__ __forceinline__ void tile_gather(const double *__restrict__ l, const I *__restrict__ idx,
+                                            index_t base, int lane, double *dst) {
+  constexpr int NODES = P * P * P;
+#pragma unroll
+  for (int r = 0; r < (NODES + 31) / 32; r++) {
+    const int node = lane + 32 * r;
+    if (node < NODES) dst[(node / P) * PITCH + node % P] = l[entry(idx, base + node)];
+  }
+}
+
+// l[entry(idx, base + node)] += src[node] for the element's P^3 nodes (x^T's TILE_NODES):
+// lane l adds nodes l, l + 32, ..., so that each atomic instruction touches few sectors
+template <int P, typename I>
+__device__ __forceinline__ void tile_scatter(const double *src, double *l,
+                                             const I *__restrict__ idx, index_t base, int lane) {
+  constexpr int NODES = P * P * P;
+#pragma unroll
+  for (int r = 0; r < (NODES + 31) / 32; r++) {
+    const int node = lane + 32 * r;
+    if (node < NODES) atomicAdd(l + entry(idx, base + node), src[node]);
+  }
+}
