@@ -152,14 +152,21 @@ def test_every_case_covers_its_path(kernels):
 
 def test_pitch_is_conflict_free_and_holds_the_rows():
     """A buffer row holds max(P_1d, Q_1d) doubles and is 4 modulo 8 doubles long (an A
-    fragment's four rows per half-warp start at distinct multiples of 4 bank pairs); the two
-    buffers hold every stage's rows."""
+    fragment's four rows per half-warp start at distinct multiples of 4 bank pairs); each
+    buffer holds the rows of every stage that writes it."""
     for T in range(2, ot.MAX_T_1D + 1):
         shape = (3, T - 1, T)
         assert ot.pitch(shape) >= T and ot.pitch(shape) % 8 == 4
         starts = {g * ot.pitch(shape) % 16 for g in range(4)}
         assert starts == {0, 4, 8, 12}
-        assert ot.tile_shared_bytes(shape, 1) == 2 * 8 * T * T * ot.pitch(shape)
+        rows = {"gather": (T - 1) ** 2, "x": (T - 1) * T, "y": T * T, "z^T": (T - 1) * T}
+        rows |= {"y^T": (T - 1) ** 2}
+        buf0, buf1 = ot.buffer_sizes(shape)
+        assert max(rows[s] for s in ("gather", "y", "y^T")) * ot.pitch(shape) <= buf0
+        assert max(rows[s] for s in ("x", "z^T")) * ot.pitch(shape) <= buf1
+        assert (T - 1) ** 3 <= buf1  # x^T's nodes
+        assert ot.tile_shared_bytes(shape, 3) == 3 * 8 * (buf0 + buf1)
+    assert ot.buffer_sizes((3, 9, 10)) == (1200, 1080)  # 18 KiB a warp at p = 8
 
 
 def test_gen_takes_the_tile_layout_only_for_its_shapes(kernels):

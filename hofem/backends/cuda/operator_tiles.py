@@ -54,6 +54,7 @@ __all__ = [
     "TILE_SHAPES",
     "WARPS",
     "TileFusedOperator",
+    "buffer_sizes",
     "pitch",
     "tile_fusable",
     "tile_kernel_source",
@@ -64,11 +65,12 @@ __all__ = [
 # the (dim, P_1d, Q_1d) that gen runs in this layout: where it measured faster than the
 # slab and the blocked slab (cuda_fused.json, bakeoff/ab/ab_tiles.py)
 TILE_SHAPES = tuning.fused().tile_shapes
-# the largest max(P_1d, Q_1d): the buffers (2 max(P_1d, Q_1d)^2 rows of pitch() doubles a
-# warp) pass 24 KiB beyond it, and the SM holds fewer warps than the slab's
+# the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB a warp beyond it, and
+# the SM holds fewer warps than the slab's
 MAX_T_1D = 10
-# warps (elements) per block unless told: with 19 KiB of buffers a warp at Q_1d = 10, two
-# warps a block keep ten warps resident within the SM's 228 KiB (ab_tiles measures 1 to 8)
+# warps (elements) per block unless told: with 18 KiB of buffers a warp at Q_1d = 10, two
+# warps a block keep twelve warps resident within the SM's 228 KiB (one: eleven; ab_tiles
+# measures 1 to 8)
 WARPS = 2
 # an SM's shared memory and what each resident block reserves of it (sm_80, sm_90), bytes
 _SM_SHARED, _BLOCK_RESERVED = 228 * 1024, 1024
@@ -83,12 +85,19 @@ def pitch(shape: tuple[int, int, int]) -> int:
     return T + (4 - T) % 8
 
 
+def buffer_sizes(shape: tuple[int, int, int]) -> tuple[int, int]:
+    """Doubles of a warp's two buffers for ``shape`` ``(3, P_1d, Q_1d)``, each sized for the
+    stages that write it: buffer 0 the gathered nodes, y's and y^T's outputs (``P_1d^2`` or
+    ``Q_1d^2`` rows of :func:`pitch`), buffer 1 x's and z^T's (``P_1d Q_1d`` rows) and the
+    ``P_1d^3`` nodes of x^T."""
+    _, P, Q = shape
+    return max(P, Q) ** 2 * pitch(shape), max(P * Q * pitch(shape), P**3)
+
+
 def tile_shared_bytes(shape: tuple[int, int, int], warps: int) -> int:
-    """Dynamic shared memory of a block of ``warps`` warps: two buffers of ``max(P_1d,
-    Q_1d)^2`` rows of :func:`pitch` doubles a warp (every stage's rows, and the ``P_1d^3``
-    nodes of the last)."""
-    T = max(shape[1:])
-    return 8 * warps * 2 * T * T * pitch(shape)
+    """Dynamic shared memory of a block of ``warps`` warps: the two buffers of
+    :func:`buffer_sizes` a warp."""
+    return 8 * warps * sum(buffer_sizes(shape))
 
 
 def _main_basis(op):
@@ -237,7 +246,8 @@ def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
     _, P, Q = shape
     params = ",\n    ".join(["const int num_elem", *src.params, *_dot_params(dot)])
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
-    defines |= {"PITCH": pitch(shape), "TILE_BUF": max(P, Q) ** 2 * pitch(shape)}
+    buf0, buf1 = buffer_sizes(shape)
+    defines |= {"PITCH": pitch(shape), "TILE_BUF0": buf0, "TILE_BUF1": buf1}
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     point = "\n          ".join(body)
     dot_begin = _DOT_BEGIN if dot else ""
@@ -248,10 +258,10 @@ def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
 {_constant_tables(tables)}
 extern "C" __global__ void __launch_bounds__({32 * warps}) apply(
     {params}) {{
-  TILE_SHARED(s_buf);  // two buffers of TILE_BUF doubles a warp
+  TILE_SHARED(s_buf);  // two buffers of TILE_BUF0 and TILE_BUF1 doubles a warp
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  double *buf0 = s_buf + warp * 2 * TILE_BUF, *buf1 = buf0 + TILE_BUF;
+  double *buf0 = s_buf + warp * (TILE_BUF0 + TILE_BUF1), *buf1 = buf0 + TILE_BUF0;
   {dot_begin}// B's operand fragments for the whole kernel: forward (x, y, z: K = P, N = Q),
   // backward (y^T, x^T: K = Q, N = P) and z^T's, its k order that of a C fragment
   double b_fwd[TILE_KS(P_1D)][TILE_MT(Q_1D)], b_bwd[TILE_KS(Q_1D)][TILE_MT(P_1D)];
