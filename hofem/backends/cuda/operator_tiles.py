@@ -72,9 +72,9 @@ TILE_SHAPES = tuning.fused().tile_shapes
 # the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB a warp beyond it, and
 # the SM holds fewer warps than the slab's
 MAX_T_1D = 10
-# warps (elements) per block unless told: with 18 KiB of buffers a warp at Q_1d = 10, two
-# warps a block keep twelve warps resident within the SM's 228 KiB (one: eleven; ab_tiles
-# measures 1 to 8)
+# warps (elements) per block unless told: with 18 KiB of buffers a warp at Q_1d = 10, one or
+# two warps a block keep twelve warps resident within the SM's 228 KiB, as do four; eight
+# keep eight (ab_tiles measures 1 to 8)
 WARPS = 2
 # columns each group of 4 buffer rows is rotated by (tile_index): counting the bank
 # wavefronts of every load and store of BP1 p = 7 and 8 (JOURNAL), 3 left the fragment
