@@ -257,6 +257,9 @@ def test_blocked_mass_kernels_compile_without_spills(tmp_path):
     assert not failures, "\n".join(failures)
 
 
+_TILE_LAUNCHES = {}  # tile source file name -> (shape, warps per block)
+
+
 def _tile_sources(tmp_path):
     """The tile kernels (operator_tiles), apply and CG variant: BP1 stored at p = 7, 8 and a
     smaller shape (p = 4), at gen's warps per block and at 8; BP1 with the Jacobian of affine
@@ -273,19 +276,23 @@ def _tile_sources(tmp_path):
                 path = tmp_path / f"tiles-p{p}-{int(dot)}-w{warps}.cu"
                 path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot, warps))
                 paths.append(path)
+                _TILE_LAUNCHES[path.name] = fusable_shape(op, 16), warps
         if p > 4:
             op = hf.mass(hf.H1Space(ceed, meshes.box(2), p), geometry="on_the_fly")
             for dot in (False, True):
                 path = tmp_path / f"tiles-p{p}-{int(dot)}-on_the_fly.cu"
                 path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot))
                 paths.append(path)
+                _TILE_LAUNCHES[path.name] = fusable_shape(op, 16), WARPS
     return paths
 
 
 def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
-    """The tile kernels compile for sm_90 to mma.sync tiles and spill no registers (ptxas -v);
-    the registers of BP1 p = 8 leave the shared memory, not the register file, bounding the
-    warps per SM (at most 128 a thread)."""
+    """The tile kernels compile for sm_90 to mma.sync tiles and spill no registers (ptxas -v)
+    within the registers of their ``__launch_bounds__`` (``launch_blocks``): at p = 7, 8 the
+    blocks that the shared memory lets reside."""
+    from hofem.backends.cuda.operator_tiles import launch_blocks, resident_blocks
+
     failures = []
     for path, proc, ptx in _cubin_and_ptx(_tile_sources(tmp_path), ROOT / "backends" / "cuda"):
         if proc.returncode or ptx.returncode:
@@ -294,8 +301,11 @@ def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
             path.with_suffix(".ptx").read_text()
         ):
             failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
-        elif "p8" in path.name:
+        else:
             registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
-            if registers > 128:
+            shape, warps = _TILE_LAUNCHES[path.name]
+            if 32 * warps * launch_blocks(shape, warps) * registers > 65536:
                 failures.append(f"{path.name}: {registers} registers")
+            if shape[2] > 8 and launch_blocks(shape, warps) != resident_blocks(shape, warps):
+                failures.append(f"{path.name}: registers bound the blocks per SM")
     assert not failures, "\n".join(failures)

@@ -83,12 +83,16 @@ def _cases():
 
 
 def _kernels():
-    """``(name, op, shape, warps, source, dot)``: each case's apply and CG variant."""
-    return [
-        (name, op, shape, warps, ot.tile_kernel_source(op, shape, dot, warps), dot)
-        for name, op, shape, warps in _cases()
-        for dot in (False, True)
-    ]
+    """``(name, op, shape, warps, source, dot)``: each case's apply and CG variant, and BP1
+    p = 7's apply with plain buffer rows (no rotation, ``tile_index``)."""
+    out = []
+    for name, op, shape, warps in _cases():
+        for dot in (False, True):
+            out.append((name, op, shape, warps, ot.tile_kernel_source(op, shape, dot, warps), dot))
+        if name.startswith("bp1-p7"):
+            plain = ot.tile_kernel_source(op, shape, False, warps, rotate=0)
+            out.append((f"{name}-r0", op, shape, warps, plain, False))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +149,8 @@ def test_every_case_covers_its_path(kernels):
         assert warps > 1 and op.num_elem % warps != 0, name  # a partial last block
         assert _grid(op, warps) * warps < op.num_elem, name  # the blocks loop
         assert f"#define PITCH {ot.pitch(shape)}" in source, name
+        rotate = 0 if name.endswith("-r0") else ot.ROTATE
+        assert f"#define TILE_ROTATE {rotate}\n" in source, name
         assert ("c_w[" in source) == name.startswith(("weights", "on_the_fly")), name
         assert ("warp_cell_values" in source) == name.startswith("on_the_fly"), name
         assert shape[2] ** 2 % 8, name
@@ -152,14 +158,21 @@ def test_every_case_covers_its_path(kernels):
 
 def test_pitch_is_conflict_free_and_holds_the_rows():
     """A buffer row holds max(P_1d, Q_1d) doubles and is 4 modulo 8 doubles long (an A
-    fragment's four rows per half-warp start at distinct multiples of 4 bank pairs); the two
-    buffers hold every stage's rows."""
+    fragment's four rows per half-warp start at distinct multiples of 4 bank pairs); each
+    buffer holds the rows of every stage that writes it."""
     for T in range(2, ot.MAX_T_1D + 1):
         shape = (3, T - 1, T)
         assert ot.pitch(shape) >= T and ot.pitch(shape) % 8 == 4
         starts = {g * ot.pitch(shape) % 16 for g in range(4)}
         assert starts == {0, 4, 8, 12}
-        assert ot.tile_shared_bytes(shape, 1) == 2 * 8 * T * T * ot.pitch(shape)
+        rows = {"gather": (T - 1) ** 2, "x": (T - 1) * T, "y": T * T, "z^T": (T - 1) * T}
+        rows |= {"y^T": (T - 1) ** 2}
+        buf0, buf1 = ot.buffer_sizes(shape)
+        assert max(rows[s] for s in ("gather", "y", "y^T")) * ot.pitch(shape) <= buf0
+        assert max(rows[s] for s in ("x", "z^T")) * ot.pitch(shape) <= buf1
+        assert (T - 1) ** 3 <= buf1  # x^T's nodes
+        assert ot.tile_shared_bytes(shape, 3) == 3 * 8 * (buf0 + buf1)
+    assert ot.buffer_sizes((3, 9, 10)) == (1200, 1080)  # 18 KiB a warp at p = 8
 
 
 def test_gen_takes_the_tile_layout_only_for_its_shapes(kernels):
@@ -187,7 +200,8 @@ def test_lab_script_parses_its_variants_on_the_host():
     args = ab_tiles.parse(["7", "8", "--form", "mass", "--geometry", "stored"])
     assert args.orders == [7, 8] and args.variants == ["table", "w1", "w2", "w4", "w8"]
     assert ab_tiles.parse(["8", "--variants", "w4", "table", "--dot"]).variants == ["table", "w4"]
-    assert [ab_tiles.warps_of(v) for v in ("table", "w1", "w8")] == [None, 1, 8]
-    for bad in ("w0", "slab", "w"):
+    variants = [ab_tiles.tile_variant(v) for v in ("table", "w1", "w8r0")]
+    assert variants == [None, (1, ot.ROTATE), (8, 0)]
+    for bad in ("w0", "slab", "w", "w2r"):
         with pytest.raises(ValueError, match="table or wN"):
-            ab_tiles.warps_of(bad)
+            ab_tiles.tile_variant(bad)

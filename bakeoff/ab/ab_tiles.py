@@ -7,11 +7,14 @@ Usage (on a GPU)::
     python -m bakeoff.ab.ab_tiles 7 8 --form mass --geometry stored --dot
     python -m bakeoff.ab.ab_tiles 7 8 --form mass --geometry on_the_fly
     python -m bakeoff.ab.ab_tiles 8 --variants table w2 w4 --rounds 7
+    python -m bakeoff.ab.ab_tiles 7 8 --variants table w2 w2r0
 
 Variants: ``table`` is the kernel gen runs today at the shape (the slab, or the blocked slab
 at the shapes of ``operator_blocked.BLOCKED_SHAPES``), ``wN`` the tile kernel at ``N``
 warps (elements at a time) per block, each warp holding two buffers of ``max(P_1d,
-Q_1d)^2`` rows of ``operator_tiles.pitch`` doubles in dynamic shared memory.  ``--dot``
+Q_1d)^2`` rows of ``operator_tiles.pitch`` doubles in dynamic shared memory; ``wNrR``
+the same with the buffers' groups of 4 rows rotated by ``R`` columns (``tile_index``; the
+default ``operator_tiles.ROTATE``, ``r0`` plain rows).  ``--dot``
 times the kernel variant the device CG launches (``apply_dot``) instead of the apply.
 Prints one line per order: registers and local (spill) bytes, GDOF/s and the median of
 ``--rounds`` alternating rounds' ratios over ``table`` (5 applies each, about 1e7 DOFs);
@@ -23,26 +26,29 @@ import argparse
 import re
 
 import hofem as hf
+from hofem.backends.cuda import operator_tiles as ot
 
 FORMS = ("mass",)
 GEOMETRIES = ("stored", "on_the_fly")
 VARIANTS = ("table", "w1", "w2", "w4", "w8")
 
 
-def warps_of(variant: str) -> int | None:
-    """Warps per block of tile variant ``wN``, or None for ``table``.
+def tile_variant(variant: str) -> tuple[int, int] | None:
+    """``(warps per block, rotation)`` of tile variant ``wN`` or ``wNrR``, or None for
+    ``table``.
 
     Raises
     ------
     ValueError
-        Neither ``table`` nor ``w`` and a positive count.
+        Neither ``table`` nor ``w`` and a positive count (and ``r`` and a rotation).
     """
     if variant == "table":
         return None
-    match = re.fullmatch(r"w([1-9]\d*)", variant)
+    match = re.fullmatch(r"w([1-9]\d*)(?:r(\d+))?", variant)
     if match is None:
-        raise ValueError(f"variant {variant!r}: use table or wN (N warps per block)")
-    return int(match.group(1))
+        raise ValueError(f"variant {variant!r}: use table or wN[rR] (N warps per block)")
+    warps, rotate = match.groups()
+    return int(warps), ot.ROTATE if rotate is None else int(rotate)
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -56,7 +62,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("orders", type=int, nargs="+")
     args = parser.parse_args(argv)
     for variant in args.variants:
-        warps_of(variant)  # a clear error before any device work
+        tile_variant(variant)  # a clear error before any device work
     if args.variants[0] != "table":
         args.variants = ["table", *(v for v in args.variants if v != "table")]
     return args
@@ -68,13 +74,12 @@ def build(op, shape, variant, dot=False):
     from bakeoff.ab.ab_warp import compiled
     from hofem.backends.cuda import operator_fuse as of
     from hofem.backends.cuda.operator_blocked import BlockedFusedOperator, use_blocked_layout
-    from hofem.backends.cuda.operator_tiles import TileFusedOperator
 
-    warps = warps_of(variant)
-    if warps is None:
+    tiles = tile_variant(variant)
+    if tiles is None:
         slab = BlockedFusedOperator if use_blocked_layout(op, shape) else of.FusedOperator
         return compiled(slab(op, shape), dot)
-    return compiled(TileFusedOperator(op, shape, warps), dot)
+    return compiled(ot.TileFusedOperator(op, shape, *tiles), dot)
 
 
 def case(ceed, form, geometry, p, variants, dot=False, rounds=5):

@@ -51,10 +51,15 @@ if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of the
 
 __all__ = [
     "MAX_T_1D",
+    "MIN_REGISTERS",
+    "ROTATE",
     "TILE_SHAPES",
     "WARPS",
     "TileFusedOperator",
+    "buffer_sizes",
+    "launch_blocks",
     "pitch",
+    "resident_blocks",
     "tile_fusable",
     "tile_kernel_source",
     "tile_shared_bytes",
@@ -64,12 +69,20 @@ __all__ = [
 # the (dim, P_1d, Q_1d) that gen runs in this layout: where it measured faster than the
 # slab and the blocked slab (cuda_fused.json, bakeoff/ab/ab_tiles.py)
 TILE_SHAPES = tuning.fused().tile_shapes
-# the largest max(P_1d, Q_1d): the buffers (2 max(P_1d, Q_1d)^2 rows of pitch() doubles a
-# warp) pass 24 KiB beyond it, and the SM holds fewer warps than the slab's
+# the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB a warp beyond it, and
+# the SM holds fewer warps than the slab's
 MAX_T_1D = 10
-# warps (elements) per block unless told: with 19 KiB of buffers a warp at Q_1d = 10, two
-# warps a block keep ten warps resident within the SM's 228 KiB (ab_tiles measures 1 to 8)
+# warps (elements) per block unless told: with 18 KiB of buffers a warp at Q_1d = 10, one or
+# two warps a block keep twelve warps resident within the SM's 228 KiB, as do four; eight
+# keep eight (ab_tiles measures 1 to 8)
 WARPS = 2
+# columns each group of 4 buffer rows is rotated by (tile_index): counting the bank
+# wavefronts of every load and store of BP1 p = 7 and 8 (JOURNAL), 3 left the fragment
+# loads free of conflicts and took the most conflicts from the transposed stores
+ROTATE = 3
+# registers a thread that __launch_bounds__ leaves at least (launch_blocks): the stages
+# and the QFunction of BP1 p = 8 with the Jacobian on the fly compile to more than 128
+MIN_REGISTERS = 128
 # an SM's shared memory and what each resident block reserves of it (sm_80, sm_90), bytes
 _SM_SHARED, _BLOCK_RESERVED = 228 * 1024, 1024
 # static shared memory a block may use without the opt-in
@@ -83,12 +96,35 @@ def pitch(shape: tuple[int, int, int]) -> int:
     return T + (4 - T) % 8
 
 
+def buffer_sizes(shape: tuple[int, int, int]) -> tuple[int, int]:
+    """Doubles of a warp's two buffers for ``shape`` ``(3, P_1d, Q_1d)``, each sized for the
+    stages that write it: buffer 0 the gathered nodes, y's and y^T's outputs (``P_1d^2`` or
+    ``Q_1d^2`` rows of :func:`pitch`), buffer 1 x's and z^T's (``P_1d Q_1d`` rows) and the
+    ``P_1d^3`` nodes of x^T."""
+    _, P, Q = shape
+    return max(P, Q) ** 2 * pitch(shape), max(P * Q * pitch(shape), P**3)
+
+
 def tile_shared_bytes(shape: tuple[int, int, int], warps: int) -> int:
-    """Dynamic shared memory of a block of ``warps`` warps: two buffers of ``max(P_1d,
-    Q_1d)^2`` rows of :func:`pitch` doubles a warp (every stage's rows, and the ``P_1d^3``
-    nodes of the last)."""
-    T = max(shape[1:])
-    return 8 * warps * 2 * T * T * pitch(shape)
+    """Dynamic shared memory of a block of ``warps`` warps: the two buffers of
+    :func:`buffer_sizes` a warp."""
+    return 8 * warps * sum(buffer_sizes(shape))
+
+
+def resident_blocks(shape: tuple[int, int, int], warps: int) -> int:
+    """Blocks of ``warps`` warps an SM holds by their shared memory (:func:`tile_shared_bytes`
+    and the SM's reserve per block), at most 64 warps."""
+    by_shared = _SM_SHARED // (tile_shared_bytes(shape, warps) + _BLOCK_RESERVED)
+    return max(1, min(by_shared, 64 // warps))
+
+
+def launch_blocks(shape: tuple[int, int, int], warps: int) -> int:
+    """Blocks per SM the kernel's ``__launch_bounds__`` asks registers for: the
+    :func:`resident_blocks`, so that the shared memory and not the registers bound them, but
+    no more than leave :data:`MIN_REGISTERS` a thread (small shapes, whose buffers would let
+    64 warps reside, would spill)."""
+    by_registers = 65536 // (32 * warps * MIN_REGISTERS)
+    return max(1, min(resident_blocks(shape, warps), by_registers))
 
 
 def _main_basis(op):
@@ -131,7 +167,11 @@ def use_tile_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
 
 
 def tile_kernel_source(
-    op: Operator, shape: tuple[int, int, int], dot: bool = False, warps: int = WARPS
+    op: Operator,
+    shape: tuple[int, int, int],
+    dot: bool = False,
+    warps: int = WARPS,
+    rotate: int = ROTATE,
 ) -> str:
     """CUDA source of ``op``'s tile kernel ``apply`` (needs no device).
 
@@ -147,6 +187,8 @@ def tile_kernel_source(
     warps : int
         Warps (elements at a time) per block; :func:`tile_shared_bytes` of dynamic shared
         memory.
+    rotate : int
+        Columns each group of 4 buffer rows is rotated by (``tile_index``; 0: plain rows).
 
     Returns
     -------
@@ -189,7 +231,7 @@ def tile_kernel_source(
     if cells:  # the warp's one element (warp_cell_values' count, _group's nvalid)
         cells.insert(0, "const int nvalid = 1;")
     gather = "\n    ".join([*cells, gather])
-    return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps)
+    return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, (warps, rotate))
 
 
 def _input(src, tables, k, field, gather):
@@ -232,12 +274,17 @@ def _cell_input(src, tables, k, field, cells):
     return lambda row: f"r_{name}[{row}]"
 
 
-def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
-    """The kernel's source around the stages: defines, tables, the element loop."""
+def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, launch):
+    """The kernel's source around the stages: defines, tables, the element loop; ``launch``
+    the warps per block and the buffers' rotation."""
     _, P, Q = shape
+    warps, rotate = launch
+    blocks = launch_blocks(shape, warps)
     params = ",\n    ".join(["const int num_elem", *src.params, *_dot_params(dot)])
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
-    defines |= {"PITCH": pitch(shape), "TILE_BUF": max(P, Q) ** 2 * pitch(shape)}
+    buf0, buf1 = buffer_sizes(shape)
+    defines |= {"PITCH": pitch(shape), "TILE_ROTATE": rotate}
+    defines |= {"TILE_BUF0": buf0, "TILE_BUF1": buf1}
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     point = "\n          ".join(body)
     dot_begin = _DOT_BEGIN if dot else ""
@@ -246,12 +293,12 @@ def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
 #include "tile_element.cuh"
 #include "warp_element.cuh"
 {_constant_tables(tables)}
-extern "C" __global__ void __launch_bounds__({32 * warps}) apply(
+extern "C" __global__ void __launch_bounds__({32 * warps}, {blocks}) apply(
     {params}) {{
-  TILE_SHARED(s_buf);  // two buffers of TILE_BUF doubles a warp
+  TILE_SHARED(s_buf);  // two buffers of TILE_BUF0 and TILE_BUF1 doubles a warp
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  double *buf0 = s_buf + warp * 2 * TILE_BUF, *buf1 = buf0 + TILE_BUF;
+  double *buf0 = s_buf + warp * (TILE_BUF0 + TILE_BUF1), *buf1 = buf0 + TILE_BUF0;
   {dot_begin}// B's operand fragments for the whole kernel: forward (x, y, z: K = P, N = Q),
   // backward (y^T, x^T: K = Q, N = P) and z^T's, its k order that of a C fragment
   double b_fwd[TILE_KS(P_1D)][TILE_MT(Q_1D)], b_bwd[TILE_KS(Q_1D)][TILE_MT(P_1D)];
@@ -309,14 +356,16 @@ class TileFusedOperator(FusedOperator):
         ``(3, P_1d, Q_1d)``.
     warps : int, optional
         Warps (elements at a time) per block; default :data:`WARPS`.
+    rotate : int
+        The buffers' rotation (:func:`tile_kernel_source`).
     """
 
     layout = "tiles"
 
-    def __init__(self, op, shape, warps=None):
+    def __init__(self, op, shape, warps=None, rotate=ROTATE):
         self._op, self._shape, self._collocated = op, shape, False
         warps = WARPS if warps is None else warps
-        self._warps = warps
+        self._warps, self._rotate = warps, rotate
         self._matrices = []  # constant tables in the source
         self._weights = None
         self._block = (32 * warps, 1, 1)
@@ -324,12 +373,10 @@ class TileFusedOperator(FusedOperator):
         self._tensor_cores = True
         self._kernel = self._compile(self._source())
         self._dot_kernel = None
-        by_shared = _SM_SHARED // (self._shared_mem + _BLOCK_RESERVED)
-        resident = max(1, min(by_shared, 64 // warps))  # blocks per SM: 64 warps at most
-        self.num_blocks = self._grid(op.num_elem, warps, resident)
+        self.num_blocks = self._grid(op.num_elem, warps, resident_blocks(shape, warps))
 
     def _source(self, dot=False):
-        return tile_kernel_source(self._op, self._shape, dot, self._warps)
+        return tile_kernel_source(self._op, self._shape, dot, self._warps, self._rotate)
 
     def _compile(self, code):
         """The kernel ``apply`` of ``code``, opted in to its dynamic shared memory."""

@@ -19,7 +19,7 @@
 // Included by the generated kernels after basis_tensor.cuh (index_t, entry), which define
 // PITCH: doubles per buffer row, at least max(P_1d, Q_1d) and 4 modulo 8, so that an A
 // fragment (8 rows g by 4 columns t, lane 4 g + t) falls in 16 distinct 8-byte bank pairs per
-// half-warp: its four rows start at the four multiples of 4 modulo 16 pairs.
+// half-warp: its four rows start at the four multiples of 4 modulo 16 pairs (tile_index).
 #pragma once
 
 #include "mma.cuh"
@@ -50,10 +50,20 @@ constexpr int tile_unroll = TILE_UNROLL;  // (#pragma unroll takes no macro)
 // TILE_NODES: entry r N + n of a flat array (x^T: the element's nodes in their order).
 enum TileStore { TILE_INNER, TILE_OUTER, TILE_NODES };
 
+// The buffer's entry of row `row`, column col: rows of PITCH doubles, each group of 4 rows
+// rotated by TILE_ROTATE (row / 4) columns (modulo PITCH; the kernel defines it).  An
+// A-fragment load reads 4 rows of one group per half-warp, so it stays free of conflicts;
+// the transposed stores write rows 2 t + i apart, which without the rotation put lanes t and
+// t + 2 on one bank pair (2 PITCH = 8 mod 16 pairs) and along TILE_OUTER every t on one
+// (rows 2 D apart).
+__device__ __forceinline__ int tile_index(int row, int col) {
+  return row * PITCH + (col + TILE_ROTATE * (row >> 2)) % PITCH;
+}
+
 template <int N, int D, TileStore STORE>
 __device__ __forceinline__ int tile_dest(int r, int n) {
-  if constexpr (STORE == TILE_INNER) return ((r / D) * N + n) * PITCH + r % D;
-  if constexpr (STORE == TILE_OUTER) return (n * D + r % D) * PITCH + r / D;
+  if constexpr (STORE == TILE_INNER) return tile_index((r / D) * N + n, r % D);
+  if constexpr (STORE == TILE_OUTER) return tile_index(n * D + r % D, r / D);
   return r * N + n;
 }
 
@@ -95,7 +105,7 @@ __device__ __forceinline__ void tile_product(const double *src, int m, const dou
 #pragma unroll
   for (int s = 0; s < KS; s++) {
     const int col = 4 * s + t;
-    const double a = row < M && col < K ? src[row * PITCH + col] : 0.0;
+    const double a = row < M && col < K ? src[tile_index(row, col)] : 0.0;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) mma_m8n8k4(c[nt][0], c[nt][1], a, b[s][nt]);
   }
@@ -154,7 +164,7 @@ __device__ __forceinline__ void tile_gather(const double *__restrict__ l, const 
 #pragma unroll
   for (int r = 0; r < (NODES + 31) / 32; r++) {
     const int node = lane + 32 * r;
-    if (node < NODES) dst[(node / P) * PITCH + node % P] = l[entry(idx, base + node)];
+    if (node < NODES) dst[tile_index(node / P, node % P)] = l[entry(idx, base + node)];
   }
 }
 
