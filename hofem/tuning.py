@@ -84,6 +84,7 @@ _SCHEMA = {
         "blocked_shapes": "shapes",
         "blocked_grad_shapes": "shapes",
         "tile_shapes": "shapes",
+        "tile_cell_shapes": "shapes",
         "component_split_shapes": "shapes",
         "component_split_grad_shapes": "shapes",
         "component_split_grad_on_the_fly_shapes": "shapes",
@@ -139,7 +140,8 @@ class FusedTuning:
     ``threads_by_shape`` where another count won), register cap rule, constant-memory
     budget in bytes, tensor-core shapes, the shapes of the register-blocked layout
     (``blocked_shapes`` for one value per point, ``blocked_grad_shapes`` with gradients),
-    those of one warp per element with every contraction a GEMM (``tile_shapes``),
+    those of one warp per element with every contraction a GEMM (``tile_shapes``, and
+    ``tile_cell_shapes`` with cell-constant inputs),
     and those where a multi-component form runs its one-component kernel on each component
     (``component_split_shapes``; with gradients ``component_split_grad_shapes`` for stored
     q-data and ``component_split_grad_on_the_fly_shapes``)."""
@@ -156,6 +158,7 @@ class FusedTuning:
     blocked_shapes: frozenset[Shape]
     blocked_grad_shapes: frozenset[Shape]
     tile_shapes: frozenset[Shape]
+    tile_cell_shapes: frozenset[Shape]
     component_split_shapes: frozenset[Shape]
     component_split_grad_shapes: frozenset[Shape]
     component_split_grad_on_the_fly_shapes: frozenset[Shape]

@@ -44,7 +44,7 @@ def test_geometry_tables():
     assert dict(geometry.machine_balance) == {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
     gen = geometry.on_the_fly_shapes["/gpu/cuda/gen"]
     assert gen["diffusion"] == frozenset(BP3 + BP5) | {(3, 8, 9), (3, 9, 10), (3, 9, 9)}
-    assert gen["mass"] == {(3, 6, 7), (3, 7, 8)}
+    assert gen["mass"] == {(3, 6, 7), (3, 7, 8), (3, 8, 9)}  # BP1 p = 5, 6, 7
     tets = geometry.on_the_fly_simplex_shapes["/gpu/cuda/gen"]
     assert tets["mass"] == {(3, 56, 79), (3, 84, 145)}  # BP1 p = 5, 6
     assert tets["diffusion"] == {(3, 56, 46), (3, 84, 79)}  # BP3 p = 5, 6
@@ -59,6 +59,8 @@ def test_fused_tables():
     assert fused.tensor_core_shapes == {(3, 7, 8)}
     # the register-blocked slab: BP1 p = 7 only (its gradient kernels spill)
     assert (fused.blocked_shapes, fused.blocked_grad_shapes) == ({(3, 8, 9)}, frozenset())
+    # every contraction a GEMM (BP1): p = 7 stored, p = 7 and 8 with the affine Jacobian
+    assert (fused.tile_shapes, fused.tile_cell_shapes) == ({(3, 8, 9)}, {(3, 8, 9), (3, 9, 10)})
     # the slab at Q_1d = 10 (BP1, BP3 p = 8): caps in place of the rule
     assert dict(fused.register_caps_by_shape) == {(3, 9, 10): 128}
     assert dict(fused.register_caps_grad_by_shape) == {(3, 9, 10): 168}

@@ -534,9 +534,11 @@ def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry
     stored q-data on distorted cells and the Jacobian of affine cells on the fly, equal to
     ref; the u . Au variant and a stopped CG's status.  The slab at the same shape is the
     control."""
-    from hofem.backends.cuda import operator_blocked
+    from hofem.backends.cuda import operator_blocked, operator_tiles
 
     warp = 0.1 if geometry == "stored" else 0.0
+    for table in ("TILE_SHAPES", "TILE_CELL_SHAPES"):  # BP1 p = 7, 8: the tiles layout's
+        monkeypatch.setattr(operator_tiles, table, frozenset())
     monkeypatch.setattr(operator_blocked, "BLOCKED_SHAPES", frozenset())
     _check_box_layout(gen, ref, form, p, warp, geometry, layout="slab")
     shape = (3, p + 1, p + 2)  # box_operator's Q_1d = P_1d + 1 Gauss points
@@ -556,7 +558,8 @@ def test_gen_tile_layout_matches_ref(gen, ref, monkeypatch, p, geometry, warps):
     from hofem.backends.cuda import operator_tiles
 
     warp = 0.1 if geometry == "stored" else 0.0
-    monkeypatch.setattr(operator_tiles, "TILE_SHAPES", frozenset({(3, p + 1, p + 2)}))
+    for table in ("TILE_SHAPES", "TILE_CELL_SHAPES"):
+        monkeypatch.setattr(operator_tiles, table, frozenset({(3, p + 1, p + 2)}))
     monkeypatch.setattr(operator_tiles, "WARPS", warps)
     _check_box_layout(gen, ref, "mass", p, warp, geometry, layout="tiles")
 
@@ -815,15 +818,16 @@ def test_gen_warp_layout_register_operands(gen, ref, every_warp_shape, monkeypat
 
 
 @pytest.mark.parametrize(("form", "p", "geometry", "layout"), [("mass", 1, "stored", "slab"),
-    ("mass", 2, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "blocked"),
+    ("mass", 2, "stored", "warp"), ("mass", 6, "stored", "warp"), ("mass", 7, "stored", "tiles"),
+    ("mass", 8, "stored", "slab"), ("mass", 8, "on_the_fly", "tiles"),
     ("diffusion", 7, "stored", "slab"), ("diffusion", 4, "stored", "warp"),
     ("diffusion", 3, "on_the_fly", "warp"), ("diffusion", 2, "on_the_fly", "warp"),
     ("diffusion", 4, "on_the_fly", "warp"), ("diffusion", 7, "on_the_fly", "slab")])  # fmt: skip
 def test_gen_warp_layout_policy(gen, form, p, geometry, layout):
     """gen's rule: one warp per element (four at p = 2) for the shapes of the tables where it
-    measured faster (BP1 p = 2..6; BP3 p = 2..6 with stored q-data or on the fly), two
-    columns a thread for BP1 p = 7 (BLOCKED_SHAPES), the slab elsewhere (p = 1 not measured,
-    Q_1d > 8); CG runs."""
+    measured faster (BP1 p = 2..6; BP3 p = 2..6 with stored q-data or on the fly), every
+    contraction a GEMM for BP1 p = 7 and, with the affine Jacobian on the fly, p = 8
+    (operator_tiles' tables), the slab elsewhere (p = 1 not measured, Q_1d > 8); CG runs."""
     from hofem.backends.cuda import operator_warp as ow
 
     op, _ = box_operator(gen, form, 4, p, 3, geometry=geometry)

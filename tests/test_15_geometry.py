@@ -272,14 +272,18 @@ def test_cost_model():
 def test_gen_recomputes_where_it_runs_one_warp_per_element():
     """gen's "auto" shapes are shapes where it runs the operator with the geometry on the fly
     one warp per element: every such shape of the Poisson operator, the mass operator's at
-    p = 5, 6 (a test, so that the tables cannot drift apart); and the Poisson operator's
+    p = 5, 6 (a test, so that the tables cannot drift apart); the Poisson operator's
     shapes past the warp layout (``Q_1d > 8``: BP3 p = 7, 8 and BP5 p = 8), whose slab also
-    measured faster on the fly."""
+    measured faster on the fly; the mass operator's at p = 7, where the tiles layout with
+    the affine Jacobian ran faster than with stored q-data (at p = 8 it did not beat the
+    slab's stored q-data)."""
+    from hofem.backends.cuda.operator_tiles import TILE_CELL_SHAPES, TILE_SHAPES
+
     shapes = ON_THE_FLY_SHAPES["/gpu/cuda/gen"]
     slab = {(3, 8, 9), (3, 9, 10), (3, 9, 9)}
     assert shapes["diffusion"] == set(WARP_GRAD_SHAPES) | slab
-    assert shapes["mass"] == {(3, 6, 7), (3, 7, 8)}
-    assert shapes["mass"] <= set(WARP_CELL_SHAPES)
+    assert shapes["mass"] == {(3, 6, 7), (3, 7, 8), (3, 8, 9)}
+    assert shapes["mass"] <= set(WARP_CELL_SHAPES) | (TILE_CELL_SHAPES & TILE_SHAPES)
     assert set(shapes) == {"diffusion", "mass"}
 
 

@@ -176,13 +176,16 @@ def test_pitch_is_conflict_free_and_holds_the_rows():
 
 
 def test_gen_takes_the_tile_layout_only_for_its_shapes(kernels):
-    """gen's rule: the table (``cuda_fused.json``'s ``tile_shapes``) is empty until a GPU run
-    measures the layout faster, so no shape takes it; gradients, 2D operators and three
-    values per point are not tile_fusable."""
-    assert ot.TILE_SHAPES == frozenset()
-    for _, op, shape, *_ in kernels:
+    """gen's rule: the measured tables (``cuda_fused.json``'s ``tile_shapes`` for stored
+    q-data, ``tile_cell_shapes`` for the affine Jacobian on the fly), chosen by the
+    operator's inputs; gradients, 2D operators and three values per point are not
+    tile_fusable."""
+    assert ot.TILE_SHAPES == {(3, 8, 9)}
+    assert ot.TILE_CELL_SHAPES == {(3, 8, 9), (3, 9, 10)}
+    for name, op, *_ in kernels:
         assert ot.tile_fusable(op)
-        assert not ot.use_tile_layout(op, shape)
+        cells = name.startswith("on_the_fly")
+        assert ot.tile_shapes(op) is (ot.TILE_CELL_SHAPES if cells else ot.TILE_SHAPES), name
     ref = hf.Ceed("/cpu/self/ref")
     mesh = meshes.box(1, 3)
     assert not ot.tile_fusable(hf.diffusion(hf.H1Space(ref, mesh, 8), geometry="stored"))

@@ -53,6 +53,7 @@ __all__ = [
     "MAX_T_1D",
     "MIN_REGISTERS",
     "ROTATE",
+    "TILE_CELL_SHAPES",
     "TILE_SHAPES",
     "WARPS",
     "TileFusedOperator",
@@ -62,13 +63,16 @@ __all__ = [
     "resident_blocks",
     "tile_fusable",
     "tile_kernel_source",
+    "tile_shapes",
     "tile_shared_bytes",
     "use_tile_layout",
 ]
 
 # the (dim, P_1d, Q_1d) that gen runs in this layout: where it measured faster than the
-# slab and the blocked slab (cuda_fused.json, bakeoff/ab/ab_tiles.py)
+# slab and the blocked slab (cuda_fused.json, bakeoff/ab/ab_tiles.py), with stored values
+# read at the points, and with cell-constant inputs (read once per element)
 TILE_SHAPES = tuning.fused().tile_shapes
+TILE_CELL_SHAPES = tuning.fused().tile_cell_shapes
 # the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB a warp beyond it, and
 # the SM holds fewer warps than the slab's
 MAX_T_1D = 10
@@ -76,10 +80,10 @@ MAX_T_1D = 10
 # two warps a block keep twelve warps resident within the SM's 228 KiB, as do four; eight
 # keep eight (ab_tiles measures 1 to 8)
 WARPS = 2
-# columns each group of 4 buffer rows is rotated by (tile_index): counting the bank
-# wavefronts of every load and store of BP1 p = 7 and 8 (JOURNAL), 3 left the fragment
-# loads free of conflicts and took the most conflicts from the transposed stores
-ROTATE = 3
+# columns each group of 4 buffer rows is rotated by (tile_index): 3 takes the most bank
+# conflicts from the transposed stores (a count, JOURNAL), but the address arithmetic cost
+# more than it saved on the GPU, so the rows stay plain
+ROTATE = 0
 # registers a thread that __launch_bounds__ leaves at least (launch_blocks): the stages
 # and the QFunction of BP1 p = 8 with the Jacobian on the fly compile to more than 128
 MIN_REGISTERS = 128
@@ -158,10 +162,17 @@ def tile_fusable(op: Operator) -> bool:
     return all(np.array_equal(w, weights[0]) for w in weights)  # one __constant__ table
 
 
+def tile_shapes(op: Operator) -> frozenset[tuple[int, int, int]]:
+    """The table of measured shapes for ``op``'s kind: :data:`TILE_CELL_SHAPES` where it
+    reads cell-constant inputs (the affine Jacobian on the fly), else :data:`TILE_SHAPES`."""
+    return TILE_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else TILE_SHAPES
+
+
 def use_tile_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
     """Whether gen applies ``op`` (of fused ``shape``) in this layout: :func:`tile_fusable`,
-    ``shape`` in :data:`TILE_SHAPES`, a device of compute capability 8.0 or later."""
-    if tuple(shape) not in TILE_SHAPES or not tile_fusable(op):
+    ``shape`` in the table of :func:`tile_shapes`, a device of compute capability 8.0 or
+    later."""
+    if tuple(shape) not in tile_shapes(op) or not tile_fusable(op):
         return False
     return int(cupy.cuda.Device().compute_capability) >= 80
 
