@@ -81,12 +81,12 @@ __all__ = [
 # other kernels (cuda_fused.json, bakeoff/ab/ab_tiles_grad.py)
 TILE_GRAD_SHAPES = tuning.fused().tile_grad_shapes
 TILE_GRAD_CELL_SHAPES = tuning.fused().tile_grad_cell_shapes
-# the largest Q_1d: the three buffers pass 28 KiB a warp beyond it
+# the largest Q_1d: beyond it the three buffers leave the SM few warps
 MAX_T_1D = 10
 # buffers a warp holds: the nodes U, the x and y derivatives X and Y
 BUFFERS = 3
-# warps (elements at a time) per block unless told: at 23 KiB a warp for Q_1d = 9 the SM
-# holds eight warps at one, two or four a block (ab_tiles_grad measures 1 to 8)
+# warps (elements at a time) per block unless told: at Q_1d = 9 the SM holds about as many
+# warps at one, two or four a block (resident_blocks); ab_tiles_grad measures the choice
 WARPS = 2
 
 
