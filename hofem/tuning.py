@@ -85,6 +85,8 @@ _SCHEMA = {
         "blocked_grad_shapes": "shapes",
         "tile_shapes": "shapes",
         "tile_cell_shapes": "shapes",
+        "tile_grad_shapes": "shapes",
+        "tile_grad_cell_shapes": "shapes",
         "component_split_shapes": "shapes",
         "component_split_grad_shapes": "shapes",
         "component_split_grad_on_the_fly_shapes": "shapes",
@@ -141,7 +143,8 @@ class FusedTuning:
     budget in bytes, tensor-core shapes, the shapes of the register-blocked layout
     (``blocked_shapes`` for one value per point, ``blocked_grad_shapes`` with gradients),
     those of one warp per element with every contraction a GEMM (``tile_shapes``, and
-    ``tile_cell_shapes`` with cell-constant inputs),
+    ``tile_cell_shapes`` with cell-constant inputs), those of its gradient kernel on
+    collocated points (``tile_grad_shapes``, ``tile_grad_cell_shapes``),
     and those where a multi-component form runs its one-component kernel on each component
     (``component_split_shapes``; with gradients ``component_split_grad_shapes`` for stored
     q-data and ``component_split_grad_on_the_fly_shapes``)."""
@@ -159,6 +162,8 @@ class FusedTuning:
     blocked_grad_shapes: frozenset[Shape]
     tile_shapes: frozenset[Shape]
     tile_cell_shapes: frozenset[Shape]
+    tile_grad_shapes: frozenset[Shape]
+    tile_grad_cell_shapes: frozenset[Shape]
     component_split_shapes: frozenset[Shape]
     component_split_grad_shapes: frozenset[Shape]
     component_split_grad_on_the_fly_shapes: frozenset[Shape]

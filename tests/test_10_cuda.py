@@ -564,6 +564,39 @@ def test_gen_tile_layout_matches_ref(gen, ref, monkeypatch, p, geometry, warps):
     _check_box_layout(gen, ref, "mass", p, warp, geometry, layout="tiles")
 
 
+@pytest.mark.parametrize("warps", [1, 4])
+@pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
+@pytest.mark.parametrize("p", [4, 8])
+def test_gen_tile_grad_layout_matches_ref(gen, ref, monkeypatch, p, geometry, warps):
+    """The collocated gradient tiles layout (operator_tiles_grad: one warp per element, every
+    contraction a GEMM) once its tables list the shape: BP5 (Gauss-Lobatto points at the
+    nodes) on 27 elements at one and four warps a block (a partial last block), stored
+    q-data on distorted cells and the Jacobian of affine cells on the fly, equal to ref; the
+    u . Au variant and a stopped CG's status.  BP6 runs it on each component
+    (component_split)."""
+    from hofem.backends.cuda import component_split, operator_tiles_grad
+
+    shape = (3, p + 1, p + 1)
+    for table in ("TILE_GRAD_SHAPES", "TILE_GRAD_CELL_SHAPES"):
+        monkeypatch.setattr(operator_tiles_grad, table, frozenset({shape}))
+    for table in ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES"):
+        monkeypatch.setattr(component_split, table, frozenset({shape}))
+    monkeypatch.setattr(operator_tiles_grad, "WARPS", warps)
+    warp = 0.1 if geometry == "stored" else 0.0
+    gll = {"q": p + 1, "quad_mode": hf.GAUSS_LOBATTO}
+    _check_box_layout(gen, ref, "diffusion", p, warp, geometry, "tiles, gradients", **gll)
+    mesh = meshes.box(3, 3, distort=warp)
+    ops = [
+        hf.diffusion(hf.H1Space(ceed, mesh, p, num_comp=3), geometry=geometry, q_extra=0,
+                     quad_mode=hf.GAUSS_LOBATTO)
+        for ceed in (gen, ref)
+    ]  # fmt: skip
+    assert gen.backend._fused_operator(ops[0]).layout == "tiles, gradients per component"
+    u = np.random.default_rng(p).standard_normal(ops[1].shape[1])
+    assert rel_error(gen.to_numpy(ops[0](gen.asarray(u))), ops[1](u)) < 1e-13
+    _check_dot(gen, ops[0])
+
+
 @pytest.mark.parametrize(("form", "cap"), [("mass", 128), ("diffusion", 168)])
 def test_gen_slab_compiles_at_the_tables_register_cap(gen, monkeypatch, form, cap):
     """BP1 and BP3 at p = 8 (``Q_1d = 10``, the slab) compile their apply kernel once, at

@@ -309,3 +309,51 @@ def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
             if shape[2] > 8 and launch_blocks(shape, warps) != resident_blocks(shape, warps):
                 failures.append(f"{path.name}: registers bound the blocks per SM")
     assert not failures, "\n".join(failures)
+
+
+def _tile_grad_sources(tmp_path):
+    """The collocated gradient tile kernels (operator_tiles_grad), apply and CG variant: BP5
+    at p = 4 and 8, stored q-data on distorted cells and the Jacobian of affine cells on the
+    fly, at gen's warps per block and at 8; ``{path: (shape, warps)}``."""
+    from hofem.backends.cuda.operator_fuse import fusable_shape
+    from hofem.backends.cuda.operator_tiles_grad import WARPS, tile_grad_kernel_source
+
+    ceed = hf.Ceed("/cpu/self/ref")
+    gll = {"q_extra": 0, "quad_mode": hf.GAUSS_LOBATTO}
+    launches = {}
+    for p in (4, 8):
+        for geometry, distort in (("stored", 0.1), ("on_the_fly", 0.0)):
+            space = hf.H1Space(ceed, meshes.box(2, distort=distort), p)
+            op = hf.diffusion(space, geometry=geometry, **gll)
+            shape = fusable_shape(op, 16)
+            for dot in (False, True):
+                for warps in (WARPS, 8):
+                    path = tmp_path / f"tiles-grad-p{p}-{geometry}-{int(dot)}-w{warps}.cu"
+                    path.write_text(tile_grad_kernel_source(op, shape, dot, warps))
+                    launches[path] = shape, warps
+    return launches
+
+
+def test_tile_grad_kernels_compile_to_fp64_mma_without_spills(tmp_path):
+    """The collocated gradient tile kernels compile for sm_90 to mma.sync tiles and spill no
+    registers (ptxas -v) within the registers of their ``__launch_bounds__``
+    (``launch_blocks``): at p = 8 the blocks that the shared memory lets reside."""
+    from hofem.backends.cuda.operator_tiles_grad import launch_blocks, resident_blocks
+
+    launches = _tile_grad_sources(tmp_path)
+    failures = []
+    for path, proc, ptx in _cubin_and_ptx(list(launches), ROOT / "backends" / "cuda"):
+        if proc.returncode or ptx.returncode:
+            failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
+        elif "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
+            path.with_suffix(".ptx").read_text()
+        ):
+            failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
+        else:
+            registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
+            shape, warps = launches[path]
+            if 32 * warps * launch_blocks(shape, warps) * registers > 65536:
+                failures.append(f"{path.name}: {registers} registers")
+            if shape[2] > 8 and launch_blocks(shape, warps) != resident_blocks(shape, warps):
+                failures.append(f"{path.name}: registers bound the blocks per SM")
+    assert not failures, "\n".join(failures)

@@ -6,7 +6,8 @@ registers and shared memory; 3D operators of ``P_1d, Q_1d <= 8`` run one warp pe
 with every x and y stage (and the collocated derivative's) on the fp64 tensor cores where
 that measured faster (:mod:`hofem.backends.cuda.operator_warp`), those of
 :mod:`hofem.backends.cuda.operator_tiles` one warp per element with every contraction a
-GEMM on them, the shapes of
+GEMM on them (and of :mod:`hofem.backends.cuda.operator_tiles_grad` the gradients at
+Gauss-Lobatto nodes the same way), the shapes of
 :mod:`hofem.backends.cuda.operator_blocked` give each thread two columns, and those of
 :mod:`hofem.backends.cuda.component_split` run a vector form's scalar kernel on each
 component (or, at the shapes of ``operator_warp.in_turn_shapes``, one warp kernel of it
@@ -51,6 +52,7 @@ class CudaGenBackend(CudaBatchedBackend):
         from .operator_fuse import FusedOperator, fusable_shape
         from .operator_simplex import simplex_operator
         from .operator_tiles import TileFusedOperator, use_tile_layout
+        from .operator_tiles_grad import TileGradFusedOperator, use_tile_grad_layout
         from .operator_warp import WarpFusedOperator, use_components_in_turn, use_warp_layout
 
         def build(op):
@@ -69,6 +71,8 @@ class CudaGenBackend(CudaBatchedBackend):
                 return WarpFusedOperator(scalar, shape, num_comp, scalar.shape[1])
             if use_tile_layout(op, shape):  # every contraction a GEMM, one warp per element
                 return TileFusedOperator(op, shape)
+            if use_tile_grad_layout(op, shape):  # the same for gradients at the nodes
+                return TileGradFusedOperator(op, shape)
             fused = WarpFusedOperator if use_warp_layout(op, shape) else FusedOperator
             if fused is FusedOperator and use_blocked_layout(op, shape):
                 fused = BlockedFusedOperator

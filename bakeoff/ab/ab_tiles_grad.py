@@ -1,0 +1,159 @@
+"""Side by side on /gpu/cuda/gen: the collocated gradient kernel with one warp per element and
+every contraction a GEMM on the fp64 tensor cores (``operator_tiles_grad``) against gen's
+choice for BP5 and BP6 on Gauss-Lobatto points.
+
+Usage (on a GPU)::
+
+    python -m bakeoff.ab.ab_tiles_grad 8 --form diffusion-gll --geometry stored
+    python -m bakeoff.ab.ab_tiles_grad 8 --form diffusion-gll --geometry on_the_fly --dot
+    python -m bakeoff.ab.ab_tiles_grad 8 --form vector-diffusion-gll --geometry stored
+    python -m bakeoff.ab.ab_tiles_grad 8 7 --variants table w1 w2 --rounds 7
+
+Variants: ``table`` is the kernel gen runs today at the shape (for BP6 p = 8 the slab on each
+component, ``component_split``), ``wN`` the gradient tile kernel at ``N`` warps (elements at
+a time) per block, each warp holding three buffers of ``Q_1d^2`` rows of
+``operator_tiles.pitch`` doubles in dynamic shared memory; both are built by gen itself
+(``wN`` with ``operator_tiles_grad``'s tables holding the shape), so BP6 runs the tile
+kernel per component as gen would.  ``--dot`` times the kernel variant the device CG
+launches (``apply_dot``) instead of the apply.  Prints one line per order: registers and
+local (spill) bytes, GDOF/s and the median of ``--rounds`` alternating rounds' ratios over
+``table`` (5 applies each, about 1e7 DOFs); every output is checked against ``table``'s.
+Stored q-data or the Jacobian of the box's affine cells on the fly (once per element).
+"""
+
+import argparse
+import re
+
+import hofem as hf
+from hofem.backends.cuda import operator_tiles_grad as otg
+
+FORMS = ("diffusion-gll", "vector-diffusion-gll")
+GEOMETRIES = ("stored", "on_the_fly")
+VARIANTS = ("table", "w1", "w2", "w4", "w8")
+TABLES = ("TILE_GRAD_SHAPES", "TILE_GRAD_CELL_SHAPES", "WARPS")
+
+
+def warps(variant: str) -> int | None:
+    """Warps per block of variant ``wN``, or None for ``table``.
+
+    Raises
+    ------
+    ValueError
+        Neither ``table`` nor ``w`` and a positive count.
+    """
+    if variant == "table":
+        return None
+    match = re.fullmatch(r"w([1-9]\d*)", variant)
+    if match is None:
+        raise ValueError(f"variant {variant!r}: use table or wN (N warps per block)")
+    return int(match.group(1))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    """The command line, ``table`` first among the variants (the reference)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--form", choices=FORMS, default="diffusion-gll")
+    parser.add_argument("--geometry", choices=GEOMETRIES, default="stored")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--dot", action="store_true", help="time apply_dot (the CG kernel)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("orders", type=int, nargs="+")
+    args = parser.parse_args(argv)
+    for variant in args.variants:
+        warps(variant)  # a clear error before any device work
+    if args.variants[0] != "table":
+        args.variants = ["table", *(v for v in args.variants if v != "table")]
+    return args
+
+
+def _forget(op):
+    """Drop gen's cached kernels of ``op`` and of its component operator (the split's)."""
+    op.backend_data.clear()
+    if op.component_operator is not None:
+        op.component_operator().backend_data.clear()
+
+
+def build(ceed, op, shape, variant, dot=False):
+    """gen's fused operator of ``op`` for ``variant`` (the tables restored after), with its
+    ``apply_dot`` kernel compiled where ``dot``: ``table`` as gen runs it today, ``wN``
+    with the gradient tile tables holding ``shape`` at ``N`` warps per block."""
+    import cupy
+
+    count = warps(variant)
+    saved = [getattr(otg, name) for name in TABLES]
+    if count is not None:
+        for name, value in zip(TABLES, (frozenset({shape}),) * 2 + (count,), strict=True):
+            setattr(otg, name, value)
+    try:
+        _forget(op)
+        fused = ceed.backend._fused_operator(op)
+        if dot:  # compiled now (zero vectors, a running status)
+            u, v = cupy.zeros(op.shape[1]), cupy.zeros(op.shape[0])  # (l_size,)
+            status = cupy.zeros(1, dtype=cupy.int64)
+            fused.apply_dot(u, v, cupy.empty(fused.num_blocks), status)
+    finally:
+        for name, value in zip(TABLES, saved, strict=True):
+            setattr(otg, name, value)
+        _forget(op)
+    if count is not None and not fused.layout.startswith(otg.TileGradFusedOperator.layout):
+        raise AssertionError(f"{variant}: gen ran {fused.layout!r}, not the gradient tiles")
+    return fused
+
+
+def _kernel(fused, dot):
+    """The CUDA kernel a fused operator launches (for a component split, its scalar one's)."""
+    from hofem.backends.cuda.component_split import ComponentSplitOperator
+
+    inner = fused.run if isinstance(fused, ComponentSplitOperator) else fused
+    return inner._dot_kernel if dot else inner._kernel
+
+
+def case(ceed, form, geometry, p, variants, dot=False, rounds=5):
+    """One line of the variants at order ``p``: registers and local bytes, GDOF/s and the
+    median ratio over the first; outputs checked alike."""
+    import statistics
+
+    import cupy
+
+    from bakeoff.ab.ab_warp import operator
+    from bakeoff.common import alternating_times, check_same
+    from hofem.backends.cuda import operator_fuse as of
+
+    op = operator(ceed, form, geometry, p)
+    shape = tuple(of.fusable_shape(op, 16))
+    u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
+    runs, regs, outputs = {}, {}, {}
+    for name in variants:
+        fused = build(ceed, op, shape, name, dot)
+        out = cupy.zeros_like(u)
+        args = (u, out, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64))
+
+        def run(fused=fused, out=out, args=args):
+            out[...] = 0.0
+            fused.apply_dot(*args) if dot else fused(u, out)
+
+        run()
+        kernel = _kernel(fused, dot)
+        regs[name] = f"{kernel.num_regs}r/{kernel.local_size_bytes}B"
+        runs[name], outputs[name] = run, out
+    first = variants[0]
+    check_same(outputs, first, f"p={p}")
+    times = alternating_times(runs, rounds)
+    cells = [f"p={p}"]
+    for name in runs:
+        rate = u.size / statistics.median(times[name]) / 1e9
+        ratio = statistics.median(s / t for s, t in zip(times[first], times[name], strict=True))
+        cells.append(f"{name} {regs[name]} {rate:.1f} ({ratio:.2f})")
+    return " | ".join(cells)
+
+
+def main():
+    args = parse()
+    ceed = hf.Ceed("/gpu/cuda/gen")
+    for p in args.orders:
+        line = case(ceed, args.form, args.geometry, p, args.variants, args.dot, args.rounds)
+        print(args.form, args.geometry, "dot" if args.dot else "apply", line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
