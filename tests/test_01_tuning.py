@@ -61,8 +61,8 @@ def test_fused_tables():
     assert (fused.blocked_shapes, fused.blocked_grad_shapes) == ({(3, 8, 9)}, frozenset())
     # every contraction a GEMM (BP1): p = 7 stored, p = 7 and 8 with the affine Jacobian
     assert (fused.tile_shapes, fused.tile_cell_shapes) == ({(3, 8, 9)}, {(3, 8, 9), (3, 9, 10)})
-    # its gradient kernel on collocated points (BP5, BP6): not yet measured
-    assert (fused.tile_grad_shapes, fused.tile_grad_cell_shapes) == (frozenset(), frozenset())
+    # its gradient kernel on collocated points (BP5, BP6 p = 8), either geometry
+    assert (fused.tile_grad_shapes, fused.tile_grad_cell_shapes) == ({(3, 9, 9)}, {(3, 9, 9)})
     # the slab at Q_1d = 10 (BP1, BP3 p = 8): caps in place of the rule
     assert dict(fused.register_caps_by_shape) == {(3, 9, 10): 128}
     assert dict(fused.register_caps_grad_by_shape) == {(3, 9, 10): 168}

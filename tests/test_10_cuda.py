@@ -581,7 +581,8 @@ def test_gen_tile_grad_layout_matches_ref(gen, ref, monkeypatch, p, geometry, wa
         monkeypatch.setattr(operator_tiles_grad, table, frozenset({shape}))
     for table in ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES"):
         monkeypatch.setattr(component_split, table, frozenset({shape}))
-    monkeypatch.setattr(operator_tiles_grad, "WARPS", warps)
+    for default in ("WARPS", "WARPS_STORED"):
+        monkeypatch.setattr(operator_tiles_grad, default, warps)
     warp = 0.1 if geometry == "stored" else 0.0
     gll = {"q": p + 1, "quad_mode": hf.GAUSS_LOBATTO}
     _check_box_layout(gen, ref, "diffusion", p, warp, geometry, "tiles, gradients", **gll)

@@ -130,15 +130,18 @@ def test_shared_memory_and_counts():
 
 
 def test_gen_takes_the_layout_only_for_its_shapes(kernels):
-    """gen's rule: the tables (empty until measured), chosen by the operator's inputs; BP3 on
-    Gauss points (the interpolation not the identity), the mass, 2D and three components
-    are not tile_grad_fusable, and the source generator refuses them."""
-    assert tg.TILE_GRAD_SHAPES == frozenset() and tg.TILE_GRAD_CELL_SHAPES == frozenset()
+    """gen's rule: the measured tables (BP5 p = 8 either geometry), chosen by the operator's
+    inputs, with one warp a block on the fly and two with stored q-data; BP3 on Gauss points
+    (the interpolation not the identity), the mass, 2D and three components are not
+    tile_grad_fusable, and the source generator refuses them."""
+    assert tg.TILE_GRAD_SHAPES == {(3, 9, 9)} and tg.TILE_GRAD_CELL_SHAPES == {(3, 9, 9)}
     for name, op, *_ in kernels:
         assert tg.tile_grad_fusable(op)
         cells = name.startswith("on_the_fly")
         want = tg.TILE_GRAD_CELL_SHAPES if cells else tg.TILE_GRAD_SHAPES
         assert tg.tile_grad_shapes(op) is want, name
+        assert tg.default_warps(op) == (tg.WARPS if cells else tg.WARPS_STORED), name
+    assert (tg.WARPS, tg.WARPS_STORED) == (1, 2)
     ref = hf.Ceed("/cpu/self/ref")
     mesh = meshes.box(1, 3)
     refused = [

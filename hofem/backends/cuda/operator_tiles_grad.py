@@ -66,7 +66,9 @@ __all__ = [
     "TILE_GRAD_CELL_SHAPES",
     "TILE_GRAD_SHAPES",
     "WARPS",
+    "WARPS_STORED",
     "TileGradFusedOperator",
+    "default_warps",
     "launch_blocks",
     "resident_blocks",
     "tile_grad_fusable",
@@ -85,9 +87,12 @@ TILE_GRAD_CELL_SHAPES = tuning.fused().tile_grad_cell_shapes
 MAX_T_1D = 10
 # buffers a warp holds: the nodes U, the x and y derivatives X and Y
 BUFFERS = 3
-# warps (elements at a time) per block unless told: at Q_1d = 9 the SM holds about as many
-# warps at one, two or four a block (resident_blocks); ab_tiles_grad measures the choice
-WARPS = 2
+# warps (elements at a time) per block unless told, with cell-constant inputs and with
+# stored values read at the points: at Q_1d = 9 the SM holds about as many warps at one,
+# two or four a block (resident_blocks), and ab_tiles_grad measured one faster on the fly
+# (the component split's launches gained most) and two with stored q-data
+WARPS = 1
+WARPS_STORED = 2
 
 
 def _buffer_size(shape: tuple[int, int, int]) -> int:
@@ -160,6 +165,12 @@ def tile_grad_shapes(op: Operator) -> frozenset[tuple[int, int, int]]:
     :data:`TILE_GRAD_SHAPES`."""
     cells = any(map(_is_cell_field, op.input_fields))
     return TILE_GRAD_CELL_SHAPES if cells else TILE_GRAD_SHAPES
+
+
+def default_warps(op: Operator) -> int:
+    """Warps per block for ``op`` unless told: :data:`WARPS` where it reads cell-constant
+    inputs, else :data:`WARPS_STORED`."""
+    return WARPS if any(map(_is_cell_field, op.input_fields)) else WARPS_STORED
 
 
 def use_tile_grad_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
@@ -299,14 +310,14 @@ class TileGradFusedOperator(FusedOperator):
     shape : tuple
         ``(3, Q_1d, Q_1d)``.
     warps : int, optional
-        Warps (elements at a time) per block; default :data:`WARPS`.
+        Warps (elements at a time) per block; default :func:`default_warps`.
     """
 
     layout = "tiles, gradients"
 
     def __init__(self, op: Operator, shape: tuple[int, int, int], warps: int | None = None):
         self._op, self._shape, self._collocated = op, shape, True
-        self._warps = WARPS if warps is None else warps
+        self._warps = default_warps(op) if warps is None else warps
         self._matrices = []  # constant tables in the source
         self._weights = None
         self._block = (32 * self._warps, 1, 1)
