@@ -83,15 +83,11 @@ def _cases():
 
 
 def _kernels():
-    """``(name, op, shape, warps, source, dot)``: each case's apply and CG variant, and BP1
-    p = 7's apply with plain buffer rows (no rotation, ``tile_index``)."""
+    """``(name, op, shape, warps, source, dot)``: each case's apply and CG variant."""
     out = []
     for name, op, shape, warps in _cases():
         for dot in (False, True):
             out.append((name, op, shape, warps, ot.tile_kernel_source(op, shape, dot, warps), dot))
-        if name.startswith("bp1-p7"):
-            plain = ot.tile_kernel_source(op, shape, False, warps, rotate=0)
-            out.append((f"{name}-r0", op, shape, warps, plain, False))
     return out
 
 
@@ -149,8 +145,6 @@ def test_every_case_covers_its_path(kernels):
         assert warps > 1 and op.num_elem % warps != 0, name  # a partial last block
         assert _grid(op, warps) * warps < op.num_elem, name  # the blocks loop
         assert f"#define PITCH {ot.pitch(shape)}" in source, name
-        rotate = 0 if name.endswith("-r0") else ot.ROTATE
-        assert f"#define TILE_ROTATE {rotate}\n" in source, name
         assert ("c_w[" in source) == name.startswith(("weights", "on_the_fly")), name
         assert ("warp_cell_values" in source) == name.startswith("on_the_fly"), name
         assert shape[2] ** 2 % 8, name
@@ -203,8 +197,8 @@ def test_lab_script_parses_its_variants_on_the_host():
     args = ab_tiles.parse(["7", "8", "--form", "mass", "--geometry", "stored"])
     assert args.orders == [7, 8] and args.variants == ["table", "w1", "w2", "w4", "w8"]
     assert ab_tiles.parse(["8", "--variants", "w4", "table", "--dot"]).variants == ["table", "w4"]
-    variants = [ab_tiles.tile_variant(v) for v in ("table", "w1", "w8r0")]
-    assert variants == [None, (1, ot.ROTATE), (8, 0)]
-    for bad in ("w0", "slab", "w", "w2r"):
+    variants = [ab_tiles.tile_variant(v) for v in ("table", "w1", "w8")]
+    assert variants == [None, (1,), (8,)]
+    for bad in ("w0", "slab", "w", "w2r0"):
         with pytest.raises(ValueError, match="table or wN"):
             ab_tiles.tile_variant(bad)

@@ -7,14 +7,11 @@ Usage (on a GPU)::
     python -m bakeoff.ab.ab_tiles 7 8 --form mass --geometry stored --dot
     python -m bakeoff.ab.ab_tiles 7 8 --form mass --geometry on_the_fly
     python -m bakeoff.ab.ab_tiles 8 --variants table w2 w4 --rounds 7
-    python -m bakeoff.ab.ab_tiles 7 8 --variants table w2 w2r0
 
 Variants: ``table`` is the kernel gen runs today at the shape (the slab, or the blocked slab
 at the shapes of ``operator_blocked.BLOCKED_SHAPES``), ``wN`` the tile kernel at ``N``
 warps (elements at a time) per block, each warp holding two buffers of ``max(P_1d,
-Q_1d)^2`` rows of ``operator_tiles.pitch`` doubles in dynamic shared memory; ``wNrR``
-the same with the buffers' groups of 4 rows rotated by ``R`` columns (``tile_index``; the
-default ``operator_tiles.ROTATE``, ``r0`` plain rows).  ``--dot``
+Q_1d)^2`` rows of ``operator_tiles.pitch`` doubles in dynamic shared memory.  ``--dot``
 times the kernel variant the device CG launches (``apply_dot``) instead of the apply.
 Prints one line per order: registers and local (spill) bytes, GDOF/s and the median of
 ``--rounds`` alternating rounds' ratios over ``table`` (5 applies each, about 1e7 DOFs);
@@ -33,22 +30,20 @@ GEOMETRIES = ("stored", "on_the_fly")
 VARIANTS = ("table", "w1", "w2", "w4", "w8")
 
 
-def tile_variant(variant: str) -> tuple[int, int] | None:
-    """``(warps per block, rotation)`` of tile variant ``wN`` or ``wNrR``, or None for
-    ``table``.
+def tile_variant(variant: str) -> tuple[int] | None:
+    """``(warps per block,)`` of tile variant ``wN``, or None for ``table``.
 
     Raises
     ------
     ValueError
-        Neither ``table`` nor ``w`` and a positive count (and ``r`` and a rotation).
+        Neither ``table`` nor ``w`` and a positive count.
     """
     if variant == "table":
         return None
-    match = re.fullmatch(r"w([1-9]\d*)(?:r(\d+))?", variant)
+    match = re.fullmatch(r"w([1-9]\d*)", variant)
     if match is None:
-        raise ValueError(f"variant {variant!r}: use table or wN[rR] (N warps per block)")
-    warps, rotate = match.groups()
-    return int(warps), ot.ROTATE if rotate is None else int(rotate)
+        raise ValueError(f"variant {variant!r}: use table or wN (N warps per block)")
+    return (int(match.group(1)),)
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of the
 __all__ = [
     "MAX_T_1D",
     "MIN_REGISTERS",
-    "ROTATE",
     "TILE_CELL_SHAPES",
     "TILE_SHAPES",
     "WARPS",
@@ -80,10 +79,6 @@ MAX_T_1D = 10
 # two warps a block keep twelve warps resident within the SM's 228 KiB, as do four; eight
 # keep eight (ab_tiles measures 1 to 8)
 WARPS = 2
-# columns each group of 4 buffer rows is rotated by (tile_index): 3 takes the most bank
-# conflicts from the transposed stores (a count, JOURNAL), but the address arithmetic cost
-# more than it saved on the GPU, so the rows stay plain
-ROTATE = 0
 # registers a thread that __launch_bounds__ leaves at least (launch_blocks): the stages
 # and the QFunction of BP1 p = 8 with the Jacobian on the fly compile to more than 128
 MIN_REGISTERS = 128
@@ -182,7 +177,6 @@ def tile_kernel_source(
     shape: tuple[int, int, int],
     dot: bool = False,
     warps: int = WARPS,
-    rotate: int = ROTATE,
 ) -> str:
     """CUDA source of ``op``'s tile kernel ``apply`` (needs no device).
 
@@ -198,8 +192,6 @@ def tile_kernel_source(
     warps : int
         Warps (elements at a time) per block; :func:`tile_shared_bytes` of dynamic shared
         memory.
-    rotate : int
-        Columns each group of 4 buffer rows is rotated by (``tile_index``; 0: plain rows).
 
     Returns
     -------
@@ -242,7 +234,7 @@ def tile_kernel_source(
     if cells:  # the warp's one element (warp_cell_values' count, _group's nvalid)
         cells.insert(0, "const int nvalid = 1;")
     gather = "\n    ".join([*cells, gather])
-    return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, (warps, rotate))
+    return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps)
 
 
 def _input(src, tables, k, field, gather):
@@ -285,17 +277,15 @@ def _cell_input(src, tables, k, field, cells):
     return lambda row: f"r_{name}[{row}]"
 
 
-def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, launch):
-    """The kernel's source around the stages: defines, tables, the element loop; ``launch``
-    the warps per block and the buffers' rotation."""
+def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, warps):
+    """The kernel's source around the stages: defines, tables, the element loop at ``warps``
+    per block."""
     _, P, Q = shape
-    warps, rotate = launch
     blocks = launch_blocks(shape, warps)
     params = ",\n    ".join(["const int num_elem", *src.params, *_dot_params(dot)])
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
     buf0, buf1 = buffer_sizes(shape)
-    defines |= {"PITCH": pitch(shape), "TILE_ROTATE": rotate}
-    defines |= {"TILE_BUF0": buf0, "TILE_BUF1": buf1}
+    defines |= {"PITCH": pitch(shape), "TILE_BUF0": buf0, "TILE_BUF1": buf1}
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     point = "\n          ".join(body)
     dot_begin = _DOT_BEGIN if dot else ""
@@ -367,16 +357,14 @@ class TileFusedOperator(FusedOperator):
         ``(3, P_1d, Q_1d)``.
     warps : int, optional
         Warps (elements at a time) per block; default :data:`WARPS`.
-    rotate : int
-        The buffers' rotation (:func:`tile_kernel_source`).
     """
 
     layout = "tiles"
 
-    def __init__(self, op, shape, warps=None, rotate=ROTATE):
+    def __init__(self, op, shape, warps=None):
         self._op, self._shape, self._collocated = op, shape, False
         warps = WARPS if warps is None else warps
-        self._warps, self._rotate = warps, rotate
+        self._warps = warps
         self._matrices = []  # constant tables in the source
         self._weights = None
         self._block = (32 * warps, 1, 1)
@@ -387,7 +375,7 @@ class TileFusedOperator(FusedOperator):
         self.num_blocks = self._grid(op.num_elem, warps, resident_blocks(shape, warps))
 
     def _source(self, dot=False):
-        return tile_kernel_source(self._op, self._shape, dot, self._warps, self._rotate)
+        return tile_kernel_source(self._op, self._shape, dot, self._warps)
 
     def _compile(self, code):
         """The kernel ``apply`` of ``code``, opted in to its dynamic shared memory."""

@@ -50,15 +50,9 @@ constexpr int tile_unroll = TILE_UNROLL;  // (#pragma unroll takes no macro)
 // TILE_NODES: entry r N + n of a flat array (x^T: the element's nodes in their order).
 enum TileStore { TILE_INNER, TILE_OUTER, TILE_NODES };
 
-// The buffer's entry of row `row`, column col: rows of PITCH doubles, each group of 4 rows
-// rotated by TILE_ROTATE (row / 4) columns (modulo PITCH; the kernel defines it).  An
-// A-fragment load reads 4 rows of one group per half-warp, so it stays free of conflicts;
-// the transposed stores write rows 2 t + i apart, which without the rotation put lanes t and
-// t + 2 on one bank pair (2 PITCH = 8 mod 16 pairs) and along TILE_OUTER every t on one
-// (rows 2 D apart).
-__device__ __forceinline__ int tile_index(int row, int col) {
-  return row * PITCH + (col + TILE_ROTATE * (row >> 2)) % PITCH;
-}
+// The buffer's entry of row `row`, column col: rows of PITCH doubles (an A-fragment load reads
+// 4 rows of one group per half-warp, free of conflicts by PITCH's rule)
+__device__ __forceinline__ int tile_index(int row, int col) { return row * PITCH + col; }
 
 template <int N, int D, TileStore STORE>
 __device__ __forceinline__ int tile_dest(int r, int n) {
