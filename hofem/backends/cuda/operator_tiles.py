@@ -243,12 +243,12 @@ def tile_kernel_source(
         raise ValueError("dot=True needs active inputs paired with the outputs (dot_pairs)")
     src = _Source(3, False, None, {}, 0)
     tables = {"B": _main_basis(op).interp_1d}  # (Q_1d, P_1d)
-    loads, gather, cells = [], "", []
+    loads, gather, cells, stored = [], "", [], []
     for k, field in enumerate(op.input_fields):
         if _is_cell_field(field):
             loads.append(_cell_input(src, tables, k, field, cells))
             continue
-        load, gather = _input(src, tables, k, field, gather)
+        load, gather = _input(src, tables, k, field, gather, stored)
         loads.append(load)
     stores, scatter = [], ""
     for k, field in enumerate(op.output_fields):
@@ -260,13 +260,15 @@ def tile_kernel_source(
     body.append("if (!qok) v_q[j][h] = 0.0;")  # padded points add nothing
     if cells:  # each warp's copy of its one element (warp_cell_values' count, _group's nvalid)
         cells.insert(0, "const int nvalid = 1;")
-    gather = "\n    ".join([*cells, gather])
-    return _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, (warps, team))
+    gather = "\n    ".join([*cells, *_prefetch(stored, "team_warp", first=True), gather])
+    z_stage = _z_stage(body, stored)
+    return _tile_kernel_text(shape, src, tables, z_stage, gather, scatter, dot, (warps, team))
 
 
-def _input(src, tables, k, field, gather):
+def _input(src, tables, k, field, gather, stored):
     """Input ``k``'s ``load(row)`` at the lane's point and the active field's gather
-    (``gather`` unchanged for the others); weights add their table to ``tables``."""
+    (``gather`` unchanged for the others); weights add their table to ``tables``, stored
+    values their registers and loads to ``stored`` (:func:`_prefetch`)."""
     name = f"in{k}"
     if field.eval_mode is EVAL_WEIGHT:  # w[x'] w[y'] w[z'], a __constant__ table (Q_1d,)
         tables["w"] = field.basis.q_weight_1d
@@ -274,12 +276,10 @@ def _input(src, tables, k, field, gather):
         return (lambda row: f"(qok ? {weight} : 0.0)"), gather
     address = src.field_params(name, field, writable=False)
     if field.eval_mode is EVAL_NONE:  # read at each point: q = x' + Q (y' + Q z')
-
-        def load(row):
+        for row in range(field.size):
             pointer, idx, base = address(row, "NUM_QPTS")
-            return f"(qok ? ({pointer})[entry({idx}, {base} + q)] : 0.0)"
-
-        return load, gather
+            stored.append((f"{name}_{row}", f"({pointer})[entry({idx}, {base} + q)]"))
+        return (lambda row: f"s_{name}_{row}[j][h]"), gather
     pointer, idx, base = address(0, "NUM_NODES")
     gather = f"tile_gather<P_1D>({pointer}, {idx}, {base}, team_lane, buf0);"
     return (lambda row: "u_q[j][h]"), gather
@@ -306,9 +306,9 @@ def _cell_input(src, tables, k, field, cells):
     return lambda row: f"r_{name}[{row}]"
 
 
-def _tile_kernel_text(shape, src, tables, body, gather, scatter, dot, launch):
-    """The kernel's source around the stages: defines, tables, the element loop; ``launch``
-    the elements per block and the warps per element."""
+def _tile_kernel_text(shape, src, tables, z_stage, gather, scatter, dot, launch):
+    """The kernel's source around the stages (``z_stage``: :func:`_z_stage`'s): defines,
+    tables, the element loop; ``launch`` the elements per block and the warps per element."""
     _, P, Q = shape
     warps, team = launch
     blocks = launch_blocks(shape, warps, team)
@@ -345,7 +345,7 @@ extern "C" __global__ void __launch_bounds__({32 * warps * team}, {blocks}) appl
     tile_sync(team);  // (z, x'), y
     tile_stage<P_1D * Q_1D, P_1D, Q_1D, Q_1D, TILE_OUTER>(buf1, buf0, b_fwd, lane, team_warp);
     tile_sync(team);  // (y', x'), z
-{_z_stage(body)}
+{z_stage}
     tile_sync(team);  // (z, x'), y'
     tile_stage<P_1D * Q_1D, Q_1D, P_1D, Q_1D, TILE_INNER>(buf1, buf0, b_bwd, lane, team_warp);
     tile_sync(team);  // (z, y), x'
@@ -357,12 +357,36 @@ extern "C" __global__ void __launch_bounds__({32 * warps * team}, {blocks}) appl
 """
 
 
-def _z_stage(body):
+def _prefetch(stored, m, first=False):
+    """Statements that load the stored values at the lane's points of m tile ``m`` (a C++
+    expression) into their registers ``n_*`` (declared there where ``first``), after moving
+    the previous ones to ``s_*``, the current tile's (declared): each tile's loads are
+    issued a tile ahead (the first at the element's start), so that their latency hides
+    behind the products before the QFunction reads them.  Past the last m tile nothing is
+    read (``qok``).  ``stored``: ``(name, load at point q)`` of each stored value."""
+    if not stored:
+        return []
+    moves = [] if first else [f"s_{name}[j][h] = n_{name}[j][h];" for name, _ in stored]
+    loads = [f"n_{name}[j][h] = qok ? {load} : 0.0;" for name, load in stored]
+    prefix, whose = ("n", "the next m tile's") if first else ("s", "this m tile's")
+    declare = " ".join(f"double {prefix}_{name}[TILE_MT(Q_1D)][2];" for name, _ in stored)
+    return [
+        f"{declare}  // {whose} stored values",
+        f"tile_points<Q_1D>({m}, lane, [&](int j, int h, bool qok, index_t q) {{",
+        *(f"  {line}" for line in moves + loads),
+        "});",
+    ]
+
+
+def _z_stage(body, stored):
     """The z stage, the QFunction's ``body`` at each of the lane's points of an m tile, and
-    z^T, per m tile of this warp (round robin over the team)."""
+    z^T, per m tile of this warp (round robin over the team); the stored values read a tile
+    ahead (:func:`_prefetch`)."""
     point = "\n          ".join(body)
+    prefetch = "\n      ".join(_prefetch(stored, "m + TILE_TEAM"))
     return f"""#pragma unroll tile_unroll
     for (int m = team_warp; m < TILE_MT(Q_1D * Q_1D); m += TILE_TEAM) {{
+      {prefetch}
       // z: the values at the points (x', y', z') of rows (y', x') = 8 m + g, z' = 8 j + 2 t + h
       double u_q[TILE_MT(Q_1D)][2], v_q[TILE_MT(Q_1D)][2], c[TILE_MT(P_1D)][2];
       tile_product<Q_1D * Q_1D, P_1D>(buf0, m, b_fwd, lane, u_q);
@@ -372,7 +396,6 @@ def _z_stage(body):
         for (int h = 0; h < 2; h++) {{
           const int row = 8 * m + g, zq = 8 * j + 2 * t + h;
           const bool qok = row < Q_1D * Q_1D && zq < Q_1D;
-          const index_t q = row + Q_1D * Q_1D * zq;
           {point}
         }}
       }}

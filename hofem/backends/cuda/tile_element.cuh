@@ -148,6 +148,22 @@ __device__ __forceinline__ void tile_product_c(const double (&a)[NC][2], const d
   }
 }
 
+// f(j, h, qok, q) at each of this lane's points of the z stage's m tile m (its C fragments'
+// entries [j][h]): row (y', x') = 8 m + g, z' = 8 j + 2 t + h, point q = row + Q^2 z', qok
+// inside the element (false past the last m tile)
+template <int Q, typename F>
+__device__ __forceinline__ void tile_points(int m, int lane, F &&f) {
+  const int row = 8 * m + (lane >> 2), t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < TILE_MT(Q); j++) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int zq = 8 * j + 2 * t + h;
+      f(j, h, row < Q * Q && zq < Q, (index_t)row + (index_t)(Q * Q) * zq);
+    }
+  }
+}
+
 // Stores m tile m's C (rows 8 m .., this lane's columns) of a GEMM of M rows (inner extent
 // D) and N columns to dst (tile_dest): only entries inside M x N, which the next stage reads
 template <int M, int N, int D, TileStore STORE, int NT>
