@@ -1,5 +1,5 @@
-"""Side by side on /gpu/cuda/gen: one warp per element with every contraction a GEMM on the
-fp64 tensor cores (``operator_tiles``) against gen's choice for BP1 at ``Q_1d = 9, 10``.
+"""Side by side on /gpu/cuda/gen: a team of warps per element with every contraction a GEMM
+on the fp64 tensor cores (``operator_tiles``) against gen's choice for BP1 at ``Q_1d = 9, 10``.
 
 Usage (on a GPU)::
 

@@ -79,7 +79,7 @@ __all__ = [
 # read at the points, and with cell-constant inputs (read once per element)
 TILE_SHAPES = tuning.fused().tile_shapes
 TILE_CELL_SHAPES = tuning.fused().tile_cell_shapes
-# the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB a warp beyond it, and
+# the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB an element beyond it, and
 # the SM holds fewer warps than the slab's
 MAX_T_1D = 10
 # elements (teams) per block unless told: with 18 KiB of buffers an element at Q_1d = 10, one
@@ -100,14 +100,14 @@ _STATIC_LIMIT = 48 * 1024
 
 
 def pitch(shape: tuple[int, int, int]) -> int:
-    """Doubles per row of the warp's buffers for ``shape`` ``(3, P_1d, Q_1d)``: at least
+    """Doubles per row of an element's buffers for ``shape`` ``(3, P_1d, Q_1d)``: at least
     ``max(P_1d, Q_1d)``, 4 modulo 8, so that an 8x4 A fragment is free of bank conflicts."""
     T = max(shape[1:])
     return T + (4 - T) % 8
 
 
 def buffer_sizes(shape: tuple[int, int, int]) -> tuple[int, int]:
-    """Doubles of a warp's two buffers for ``shape`` ``(3, P_1d, Q_1d)``, each sized for the
+    """Doubles of an element's two buffers for ``shape`` ``(3, P_1d, Q_1d)``, each sized for the
     stages that write it: buffer 0 the gathered nodes, y's and y^T's outputs (``P_1d^2`` or
     ``Q_1d^2`` rows of :func:`pitch`), buffer 1 x's and z^T's (``P_1d Q_1d`` rows) and the
     ``P_1d^3`` nodes of x^T."""
