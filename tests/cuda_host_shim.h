@@ -7,7 +7,8 @@
 // (blocks run one after another); atomicAdd takes a lock.  A kernel whose stages are loops
 // over the block's threads between barriers computes here what it computes on a device.
 // The fp64 tensor-core tile (mma.cuh's mma_m8n8k4) is emulated per warp of 32 threads
-// (a std::barrier per warp around an exchange of the lanes' operands), and dynamic
+// (a std::barrier per warp around an exchange of the lanes' operands), a named barrier
+// (tile_element.cuh's tile_bar_sync) is a std::barrier made by its first thread, and dynamic
 // shared memory (simplex_mma.cuh's SIMPLEX_MMA_SHARED, tile_element.cuh's TILE_SHARED) is
 // one buffer, filled with NaN before each block so that a read of an entry no stage wrote
 // shows in the result.
@@ -77,6 +78,21 @@ inline void mma_m8n8k4(double &c0, double &c1, double a, double b) {
   *c[1] = sum[1];
 }
 
+#define HOFEM_HOST_BAR_SYNC
+// tile_element.cuh's named barrier (bar.sync id, threads): the first thread to reach barrier
+// id makes it for `threads` threads; shim_launch clears them before each block
+inline std::unique_ptr<std::barrier<>> shim_named_barriers[16];
+inline std::mutex shim_named_lock;
+inline void tile_bar_sync(int id, int threads) {
+  std::barrier<> *barrier;
+  {
+    std::lock_guard<std::mutex> lock(shim_named_lock);
+    if (!shim_named_barriers[id]) shim_named_barriers[id] = std::make_unique<std::barrier<>>(threads);
+    barrier = shim_named_barriers[id].get();
+  }
+  barrier->arrive_and_wait();
+}
+
 #define SIMPLEX_MMA_SHARED(name) double *name = shim_dynamic_shared.data()
 #define TILE_SHARED(name) double *name = shim_dynamic_shared.data()  // tile_element.cuh's
 
@@ -104,6 +120,7 @@ void shim_launch(int grid, shim_dim3 shape, Kernel kernel, long shared_bytes = 0
   shim_dynamic_shared.resize(shared_bytes / sizeof(double));
   for (int b = 0; b < grid; b++) {
     blockIdx.x = b;
+    for (auto &named : shim_named_barriers) named.reset();
     std::fill(shim_dynamic_shared.begin(), shim_dynamic_shared.end(),
               std::numeric_limits<double>::quiet_NaN());
     std::vector<std::thread> threads;

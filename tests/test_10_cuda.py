@@ -547,20 +547,22 @@ def test_gen_blocked_layout_matches_ref(gen, ref, monkeypatch, p, form, geometry
     _check_box_layout(gen, ref, form, p, warp, geometry, layout="blocked")
 
 
-@pytest.mark.parametrize("warps", [1, 4])
+@pytest.mark.parametrize(("warps", "team"), [(1, 1), (4, 1), (2, 2)])
 @pytest.mark.parametrize("geometry", ["stored", "on_the_fly"])
 @pytest.mark.parametrize("p", [7, 8])
-def test_gen_tile_layout_matches_ref(gen, ref, monkeypatch, p, geometry, warps):
-    """The tiles layout (operator_tiles: one warp per element, every contraction a GEMM) at
-    Q_1d = 9, 10 once its table lists the shape: BP1 on 27 elements at one and four warps a
-    block (a partial last block), stored q-data on distorted cells and the Jacobian of affine
-    cells on the fly, equal to ref; the u . Au variant and a stopped CG's status."""
+def test_gen_tile_layout_matches_ref(gen, ref, monkeypatch, p, geometry, warps, team):
+    """The tiles layout (operator_tiles: a team of warps per element, every contraction a
+    GEMM) at Q_1d = 9, 10 once its table lists the shape: BP1 on 27 elements at one and four
+    elements a block of one warp each and two of two warps (a partial last block; the teams'
+    named barriers), stored q-data on distorted cells and the Jacobian of affine cells on the
+    fly, equal to ref; the u . Au variant and a stopped CG's status."""
     from hofem.backends.cuda import operator_tiles
 
     warp = 0.1 if geometry == "stored" else 0.0
     for table in ("TILE_SHAPES", "TILE_CELL_SHAPES"):
         monkeypatch.setattr(operator_tiles, table, frozenset({(3, p + 1, p + 2)}))
     monkeypatch.setattr(operator_tiles, "WARPS", warps)
+    monkeypatch.setattr(operator_tiles, "TEAM", team)
     _check_box_layout(gen, ref, "mass", p, warp, geometry, layout="tiles")
 
 

@@ -1,5 +1,6 @@
 """Every ``.cu`` file under ``hofem/`` compiles with nvcc for sm_90 (CI has nvcc, no GPU)."""
 
+import itertools
 import pathlib
 import re
 import shutil
@@ -257,40 +258,43 @@ def test_blocked_mass_kernels_compile_without_spills(tmp_path):
     assert not failures, "\n".join(failures)
 
 
-_TILE_LAUNCHES = {}  # tile source file name -> (shape, warps per block)
+_TILE_LAUNCHES = {}  # tile source file name -> (shape, (elements per block, team))
 
 
 def _tile_sources(tmp_path):
     """The tile kernels (operator_tiles), apply and CG variant: BP1 stored at p = 7, 8 and a
-    smaller shape (p = 4), at gen's warps per block and at 8; BP1 with the Jacobian of affine
-    cells on the fly at p = 7, 8."""
+    smaller shape (p = 4), at gen's elements per block and at 8; at p = 7, 8 teams of 2
+    warps (one a block) and 4 (two a block), and BP1 with the Jacobian of affine cells on the
+    fly at gen's launch and those teams."""
     from hofem.backends.cuda.operator_fuse import fusable_shape
-    from hofem.backends.cuda.operator_tiles import WARPS, tile_kernel_source
+    from hofem.backends.cuda.operator_tiles import TEAM, WARPS, tile_kernel_source
 
     ceed = hf.Ceed("/cpu/self/ref")
     paths = []
+
+    def write(op, geometry, launches):
+        shape = fusable_shape(op, 16)
+        for (warps, team), dot in itertools.product(launches, (False, True)):
+            path = tmp_path / f"tiles-p{p}-{geometry}-{int(dot)}-w{warps}t{team}.cu"
+            path.write_text(tile_kernel_source(op, shape, dot, warps, team))
+            paths.append(path)
+            _TILE_LAUNCHES[path.name] = shape, (warps, team)
+
     for p in (4, 7, 8):
+        teams = [(1, 2), (2, 4)] if p > 4 else []
         op = hf.mass(hf.H1Space(ceed, meshes.box(2, distort=0.1), p), geometry="stored")
-        for dot in (False, True):
-            for warps in (WARPS, 8):
-                path = tmp_path / f"tiles-p{p}-{int(dot)}-w{warps}.cu"
-                path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot, warps))
-                paths.append(path)
-                _TILE_LAUNCHES[path.name] = fusable_shape(op, 16), warps
+        write(op, "stored", [(WARPS, TEAM), (8, 1), *teams])
         if p > 4:
             op = hf.mass(hf.H1Space(ceed, meshes.box(2), p), geometry="on_the_fly")
-            for dot in (False, True):
-                path = tmp_path / f"tiles-p{p}-{int(dot)}-on_the_fly.cu"
-                path.write_text(tile_kernel_source(op, fusable_shape(op, 16), dot))
-                paths.append(path)
-                _TILE_LAUNCHES[path.name] = fusable_shape(op, 16), WARPS
+            write(op, "on_the_fly", [(WARPS, TEAM), *teams])
     return paths
 
 
 def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
     """The tile kernels compile for sm_90 to mma.sync tiles and spill no registers (ptxas -v)
-    within the registers of their ``__launch_bounds__`` (``launch_blocks``): at p = 7, 8 the
-    blocks that the shared memory lets reside."""
+    within the registers of their ``__launch_bounds__`` (``launch_blocks``): at p = 7, 8 and
+    one warp per element the blocks that the shared memory lets reside; teams meet at
+    ``bar.sync`` (named barriers, or __syncthreads' where the block is one team)."""
     from hofem.backends.cuda.operator_tiles import launch_blocks, resident_blocks
 
     failures = []
@@ -303,11 +307,14 @@ def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
             failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
         else:
             registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
-            shape, warps = _TILE_LAUNCHES[path.name]
-            if 32 * warps * launch_blocks(shape, warps) * registers > 65536:
+            shape, (warps, team) = _TILE_LAUNCHES[path.name]
+            blocks = launch_blocks(shape, warps, team)
+            if 32 * warps * team * blocks * registers > 65536:
                 failures.append(f"{path.name}: {registers} registers")
-            if shape[2] > 8 and launch_blocks(shape, warps) != resident_blocks(shape, warps):
+            if shape[2] > 8 and team == 1 and blocks != resident_blocks(shape, warps):
                 failures.append(f"{path.name}: registers bound the blocks per SM")
+            if team > 1 and "bar.sync" not in path.with_suffix(".ptx").read_text():
+                failures.append(f"{path.name}: no barrier for the team")
     assert not failures, "\n".join(failures)
 
 

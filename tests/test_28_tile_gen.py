@@ -9,11 +9,13 @@ results are compared with ``/cpu/self/ref`` for BP1 at p = 7 and 8 (``Q_1d = 9, 
 p = 4 (a smaller shape: one n tile along P), stored q-data on distorted cells (and a
 QFunction that reads the quadrature weights, nonzero at zero input; and the Jacobian of
 affine cells on the fly, evaluated once per element), the apply and
-the CG variant (its partial sums of ``u . Au`` and its stopped status), several warps per
-block with a partial last block, and blocks looping over the elements.  ``test_12_nvcc.py``
-compiles the sources for sm_90 and checks that BP1 p = 8 spills nothing.
+the CG variant (its partial sums of ``u . Au`` and its stopped status), several elements per
+block with a partial last block, and blocks looping over the elements; one warp per element
+and teams of 2 and 4 (named barriers, or ``__syncthreads`` where the block is one team).
+``test_12_nvcc.py`` compiles the sources for sm_90 and checks that BP1 p = 8 spills nothing.
 """
 
+import itertools
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,8 +40,9 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or cla
 
 # cells per direction: 27 elements, so that the last block of 2, 4 or 8 warps is partial
 CELLS = 3
-# (order, warps per block): BP1 at the layout's orders, and a smaller shape
-CASES = [(7, 2), (8, 4), (4, 8)]
+# (order, elements per block, warps per element): BP1 at the layout's orders, and a smaller
+# shape, one warp per element; teams of 2 and 4 warps, several a block and one
+CASES = [(7, 2, 1), (8, 4, 1), (4, 8, 1), (7, 2, 2), (8, 2, 4), (7, 1, 4), (8, 1, 2)]
 
 
 def _weighted_mass(ctx, w, u, qdata, v):
@@ -65,33 +68,33 @@ def _weighted(ref, mass):
 
 
 def _cases():
-    """``(name, operator on /cpu/self/ref, shape, warps)``: BP1 with stored q-data on
-    distorted cells, and at p = 8 a QFunction that also reads the quadrature weights and
-    BP1 with the Jacobian of affine cells on the fly (a cell-constant input)."""
+    """``(name, operator on /cpu/self/ref, shape, (warps, team))``: BP1 with stored q-data on
+    distorted cells; at p = 8 one warp per element, a QFunction that also reads the
+    quadrature weights; BP1 with the Jacobian of affine cells on the fly (a cell-constant
+    input) there and in every team."""
     ref = hf.Ceed("/cpu/self/ref")
     mesh = meshes.box(CELLS, 3, distort=0.1)
     out = []
-    for p, warps in CASES:
+    for p, warps, team in CASES:
+        launch, tag = (warps, team), f"p{p}-w{warps}t{team}"
         op = hf.mass(hf.H1Space(ref, mesh, p), geometry="stored")
-        out.append((f"bp1-p{p}-w{warps}", op, of.fusable_shape(op, 16), warps))
-        if p == 8:
-            out.append((f"weights-p{p}-w{warps}", _weighted(ref, op), out[-1][2], warps))
+        shape = of.fusable_shape(op, 16)
+        out.append((f"bp1-{tag}", op, shape, launch))
+        if p == 8 and team == 1:
+            out.append((f"weights-{tag}", _weighted(ref, op), shape, launch))
+        if p == 8 or team > 1:
             affine = hf.H1Space(ref, meshes.box(CELLS, 3), p)  # the Jacobian on the fly
-            op = hf.mass(affine, geometry="on_the_fly")
-            out.append((f"on_the_fly-p{p}-w{warps}", op, out[-1][2], warps))
+            out.append((f"on_the_fly-{tag}", hf.mass(affine, geometry="on_the_fly"), shape, launch))
     return out
 
 
 def _kernels():
-    """``(name, op, shape, warps, source, dot)``: each case's apply and CG variant, and BP1
-    p = 7's apply with plain buffer rows (no rotation, ``tile_index``)."""
+    """``(name, op, shape, (warps, team), source, dot)``: each case's apply and CG variant."""
     out = []
-    for name, op, shape, warps in _cases():
+    for name, op, shape, launch in _cases():
         for dot in (False, True):
-            out.append((name, op, shape, warps, ot.tile_kernel_source(op, shape, dot, warps), dot))
-        if name.startswith("bp1-p7"):
-            plain = ot.tile_kernel_source(op, shape, False, warps, rotate=0)
-            out.append((f"{name}-r0", op, shape, warps, plain, False))
+            source = ot.tile_kernel_source(op, shape, dot, *launch)
+            out.append((name, op, shape, launch, source, dot))
     return out
 
 
@@ -101,22 +104,22 @@ def kernels():
 
 
 def _grid(op, warps):
-    """Blocks that cover the elements in two rounds (the grid-stride loop, the last round
-    partial)."""
+    """Blocks of ``warps`` elements that cover the elements in two rounds (the grid-stride
+    loop, the last round partial)."""
     return math.ceil(op.num_elem / (2 * warps))
 
 
 def _run_kernel(lib, kernel, u, stopped):
     """``(v, partial)`` of ``kernel`` (built in ``lib``) on ``u``: the output and, for the CG
     variant, the block partial sums (``stopped``: CG's status set)."""
-    _, op, _, warps, source, dot = kernel
+    _, op, _, (warps, team), source, dot = kernel
     grid = _grid(op, warps)
     v = np.zeros(op.shape[0])
     args = [np.int32(op.num_elem), *field_arguments(op, u, v, weights=False)]
     partial = np.full(grid, np.nan)
     if dot:
         args += [partial, np.array([int(stopped), 0, 0], dtype=np.int64)]
-    lib.launch_0(grid, 32 * warps, *ctypes_args(params(source), args))
+    lib.launch_0(grid, 32 * warps * team, *ctypes_args(params(source), args))
     return v, partial
 
 
@@ -124,7 +127,7 @@ def test_tile_kernels_match_ref_on_the_host(kernels, tmp_path):
     shim = precompiled_shim(tmp_path)
 
     def compile_one(k):
-        _, _, shape, warps, source, _ = kernels[k]
+        _, _, shape, (warps, _), source, _ = kernels[k]
         shared = [ot.tile_shared_bytes(shape, warps)]
         return build([source], tmp_path / f"tiles{k}.so", shim, shared)
 
@@ -142,15 +145,21 @@ def test_tile_kernels_match_ref_on_the_host(kernels, tmp_path):
 
 def test_every_case_covers_its_path(kernels):
     """The cases exercise what they claim: both shapes past the warp layout and a smaller
-    one, several warps per block with a partial last block, blocks that loop, a partial last
-    m tile of the z stage (``Q_1d^2`` rows, not a multiple of 8), the weights' table."""
+    one, several elements per block with a partial last block, blocks that loop, a partial
+    last m tile of the z stage (``Q_1d^2`` rows, not a multiple of 8), the weights' table;
+    teams of 2 and 4 at p = 7 and 8, stored and on the fly, several a block (named barriers)
+    and one (``__syncthreads``)."""
     assert {shape for _, _, shape, *_ in kernels} == {(3, 8, 9), (3, 9, 10), (3, 5, 6)}
-    for name, op, shape, warps, source, _ in kernels:
-        assert warps > 1 and op.num_elem % warps != 0, name  # a partial last block
+    teams = {(name.split("-")[0], shape, launch) for name, _, shape, launch, *_ in kernels}
+    shapes, kinds = ((3, 8, 9), (3, 9, 10)), ("bp1", "on_the_fly")
+    for team, shape, kind in itertools.product((2, 4), shapes, kinds):
+        assert any(t[:2] == (kind, shape) and t[2][1] == team for t in teams), (team, shape)
+    assert {warps > 1 for _, _, (warps, team) in teams if team > 1} == {True, False}
+    for name, op, shape, (warps, team), source, _ in kernels:
+        assert warps == 1 or op.num_elem % warps != 0, name  # a partial last block
         assert _grid(op, warps) * warps < op.num_elem, name  # the blocks loop
+        assert f"#define TILE_TEAM {team}\n" in source, name
         assert f"#define PITCH {ot.pitch(shape)}" in source, name
-        rotate = 0 if name.endswith("-r0") else ot.ROTATE
-        assert f"#define TILE_ROTATE {rotate}\n" in source, name
         assert ("c_w[" in source) == name.startswith(("weights", "on_the_fly")), name
         assert ("warp_cell_values" in source) == name.startswith("on_the_fly"), name
         assert shape[2] ** 2 % 8, name
@@ -173,6 +182,23 @@ def test_pitch_is_conflict_free_and_holds_the_rows():
         assert (T - 1) ** 3 <= buf1  # x^T's nodes
         assert ot.tile_shared_bytes(shape, 3) == 3 * 8 * (buf0 + buf1)
     assert ot.buffer_sizes((3, 9, 10)) == (1200, 1080)  # 18 KiB a warp at p = 8
+
+
+def test_launches_fit_a_block_and_its_named_barriers():
+    """A block holds at most 1024 threads, and past one team at most 15 teams (named
+    barriers 1 to 15); a team's registers are asked for at least MIN_REGISTERS a thread, and
+    its shared memory is an element's, whatever the team."""
+    for warps, team in ((1, 1), (32, 1), (15, 2), (1, 32), (8, 4)):
+        ot.check_launch(warps, team)
+    for warps, team in ((0, 1), (1, 0), (33, 1), (16, 2), (4, 16)):
+        with pytest.raises(ValueError):
+            ot.check_launch(warps, team)
+    shape = (3, 9, 10)
+    for warps, team in ((1, 2), (2, 2), (1, 4), (2, 4)):
+        blocks = ot.launch_blocks(shape, warps, team)
+        assert 32 * warps * team * blocks * ot.MIN_REGISTERS <= 65536
+        assert blocks <= ot.resident_blocks(shape, warps, team) == ot.resident_blocks(shape, warps)
+    assert ot.resident_blocks(shape, 1, 4) * 4 == 48  # twelve elements of four warps
 
 
 def test_gen_takes_the_tile_layout_only_for_its_shapes(kernels):
@@ -203,8 +229,8 @@ def test_lab_script_parses_its_variants_on_the_host():
     args = ab_tiles.parse(["7", "8", "--form", "mass", "--geometry", "stored"])
     assert args.orders == [7, 8] and args.variants == ["table", "w1", "w2", "w4", "w8"]
     assert ab_tiles.parse(["8", "--variants", "w4", "table", "--dot"]).variants == ["table", "w4"]
-    variants = [ab_tiles.tile_variant(v) for v in ("table", "w1", "w8r0")]
-    assert variants == [None, (1, ot.ROTATE), (8, 0)]
-    for bad in ("w0", "slab", "w", "w2r"):
+    variants = [ab_tiles.tile_variant(v) for v in ("table", "w1", "w8", "w1t2", "w2t4")]
+    assert variants == [None, (1, None), (8, None), (1, 2), (2, 4)]
+    for bad in ("w0", "slab", "w", "w2r0", "w1t0", "w2t"):
         with pytest.raises(ValueError, match="table or wN"):
             ab_tiles.tile_variant(bad)

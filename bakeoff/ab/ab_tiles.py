@@ -1,5 +1,5 @@
-"""Side by side on /gpu/cuda/gen: one warp per element with every contraction a GEMM on the
-fp64 tensor cores (``operator_tiles``) against gen's choice for BP1 at ``Q_1d = 9, 10``.
+"""Side by side on /gpu/cuda/gen: a team of warps per element with every contraction a GEMM
+on the fp64 tensor cores (``operator_tiles``) against gen's choice for BP1 at ``Q_1d = 9, 10``.
 
 Usage (on a GPU)::
 
@@ -7,14 +7,13 @@ Usage (on a GPU)::
     python -m bakeoff.ab.ab_tiles 7 8 --form mass --geometry stored --dot
     python -m bakeoff.ab.ab_tiles 7 8 --form mass --geometry on_the_fly
     python -m bakeoff.ab.ab_tiles 8 --variants table w2 w4 --rounds 7
-    python -m bakeoff.ab.ab_tiles 7 8 --variants table w2 w2r0
+    python -m bakeoff.ab.ab_tiles 7 8 --variants table w1 w1t2 w1t4 w2t2
 
 Variants: ``table`` is the kernel gen runs today at the shape (the slab, or the blocked slab
 at the shapes of ``operator_blocked.BLOCKED_SHAPES``), ``wN`` the tile kernel at ``N``
-warps (elements at a time) per block, each warp holding two buffers of ``max(P_1d,
-Q_1d)^2`` rows of ``operator_tiles.pitch`` doubles in dynamic shared memory; ``wNrR``
-the same with the buffers' groups of 4 rows rotated by ``R`` columns (``tile_index``; the
-default ``operator_tiles.ROTATE``, ``r0`` plain rows).  ``--dot``
+elements at a time per block, each a team of ``operator_tiles.TEAM`` warps holding two
+buffers of ``max(P_1d, Q_1d)^2`` rows of ``operator_tiles.pitch`` doubles in dynamic shared
+memory, and ``wNtM`` the same with teams of ``M`` warps (a block of ``N M`` warps).  ``--dot``
 times the kernel variant the device CG launches (``apply_dot``) instead of the apply.
 Prints one line per order: registers and local (spill) bytes, GDOF/s and the median of
 ``--rounds`` alternating rounds' ratios over ``table`` (5 applies each, about 1e7 DOFs);
@@ -33,22 +32,22 @@ GEOMETRIES = ("stored", "on_the_fly")
 VARIANTS = ("table", "w1", "w2", "w4", "w8")
 
 
-def tile_variant(variant: str) -> tuple[int, int] | None:
-    """``(warps per block, rotation)`` of tile variant ``wN`` or ``wNrR``, or None for
-    ``table``.
+def tile_variant(variant: str) -> tuple[int, int | None] | None:
+    """``(elements per block, warps per element)`` of tile variant ``wN`` (the team None:
+    ``operator_tiles.TEAM``) or ``wNtM``, or None for ``table``.
 
     Raises
     ------
     ValueError
-        Neither ``table`` nor ``w`` and a positive count (and ``r`` and a rotation).
+        Neither ``table`` nor ``w`` and a positive count (and ``t`` and a positive count).
     """
     if variant == "table":
         return None
-    match = re.fullmatch(r"w([1-9]\d*)(?:r(\d+))?", variant)
+    match = re.fullmatch(r"w([1-9]\d*)(?:t([1-9]\d*))?", variant)
     if match is None:
-        raise ValueError(f"variant {variant!r}: use table or wN[rR] (N warps per block)")
-    warps, rotate = match.groups()
-    return int(warps), ot.ROTATE if rotate is None else int(rotate)
+        raise ValueError(f"variant {variant!r}: use table or wN[tM] (N elements per block)")
+    warps, team = match.groups()
+    return int(warps), None if team is None else int(team)
 
 
 def parse(argv=None) -> argparse.Namespace:
