@@ -234,8 +234,9 @@ def tile_grad_kernel_source(
             gather = f"tile_gather<Q_1D>({pointer}, {idx}, {base}, lane, u);"
             loads.append(lambda row: ("u_x", "u_y", "u_z")[row])
         else:
-            load, _ = _input(src, tables, k, field, "")
-            loads.append(load)
+            stored = []  # (name, load at point q): read at the point, not a tile ahead
+            load, _ = _input(src, tables, k, field, "", stored)
+            loads.append(_at_point([expr for _, expr in stored]) if stored else load)
     (field,) = op.output_fields
     pointer, idx, base = src.field_params("out0", field, writable=True)(0, "NUM_NODES")
     scatter = f"grad_scatter<Q_1D>(u, {pointer}, {idx}, {base}, lane);"
@@ -246,6 +247,16 @@ def tile_grad_kernel_source(
     return _kernel_text(shape, src, tables, body, (gather, scatter), dot, warps)
 
 
+def _at_point(exprs):
+    """``load(row)`` of a stored input whose row ``r`` is read at the point by ``exprs[r]``
+    (the z stage's ``q``; nothing past the element's points, ``qok``)."""
+
+    def load(row):
+        return f"(qok ? {exprs[row]} : 0.0)"
+
+    return load
+
+
 def _kernel_text(shape, src, tables, body, moves, dot, warps):
     """The kernel's source around the stages: defines, tables, the element loop; ``moves``
     the gather and the scatter statements."""
@@ -253,7 +264,8 @@ def _kernel_text(shape, src, tables, body, moves, dot, warps):
     gather, scatter = moves
     params = ",\n    ".join(["const int num_elem", *src.params, *_dot_params(dot)])
     defines = {"DIM": 3, "P_1D": Q, "Q_1D": Q, "T_1D": Q, "ELEMS_PER_BLOCK": warps}
-    defines |= {"PITCH": pitch(shape), "TILE_ROTATE": 0, "GRAD_BUF": _buffer_size(shape)}
+    # one warp per element: tile_element.cuh's stages for a team of one
+    defines |= {"TILE_TEAM": 1, "PITCH": pitch(shape), "GRAD_BUF": _buffer_size(shape)}
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     point = "\n          ".join(body)
     dot_begin = _DOT_BEGIN if dot else ""

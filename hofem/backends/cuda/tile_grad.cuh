@@ -19,7 +19,7 @@
 // only this m tile's du/dz read: it overwrites them.  x^T and y^T then add into U.
 //
 // Included by the generated kernels after basis_tensor.cuh (index_t, entry), which define
-// PITCH and TILE_ROTATE 0 (tile_element.cuh's plain rows: tile_gather fills U).
+// PITCH and TILE_TEAM 1 (tile_element.cuh's gather by one warp fills U).
 #pragma once
 
 #include "tile_element.cuh"
