@@ -44,7 +44,7 @@ def test_geometry_tables():
     assert dict(geometry.machine_balance) == {"/cpu/self/numba": 2.0, "/gpu/cuda/gen": 0.0}
     gen = geometry.on_the_fly_shapes["/gpu/cuda/gen"]
     assert gen["diffusion"] == frozenset(BP3 + BP5) | {(3, 8, 9), (3, 9, 10), (3, 9, 9)}
-    assert gen["mass"] == {(3, 6, 7), (3, 7, 8), (3, 8, 9)}  # BP1 p = 5, 6, 7
+    assert gen["mass"] == {(3, 6, 7), (3, 7, 8), (3, 8, 9), (3, 9, 10)}  # BP1 p = 5..8
     tets = geometry.on_the_fly_simplex_shapes["/gpu/cuda/gen"]
     assert tets["mass"] == {(3, 56, 79), (3, 84, 145)}  # BP1 p = 5, 6
     assert tets["diffusion"] == {(3, 56, 46), (3, 84, 79)}  # BP3 p = 5, 6

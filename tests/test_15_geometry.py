@@ -256,8 +256,8 @@ def test_cost_model():
         assert all(choose_geometry("auto", r, bp1) == "stored" for r in MACHINE_BALANCE)
         # affine cells (the Jacobian once per element): BP3 recomputes on numba, BP1 keeps
         # its one stored value per point; gen recomputes BP3 at every order (one warp per
-        # element at p = 1..6, the slab at p = 7, 8) and BP1 at p = 5, 6, else keeps stored
-        # q-data (balance 0)
+        # element at p = 1..6, the slab at p = 7, 8) and BP1 at p = 5..8 (one warp per
+        # element, then the tiles layout), else keeps stored q-data (balance 0)
         centre = cell_center(vertices)
         bp3 = geometry_costs("diffusion", solution, 6, centre)
         assert bp3["added_flops"] == 2 * 9 * 8 + AFFINE_POINT_FLOPS["diffusion"][3] * (p + 2) ** 3
@@ -265,7 +265,7 @@ def test_cost_model():
         assert choose_geometry("auto", "/gpu/cuda/gen", bp3) == "on_the_fly"
         bp1 = geometry_costs("mass", solution, 1, centre)
         assert choose_geometry("auto", "/cpu/self/numba", bp1) == "stored"
-        expected = "on_the_fly" if p in (5, 6) else "stored"
+        expected = "on_the_fly" if p in (5, 6, 8) else "stored"
         assert choose_geometry("auto", "/gpu/cuda/gen", bp1) == expected
 
 
@@ -274,16 +274,16 @@ def test_gen_recomputes_where_it_runs_one_warp_per_element():
     one warp per element: every such shape of the Poisson operator, the mass operator's at
     p = 5, 6 (a test, so that the tables cannot drift apart); the Poisson operator's
     shapes past the warp layout (``Q_1d > 8``: BP3 p = 7, 8 and BP5 p = 8), whose slab also
-    measured faster on the fly; the mass operator's at p = 7, where the tiles layout with
-    the affine Jacobian ran faster than with stored q-data (at p = 8 it did not beat the
-    slab's stored q-data)."""
-    from hofem.backends.cuda.operator_tiles import TILE_CELL_SHAPES, TILE_SHAPES
+    measured faster on the fly; the mass operator's at p = 7, 8, where the tiles layout
+    with the affine Jacobian ran faster than with stored q-data (at p = 8: its CG kernel
+    faster than the slab's with stored q-data, the apply as fast)."""
+    from hofem.backends.cuda.operator_tiles import TILE_CELL_SHAPES
 
     shapes = ON_THE_FLY_SHAPES["/gpu/cuda/gen"]
     slab = {(3, 8, 9), (3, 9, 10), (3, 9, 9)}
     assert shapes["diffusion"] == set(WARP_GRAD_SHAPES) | slab
-    assert shapes["mass"] == {(3, 6, 7), (3, 7, 8), (3, 8, 9)}
-    assert shapes["mass"] <= set(WARP_CELL_SHAPES) | (TILE_CELL_SHAPES & TILE_SHAPES)
+    assert shapes["mass"] == {(3, 6, 7), (3, 7, 8), (3, 8, 9), (3, 9, 10)}
+    assert shapes["mass"] <= set(WARP_CELL_SHAPES) | TILE_CELL_SHAPES
     assert set(shapes) == {"diffusion", "mass"}
 
 
