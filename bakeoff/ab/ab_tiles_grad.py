@@ -30,7 +30,11 @@ from hofem.backends.cuda import operator_tiles_grad as otg
 FORMS = ("diffusion-gll", "vector-diffusion-gll")
 GEOMETRIES = ("stored", "on_the_fly")
 VARIANTS = ("table", "w1", "w2", "w4", "w8")
-TABLES = ("TILE_GRAD_SHAPES", "TILE_GRAD_CELL_SHAPES", "WARPS")
+# what a variant wN sets: operator_tiles_grad's tables and warps per block (either
+# geometry's), and component_split's tables, so that a vector form runs the kernel on each
+# component at any order (below p = 8 gen would take the components in turn)
+TABLES = ("TILE_GRAD_SHAPES", "TILE_GRAD_CELL_SHAPES", "WARPS", "WARPS_STORED")
+SPLIT_TABLES = ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES")
 
 
 def warps(variant: str) -> int | None:
@@ -79,11 +83,16 @@ def build(ceed, op, shape, variant, dot=False):
     with the gradient tile tables holding ``shape`` at ``N`` warps per block."""
     import cupy
 
+    from hofem.backends.cuda import component_split as cs
+
     count = warps(variant)
     saved = [getattr(otg, name) for name in TABLES]
+    saved_split = [getattr(cs, name) for name in SPLIT_TABLES]
     if count is not None:
-        for name, value in zip(TABLES, (frozenset({shape}),) * 2 + (count,), strict=True):
+        for name, value in zip(TABLES, (frozenset({shape}),) * 2 + (count,) * 2, strict=True):
             setattr(otg, name, value)
+        for name, table in zip(SPLIT_TABLES, saved_split, strict=True):
+            setattr(cs, name, table | {shape})
     try:
         _forget(op)
         fused = ceed.backend._fused_operator(op)
@@ -94,6 +103,8 @@ def build(ceed, op, shape, variant, dot=False):
     finally:
         for name, value in zip(TABLES, saved, strict=True):
             setattr(otg, name, value)
+        for name, table in zip(SPLIT_TABLES, saved_split, strict=True):
+            setattr(cs, name, table)
         _forget(op)
     if count is not None and not fused.layout.startswith(otg.TileGradFusedOperator.layout):
         raise AssertionError(f"{variant}: gen ran {fused.layout!r}, not the gradient tiles")
