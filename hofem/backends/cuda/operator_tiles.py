@@ -48,7 +48,7 @@ from .operator_fuse import (
     has_grad,
     point_rows,
 )
-from .operator_warp import _cell_table, _group
+from .operator_warp import _cell_table, _group, _main_basis
 from .ref import cupy
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
@@ -62,6 +62,7 @@ __all__ = [
     "TILE_SHAPES",
     "WARPS",
     "TileFusedOperator",
+    "blocks_per_sm",
     "buffer_sizes",
     "check_launch",
     "launch_blocks",
@@ -121,21 +122,28 @@ def tile_shared_bytes(shape: tuple[int, int, int], warps: int) -> int:
     return 8 * warps * sum(buffer_sizes(shape))
 
 
+def blocks_per_sm(shared_bytes: int, warps: int) -> tuple[int, int]:
+    """``(resident, launch)`` for blocks of ``warps`` warps and ``shared_bytes`` of dynamic
+    shared memory: the blocks an SM holds by their shared memory (and the SM's reserve per
+    block), at most 64 warps; and those the kernel's ``__launch_bounds__`` asks registers
+    for: as many, so that the shared memory and not the registers bound them, but no more
+    than leave :data:`MIN_REGISTERS` a thread (small shapes, and teams, whose buffers would
+    let more warps reside than the registers hold at that many, would spill)."""
+    by_shared = _SM_SHARED // (shared_bytes + _BLOCK_RESERVED)
+    resident = max(1, min(by_shared, 64 // warps))
+    return resident, max(1, min(resident, 65536 // (32 * warps * MIN_REGISTERS)))
+
+
 def resident_blocks(shape: tuple[int, int, int], warps: int, team: int = 1) -> int:
     """Blocks of ``warps`` elements (teams of ``team`` warps) an SM holds by their shared
-    memory (:func:`tile_shared_bytes` and the SM's reserve per block), at most 64 warps."""
-    by_shared = _SM_SHARED // (tile_shared_bytes(shape, warps) + _BLOCK_RESERVED)
-    return max(1, min(by_shared, 64 // (warps * team)))
+    memory (:func:`tile_shared_bytes`; :func:`blocks_per_sm`)."""
+    return blocks_per_sm(tile_shared_bytes(shape, warps), warps * team)[0]
 
 
 def launch_blocks(shape: tuple[int, int, int], warps: int, team: int = 1) -> int:
-    """Blocks per SM the kernel's ``__launch_bounds__`` asks registers for: the
-    :func:`resident_blocks`, so that the shared memory and not the registers bound them, but
-    no more than leave :data:`MIN_REGISTERS` a thread (small shapes, and teams, whose
-    buffers would let more warps reside than the registers hold at that many, would
-    spill)."""
-    by_registers = 65536 // (32 * warps * team * MIN_REGISTERS)
-    return max(1, min(resident_blocks(shape, warps, team), by_registers))
+    """Blocks per SM the kernel's ``__launch_bounds__`` asks registers for
+    (:func:`blocks_per_sm`)."""
+    return blocks_per_sm(tile_shared_bytes(shape, warps), warps * team)[1]
 
 
 def check_launch(warps: int, team: int) -> None:
@@ -146,10 +154,6 @@ def check_launch(warps: int, team: int) -> None:
         raise ValueError(f"{warps} elements of {team} warps: not a block of 32 to 1024 threads")
     if team > 1 and warps > _MAX_TEAMS:
         raise ValueError(f"{warps} teams a block: at most {_MAX_TEAMS} (named barriers)")
-
-
-def _main_basis(op):
-    return next(f.basis for f in op.input_fields + op.output_fields if _on_main_basis(f))
 
 
 def tile_fusable(op: Operator) -> bool:

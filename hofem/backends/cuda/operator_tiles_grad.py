@@ -47,12 +47,10 @@ from .operator_fuse import (
     point_rows,
 )
 from .operator_tiles import (
-    _BLOCK_RESERVED,
-    _SM_SHARED,
     _STATIC_LIMIT,
-    MIN_REGISTERS,
     _cell_input,
     _input,
+    blocks_per_sm,
     pitch,
 )
 from .ref import cupy
@@ -108,17 +106,14 @@ def tile_grad_shared_bytes(shape: tuple[int, int, int], warps: int) -> int:
 
 def resident_blocks(shape: tuple[int, int, int], warps: int) -> int:
     """Blocks of ``warps`` warps an SM holds by their shared memory
-    (:func:`tile_grad_shared_bytes` and the SM's reserve per block), at most 64 warps."""
-    by_shared = _SM_SHARED // (tile_grad_shared_bytes(shape, warps) + _BLOCK_RESERVED)
-    return max(1, min(by_shared, 64 // warps))
+    (:func:`tile_grad_shared_bytes`; :func:`~.operator_tiles.blocks_per_sm`)."""
+    return blocks_per_sm(tile_grad_shared_bytes(shape, warps), warps)[0]
 
 
 def launch_blocks(shape: tuple[int, int, int], warps: int) -> int:
-    """Blocks per SM the kernel's ``__launch_bounds__`` asks registers for: the
-    :func:`resident_blocks`, but no more than leave
-    :data:`~.operator_tiles.MIN_REGISTERS` a thread."""
-    by_registers = 65536 // (32 * warps * MIN_REGISTERS)
-    return max(1, min(resident_blocks(shape, warps), by_registers))
+    """Blocks per SM the kernel's ``__launch_bounds__`` asks registers for
+    (:func:`~.operator_tiles.blocks_per_sm`)."""
+    return blocks_per_sm(tile_grad_shared_bytes(shape, warps), warps)[1]
 
 
 def _is_identity(matrix):

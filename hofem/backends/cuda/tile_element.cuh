@@ -115,22 +115,30 @@ __device__ __forceinline__ void tile_operand(const double *Mat, int lane, double
   }
 }
 
-// c (NT tiles, this lane's two columns each) = rows 8 m .. 8 m + 7 of A (M x K, in src) times
-// the B operand b: A read in 8 x 4 fragments, zero past row M and column K (the buffer's
-// entries there were never written, and may hold NaN)
-template <int M, int K, int KS, int NT>
-__device__ __forceinline__ void tile_product(const double *src, int m, const double (&b)[KS][NT],
-                                             int lane, double (&c)[NT][2]) {
+// c (NT tiles, this lane's two columns each) = rows 8 m .. 8 m + 7 of A (M x K, entry (row,
+// col) at src[index(row, col)]) times the B operand b: A read in 8 x 4 fragments, zero past
+// row M and column K (the buffer's entries there were never written, and may hold NaN)
+template <int M, int K, int KS, int NT, typename Index>
+__device__ __forceinline__ void tile_product_at(const double *src, int m,
+                                                const double (&b)[KS][NT], int lane,
+                                                double (&c)[NT][2], Index index) {
   const int row = 8 * m + (lane >> 2), t = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) c[nt][0] = c[nt][1] = 0.0;
 #pragma unroll
   for (int s = 0; s < KS; s++) {
     const int col = 4 * s + t;
-    const double a = row < M && col < K ? src[tile_index(row, col)] : 0.0;
+    const double a = row < M && col < K ? src[index(row, col)] : 0.0;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) mma_m8n8k4(c[nt][0], c[nt][1], a, b[s][nt]);
   }
+}
+
+// tile_product_at with A in the buffer's rows (tile_index)
+template <int M, int K, int KS, int NT>
+__device__ __forceinline__ void tile_product(const double *src, int m, const double (&b)[KS][NT],
+                                             int lane, double (&c)[NT][2]) {
+  tile_product_at<M, K>(src, m, b, lane, c, [](int row, int col) { return tile_index(row, col); });
 }
 
 // c = a (8 rows, this lane's C fragments of NC tiles) times the B operand b whose k order is

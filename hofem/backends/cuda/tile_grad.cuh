@@ -41,21 +41,12 @@ __device__ __forceinline__ int grad_index(int row, int col) {
 }
 
 // c (NT n tiles, this lane's two columns each) = rows 8 m .. 8 m + 7 of A (N^2 x N, src read
-// in orientation DIR) times the B operand b: zero past row N^2 and column N (entries never
-// written, which may hold NaN)
+// in orientation DIR) times the B operand b (tile_product_at)
 template <int N, GradDir DIR, int KS, int NT>
 __device__ __forceinline__ void grad_product(const double *src, int m, const double (&b)[KS][NT],
                                              int lane, double (&c)[NT][2]) {
-  const int row = 8 * m + (lane >> 2), t = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++) c[nt][0] = c[nt][1] = 0.0;
-#pragma unroll
-  for (int s = 0; s < KS; s++) {
-    const int col = 4 * s + t;
-    const double a = row < N * N && col < N ? src[grad_index<N, DIR>(row, col)] : 0.0;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) mma_m8n8k4(c[nt][0], c[nt][1], a, b[s][nt]);
-  }
+  tile_product_at<N * N, N>(src, m, b, lane, c,
+                            [](int row, int col) { return grad_index<N, DIR>(row, col); });
 }
 
 // Stores (or with ADD adds) m tile m's C into dst in orientation DIR: only the entries inside
