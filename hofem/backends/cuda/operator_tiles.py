@@ -13,16 +13,16 @@ inlined QFunction in registers and on as the A operand of ``z^T``, so the point 
 touch shared memory.  For BP1 p = 8 an element is 458 fp64 ``mma`` and about 180 A-fragment
 loads per element, against some 1600 shared-load instructions of the slab's.
 
-A team of :data:`TEAM` warps shares each element (its two buffers): each stage's m tiles go
-round robin to the team's warps and the team meets at a barrier between stages, so that the
-buffers, which bound the elements an SM holds, serve more warps, and each element's chain of
-dependent stages is split over them.
+A team of :data:`TEAM` warps may share each element (its two buffers): each stage's m tiles
+go round robin to the team's warps and the team meets at a barrier between stages, which
+splits each element's chain of dependent stages over more warps, at the price of fewer
+elements in flight (a team's registers, not the buffers, then bound its residency).
 
 It applies to 3D operators that interpolate one value per point in and out on one basis of
 ``max(P_1d, Q_1d) <=`` :data:`MAX_T_1D` (BP1), with stored values (``EVAL_NONE``: the
 q-data), quadrature weights and cell-constant inputs (the Jacobian of affine cells on the
-fly, once per element) beside the active field (:func:`tile_fusable`); gen
-takes it for the shapes of :data:`TILE_SHAPES`, measured on a GPU (``bakeoff/ab/ab_tiles.py``).
+fly, once per element) beside the active field (:func:`tile_fusable`); gen takes it for the
+shapes of :func:`tile_shapes`' tables (``cuda_fused.json``, from ``bakeoff/ab/ab_tiles.py``).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ __all__ = [
     "use_tile_layout",
 ]
 
-# the (dim, P_1d, Q_1d) that gen runs in this layout: where it measured faster than the
-# slab and the blocked slab (cuda_fused.json, bakeoff/ab/ab_tiles.py), with stored values
-# read at the points, and with cell-constant inputs (read once per element)
+# the (dim, P_1d, Q_1d) that gen runs in this layout rather than the slab or the blocked
+# slab (cuda_fused.json, with its provenance), with stored values read at the points, and
+# with cell-constant inputs (read once per element)
 TILE_SHAPES = tuning.fused().tile_shapes
 TILE_CELL_SHAPES = tuning.fused().tile_cell_shapes
 # the largest max(P_1d, Q_1d): the buffers (buffer_sizes) pass 24 KiB an element beyond it, and
@@ -87,7 +87,8 @@ MAX_T_1D = 10
 # or two a block keep twelve elements resident within the SM's 228 KiB, as do four; eight
 # keep eight (ab_tiles measures 1 to 8)
 WARPS = 2
-# warps per element unless told (the team): one until ab_tiles' wNtM variants measure teams
+# warps per element unless told (the team): one, since a team trades elements in flight
+# for a shorter chain per element (cuda_fused.json's tables were measured at one)
 TEAM = 1
 # teams a block holds past one: each has its named barrier, ids 1 to 15
 _MAX_TEAMS = 15

@@ -18,7 +18,7 @@ one basis with ``P_1d == Q_1d <=`` :data:`MAX_T_1D` whose interpolation is the i
 stored values (``EVAL_NONE``: the q-data), quadrature weights and cell-constant inputs (the
 Jacobian of affine cells on the fly, once per element) beside the active field
 (:func:`tile_grad_fusable`); gen takes it for the shapes of :data:`TILE_GRAD_SHAPES` and
-:data:`TILE_GRAD_CELL_SHAPES`, measured on a GPU (``bakeoff/ab/ab_tiles_grad.py``).  A vector
+:data:`TILE_GRAD_CELL_SHAPES` (``cuda_fused.json``, from ``bakeoff/ab/ab_tiles_grad.py``).  A vector
 form (BP6) reaches it through :mod:`.component_split`, one component at a time.
 """
 
@@ -76,9 +76,9 @@ __all__ = [
     "use_tile_grad_layout",
 ]
 
-# the (dim, P_1d, Q_1d) that gen runs in this layout, with stored values read at the points
-# and with cell-constant inputs (read once per element): where it measured faster than gen's
-# other kernels (cuda_fused.json, bakeoff/ab/ab_tiles_grad.py)
+# the (dim, P_1d, Q_1d) that gen runs in this layout rather than its other kernels, with
+# stored values read at the points and with cell-constant inputs (read once per element)
+# (cuda_fused.json, with its provenance)
 TILE_GRAD_SHAPES = tuning.fused().tile_grad_shapes
 TILE_GRAD_CELL_SHAPES = tuning.fused().tile_grad_cell_shapes
 # the largest Q_1d: beyond it the three buffers leave the SM few warps
@@ -86,9 +86,9 @@ MAX_T_1D = 10
 # buffers a warp holds: the nodes U, the x and y derivatives X and Y
 BUFFERS = 3
 # warps (elements at a time) per block unless told, with cell-constant inputs and with
-# stored values read at the points: at Q_1d = 9 the SM holds about as many warps at one,
-# two or four a block (resident_blocks), and ab_tiles_grad measured one faster on the fly
-# (the component split's launches gained most) and two with stored q-data
+# stored values read at the points: the SM holds about as many warps at one, two or four a
+# block (resident_blocks), so the choice is the lab's (bakeoff/ab/ab_tiles_grad.py; the
+# numbers in bakeoff/JOURNAL.md)
 WARPS = 1
 WARPS_STORED = 2
 
