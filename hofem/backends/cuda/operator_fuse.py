@@ -179,6 +179,12 @@ def _is_cell_field(field):
     )
 
 
+def _reads_cells(op):
+    """Whether ``op`` reads a cell-constant input (:func:`_is_cell_field`): the kernels'
+    tables of such operators (the affine Jacobian on the fly) are measured apart."""
+    return any(map(_is_cell_field, op.input_fields))
+
+
 def _on_main_basis(field):
     return field.eval_mode in _BASIS_MODES and not _is_cell_field(field)
 

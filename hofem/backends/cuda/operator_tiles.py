@@ -43,6 +43,7 @@ from .operator_fuse import (
     _is_cell_field,
     _on_main_basis,
     _qfunction_stage,
+    _reads_cells,
     _Source,
     dot_pairs,
     has_grad,
@@ -177,17 +178,24 @@ def tile_fusable(op: Operator) -> bool:
     same = first is second or np.array_equal(first.interp_1d, second.interp_1d)
     if not same or first.dim != 3 or max(first.P_1d, first.Q_1d) > MAX_T_1D:
         return False
+    return _passive_inputs_fit(op)
+
+
+def _passive_inputs_fit(op):
+    """Whether ``op``'s inputs off the main basis are stored values, cell-constant inputs
+    or quadrature weights of one rule (one ``__constant__`` table), as the tile kernels
+    read them (:func:`_input`, :func:`_cell_input`)."""
     others = [f for f in op.input_fields if not _on_main_basis(f)]
     if any(f.eval_mode not in (EVAL_NONE, EVAL_WEIGHT) and not _is_cell_field(f) for f in others):
         return False
     weights = [f.basis.q_weight_1d for f in others if f.eval_mode is EVAL_WEIGHT]
-    return all(np.array_equal(w, weights[0]) for w in weights)  # one __constant__ table
+    return all(np.array_equal(w, weights[0]) for w in weights)
 
 
 def tile_shapes(op: Operator) -> frozenset[tuple[int, int, int]]:
     """The table of measured shapes for ``op``'s kind: :data:`TILE_CELL_SHAPES` where it
     reads cell-constant inputs (the affine Jacobian on the fly), else :data:`TILE_SHAPES`."""
-    return TILE_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else TILE_SHAPES
+    return TILE_CELL_SHAPES if _reads_cells(op) else TILE_SHAPES
 
 
 def use_tile_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
@@ -429,19 +437,26 @@ class TileFusedOperator(FusedOperator):
     layout = "tiles"
 
     def __init__(self, op, shape, warps=None, team=None):
-        self._op, self._shape, self._collocated = op, shape, False
-        warps = WARPS if warps is None else warps
-        team = TEAM if team is None else team
-        self._warps, self._team = warps, team
-        self._matrices = []  # constant tables in the source
+        self._op, self._shape = op, shape
+        self._warps = self._default_warps(op) if warps is None else warps
+        self._team = TEAM if team is None else team
+        self._matrices = []  # the 1D matrices and weights: __constant__ tables in the source
         self._weights = None
-        self._block = (32 * warps * team, 1, 1)
-        self._shared_mem = tile_shared_bytes(shape, warps)
-        self._tensor_cores = True
+        self._block = (32 * self._warps * self._team, 1, 1)
+        self._shared_mem = self._shared_bytes()
         self._kernel = self._compile(self._source())
         self._dot_kernel = None
-        resident = resident_blocks(shape, warps, team)
-        self.num_blocks = self._grid(op.num_elem, warps, resident)
+        resident = blocks_per_sm(self._shared_mem, self._warps * self._team)[0]
+        self.num_blocks = self._grid(op.num_elem, self._warps, resident)
+
+    @staticmethod
+    def _default_warps(op):
+        """Elements per block unless told (:data:`WARPS`)."""
+        return WARPS
+
+    def _shared_bytes(self):
+        """The block's dynamic shared memory (:func:`tile_shared_bytes`)."""
+        return tile_shared_bytes(self._shape, self._warps)
 
     def _source(self, dot=False):
         return tile_kernel_source(self._op, self._shape, dot, self._warps, self._team)

@@ -30,26 +30,26 @@ import numpy as np
 
 from ... import tuning
 from ...basis import collocated_grad
-from ...constants import EVAL_GRAD, EVAL_NONE, EVAL_WEIGHT
+from ...constants import EVAL_GRAD
 from .operator_fuse import (
     _DOT_BEGIN,
-    FusedOperator,
-    _compile_options,
     _constant_tables,
     _dot_end,
     _dot_params,
     _is_cell_field,
     _on_main_basis,
     _qfunction_stage,
+    _reads_cells,
     _Source,
     dot_pairs,
     has_grad,
     point_rows,
 )
 from .operator_tiles import (
-    _STATIC_LIMIT,
+    TileFusedOperator,
     _cell_input,
     _input,
+    _passive_inputs_fit,
     blocks_per_sm,
     pitch,
 )
@@ -116,12 +116,6 @@ def launch_blocks(shape: tuple[int, int, int], warps: int) -> int:
     return blocks_per_sm(tile_grad_shared_bytes(shape, warps), warps)[1]
 
 
-def _is_identity(matrix):
-    return matrix.shape[0] == matrix.shape[1] and np.allclose(
-        matrix, np.eye(len(matrix)), rtol=0.0, atol=1e-14
-    )
-
-
 def _active_grads(op):
     """The main basis's fields (inputs then outputs), each required an active gradient."""
     return [f for f in op.input_fields + op.output_fields if _on_main_basis(f)]
@@ -143,29 +137,22 @@ def tile_grad_fusable(op: Operator) -> bool:
         return False
     first, second = (f.basis for f in main)
     same = first is second or np.array_equal(first.grad_1d, second.grad_1d)
-    if not same or first.dim != 3 or first.P_1d != first.Q_1d or first.Q_1d > MAX_T_1D:
+    if not same or first.dim != 3 or first.Q_1d > MAX_T_1D:
         return False
-    if not _is_identity(first.interp_1d):
-        return False
-    others = [f for f in op.input_fields if not _on_main_basis(f)]
-    if any(f.eval_mode not in (EVAL_NONE, EVAL_WEIGHT) and not _is_cell_field(f) for f in others):
-        return False
-    weights = [f.basis.q_weight_1d for f in others if f.eval_mode is EVAL_WEIGHT]
-    return all(np.array_equal(w, weights[0]) for w in weights)  # one __constant__ table
+    return first.interpolates_identity and _passive_inputs_fit(op)
 
 
 def tile_grad_shapes(op: Operator) -> frozenset[tuple[int, int, int]]:
     """The table of measured shapes for ``op``'s kind: :data:`TILE_GRAD_CELL_SHAPES` where it
     reads cell-constant inputs (the affine Jacobian on the fly), else
     :data:`TILE_GRAD_SHAPES`."""
-    cells = any(map(_is_cell_field, op.input_fields))
-    return TILE_GRAD_CELL_SHAPES if cells else TILE_GRAD_SHAPES
+    return TILE_GRAD_CELL_SHAPES if _reads_cells(op) else TILE_GRAD_SHAPES
 
 
 def default_warps(op: Operator) -> int:
     """Warps per block for ``op`` unless told: :data:`WARPS` where it reads cell-constant
     inputs, else :data:`WARPS_STORED`."""
-    return WARPS if any(map(_is_cell_field, op.input_fields)) else WARPS_STORED
+    return WARPS if _reads_cells(op) else WARPS_STORED
 
 
 def use_tile_grad_layout(op: Operator, shape: tuple[int, int, int]) -> bool:
@@ -305,10 +292,10 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {launch_blocks(shape,
 """
 
 
-class TileGradFusedOperator(FusedOperator):
-    """:class:`~.operator_fuse.FusedOperator` with the collocated gradient tile kernel: one
-    warp per element, every contraction a GEMM on the fp64 tensor cores (the same arguments
-    but for ``D`` and the weights, ``__constant__`` tables; the same CG variant).
+class TileGradFusedOperator(TileFusedOperator):
+    """:class:`~.operator_tiles.TileFusedOperator` with the collocated gradient tile kernel:
+    one warp per element, every contraction a GEMM on the fp64 tensor cores (the same
+    arguments but for ``D`` and the weights, ``__constant__`` tables; the same CG variant).
 
     Parameters
     ----------
@@ -323,24 +310,13 @@ class TileGradFusedOperator(FusedOperator):
     layout = "tiles, gradients"
 
     def __init__(self, op: Operator, shape: tuple[int, int, int], warps: int | None = None):
-        self._op, self._shape, self._collocated = op, shape, True
-        self._warps = default_warps(op) if warps is None else warps
-        self._matrices = []  # constant tables in the source
-        self._weights = None
-        self._block = (32 * self._warps, 1, 1)
-        self._shared_mem = tile_grad_shared_bytes(shape, self._warps)
-        self._tensor_cores = True
-        self._kernel = self._compile(self._source())
-        self._dot_kernel = None
-        resident = resident_blocks(shape, self._warps)
-        self.num_blocks = self._grid(op.num_elem, self._warps, resident)
+        super().__init__(op, shape, warps, team=1)
+
+    _default_warps = staticmethod(default_warps)
+
+    def _shared_bytes(self):
+        """The block's dynamic shared memory (:func:`tile_grad_shared_bytes`)."""
+        return tile_grad_shared_bytes(self._shape, self._warps)
 
     def _source(self, dot=False):
         return tile_grad_kernel_source(self._op, self._shape, dot, self._warps)
-
-    def _compile(self, code):
-        """The kernel ``apply`` of ``code``, opted in to its dynamic shared memory."""
-        kernel = _compile_options(code, ())
-        if self._shared_mem > _STATIC_LIMIT:
-            kernel.max_dynamic_shared_size_bytes = self._shared_mem
-        return kernel

@@ -69,6 +69,7 @@ from .operator_fuse import (
     _is_grad,
     _on_main_basis,
     _qfunction_stage,
+    _reads_cells,
     _Source,
     dot_pairs,
     has_grad,
@@ -202,7 +203,7 @@ def warp_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     if not has_grad(op):
         if rows[0] > 1:
             return WARP_VECTOR_SHAPES
-        return WARP_CELL_SHAPES if any(map(_is_cell_field, op.input_fields)) else WARP_SHAPES
+        return WARP_CELL_SHAPES if _reads_cells(op) else WARP_SHAPES
     stored = _reads_at_points(op)
     if max(rows) > MAX_POINT_ROWS:
         return WARP_VECTOR_GRAD_STORED_SHAPES if stored else WARP_VECTOR_GRAD_SHAPES
