@@ -290,6 +290,18 @@ def _tile_sources(tmp_path):
     return paths
 
 
+def _mma_registers(path, proc, ptx):
+    """``(registers, None)`` of a tile kernel that compiled (``_cubin_and_ptx``), spilled
+    nothing and runs fp64 ``mma``, else ``(None, the failure)``."""
+    if proc.returncode or ptx.returncode:
+        return None, f"{path.name}:\n{proc.stderr}\n{ptx.stderr}"
+    if "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
+        path.with_suffix(".ptx").read_text()
+    ):
+        return None, f"{path.name} spills or has no fp64 mma:\n{proc.stderr}"
+    return int(re.search(r"Used (\d+) registers", proc.stderr).group(1)), None
+
+
 def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
     """The tile kernels compile for sm_90 to mma.sync tiles and spill no registers (ptxas -v)
     within the registers of their ``__launch_bounds__`` (``launch_blocks``): at p = 7, 8 and
@@ -299,14 +311,10 @@ def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
 
     failures = []
     for path, proc, ptx in _cubin_and_ptx(_tile_sources(tmp_path), ROOT / "backends" / "cuda"):
-        if proc.returncode or ptx.returncode:
-            failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
-        elif "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
-            path.with_suffix(".ptx").read_text()
-        ):
-            failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
+        registers, failure = _mma_registers(path, proc, ptx)
+        if failure:
+            failures.append(failure)
         else:
-            registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
             shape, (warps, team) = _TILE_LAUNCHES[path.name]
             blocks = launch_blocks(shape, warps, team)
             if 32 * warps * team * blocks * registers > 65536:
@@ -321,9 +329,9 @@ def test_tile_kernels_compile_to_fp64_mma_without_spills(tmp_path):
 def _tile_grad_sources(tmp_path):
     """The collocated gradient tile kernels (operator_tiles_grad), apply and CG variant: BP5
     at p = 4 and 8, stored q-data on distorted cells and the Jacobian of affine cells on the
-    fly, at gen's warps per block and at 8; ``{path: (shape, warps)}``."""
+    fly, at gen's warps per block (default_warps) and at 8; ``{path: (shape, warps)}``."""
     from hofem.backends.cuda.operator_fuse import fusable_shape
-    from hofem.backends.cuda.operator_tiles_grad import WARPS, tile_grad_kernel_source
+    from hofem.backends.cuda.operator_tiles_grad import default_warps, tile_grad_kernel_source
 
     ceed = hf.Ceed("/cpu/self/ref")
     gll = {"q_extra": 0, "quad_mode": hf.GAUSS_LOBATTO}
@@ -334,7 +342,7 @@ def _tile_grad_sources(tmp_path):
             op = hf.diffusion(space, geometry=geometry, **gll)
             shape = fusable_shape(op, 16)
             for dot in (False, True):
-                for warps in (WARPS, 8):
+                for warps in (default_warps(op), 8):
                     path = tmp_path / f"tiles-grad-p{p}-{geometry}-{int(dot)}-w{warps}.cu"
                     path.write_text(tile_grad_kernel_source(op, shape, dot, warps))
                     launches[path] = shape, warps
@@ -350,14 +358,10 @@ def test_tile_grad_kernels_compile_to_fp64_mma_without_spills(tmp_path):
     launches = _tile_grad_sources(tmp_path)
     failures = []
     for path, proc, ptx in _cubin_and_ptx(list(launches), ROOT / "backends" / "cuda"):
-        if proc.returncode or ptx.returncode:
-            failures.append(f"{path.name}:\n{proc.stderr}\n{ptx.stderr}")
-        elif "0 bytes spill stores" not in proc.stderr or "mma.sync.aligned.m8n8k4" not in (
-            path.with_suffix(".ptx").read_text()
-        ):
-            failures.append(f"{path.name} spills or has no fp64 mma:\n{proc.stderr}")
+        registers, failure = _mma_registers(path, proc, ptx)
+        if failure:
+            failures.append(failure)
         else:
-            registers = int(re.search(r"Used (\d+) registers", proc.stderr).group(1))
             shape, warps = launches[path]
             if 32 * warps * launch_blocks(shape, warps) * registers > 65536:
                 failures.append(f"{path.name}: {registers} registers")
