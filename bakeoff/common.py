@@ -158,12 +158,12 @@ def event_seconds(fn, repeat):
 
 def dot_args(fused, u=None, v=None):
     """Arguments of a fused kernel's ``apply_dot`` (``gen``'s CG variant): ``u``, ``v``
-    (zeros where None), the partial sums and a running status."""
+    (zeros where None; sized from ``u`` where given, so that a component split, which has no
+    one operator, takes them too), the partial sums and a running status."""
     import cupy
 
-    size = fused._op.shape[1]
-    u = cupy.zeros(size) if u is None else u  # (l_size,)
-    v = cupy.zeros(size) if v is None else v  # (l_size,)
+    u = cupy.zeros(fused._op.shape[1]) if u is None else u  # (l_size,)
+    v = cupy.zeros_like(u) if v is None else v  # (l_size,)
     return u, v, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64)
 
 

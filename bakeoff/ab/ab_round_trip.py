@@ -29,7 +29,7 @@ import numpy as np
 
 import hofem as hf
 from bakeoff.ab.ab_warp import FORMS, operator
-from bakeoff.common import alternating_times
+from bakeoff.common import alternating_times, dot_args
 
 _SOURCE = r"""
 template <typename I>
@@ -90,9 +90,7 @@ def case(ceed, form, geometry, p, rounds=5):
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
     runs = pattern_runs(op, u)
     fused = ceed.backend._fused_operator(op)
-    v = cupy.zeros_like(u)
-    # dot_args' arguments, sized from u (a component split has no single operator)
-    args = (u, cupy.zeros_like(u), cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64))
+    v, args = cupy.zeros_like(u), dot_args(fused, u)
     runs["apply"] = lambda: fused(u, v)
     runs["CG kernel"] = lambda: fused.apply_dot(*args)
     times = alternating_times(runs, rounds)

@@ -111,51 +111,18 @@ def build(ceed, op, shape, variant, dot=False):
     return fused
 
 
-def _kernel(fused, dot):
-    """The CUDA kernel a fused operator launches (for a component split, its scalar one's)."""
-    from hofem.backends.cuda.component_split import ComponentSplitOperator
-
-    inner = fused.run if isinstance(fused, ComponentSplitOperator) else fused
-    return inner._dot_kernel if dot else inner._kernel
-
-
 def case(ceed, form, geometry, p, variants, dot=False, rounds=5):
-    """One line of the variants at order ``p``: registers and local bytes, GDOF/s and the
-    median ratio over the first; outputs checked alike."""
-    import statistics
-
+    """One line of the variants at order ``p`` (``ab_warp.compare_kernels``)."""
     import cupy
 
-    from bakeoff.ab.ab_warp import operator
-    from bakeoff.common import alternating_times, check_same
+    from bakeoff.ab.ab_warp import compare_kernels, operator
     from hofem.backends.cuda import operator_fuse as of
 
     op = operator(ceed, form, geometry, p)
     shape = tuple(of.fusable_shape(op, 16))
     u = cupy.random.default_rng(0).standard_normal(op.shape[1])  # (l_size,)
-    runs, regs, outputs = {}, {}, {}
-    for name in variants:
-        fused = build(ceed, op, shape, name, dot)
-        out = cupy.zeros_like(u)
-        args = (u, out, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64))
-
-        def run(fused=fused, out=out, args=args):
-            out[...] = 0.0
-            fused.apply_dot(*args) if dot else fused(u, out)
-
-        run()
-        kernel = _kernel(fused, dot)
-        regs[name] = f"{kernel.num_regs}r/{kernel.local_size_bytes}B"
-        runs[name], outputs[name] = run, out
-    first = variants[0]
-    check_same(outputs, first, f"p={p}")
-    times = alternating_times(runs, rounds)
-    cells = [f"p={p}"]
-    for name in runs:
-        rate = u.size / statistics.median(times[name]) / 1e9
-        ratio = statistics.median(s / t for s, t in zip(times[first], times[name], strict=True))
-        cells.append(f"{name} {regs[name]} {rate:.1f} ({ratio:.2f})")
-    return " | ".join(cells)
+    kernels = {name: build(ceed, op, shape, name, dot) for name in variants}
+    return compare_kernels(kernels, u, p, dot, rounds)
 
 
 def main():

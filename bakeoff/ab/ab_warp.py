@@ -140,6 +140,14 @@ def case(ceed, form, geometry, kind, p, dot=False, rounds=5, budgets=None):
     return compare_kernels(kernels, u, p, dot, rounds)
 
 
+def launched_kernel(fused, dot):
+    """The CUDA kernel a fused operator launches (for a component split, its scalar one's)."""
+    from hofem.backends.cuda.component_split import ComponentSplitOperator
+
+    inner = fused.run if isinstance(fused, ComponentSplitOperator) else fused
+    return inner._dot_kernel if dot else inner._kernel
+
+
 def compare_kernels(kernels, u, p, dot=False, rounds=5):
     """One line of ``kernels`` (name -> fused operator, the first the reference) applied to
     ``u`` (``apply_dot`` where ``dot``): registers and local (spill) bytes, GDOF/s and the
@@ -154,7 +162,7 @@ def compare_kernels(kernels, u, p, dot=False, rounds=5):
             fused.apply_dot(*args) if dot else fused(u, out)
 
         run()
-        kernel = fused._dot_kernel if dot else fused._kernel
+        kernel = launched_kernel(fused, dot)
         regs[name] = f"{kernel.num_regs}r/{kernel.local_size_bytes}B"  # registers, local memory
         runs[name], outputs[name] = run, out
     first = next(iter(runs))
