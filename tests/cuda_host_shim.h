@@ -1,5 +1,5 @@
 // Runs a generated CUDA kernel on the host, for tests without a GPU (test_23_simplex_gen.py,
-// test_24_warp_gen.py, test_25_blocked_gen.py, test_28_tile_gen.py).
+// test_24_warp_gen.py, test_25_blocked_gen.py, test_28_tile_gen.py, test_29_tile_grad_gen.py).
 //
 // Each CUDA thread of a block is a std::thread (a block of up to three dimensions, x
 // fastest; warps are 32 consecutive threads of that order); __syncthreads() is a std::barrier over the
