@@ -103,7 +103,6 @@ _SCHEMA = {
     "cuda_warp.json": {
         **{f"blocks_{kind}": "entries" for kind in WARP_KINDS},
         "register_operand_shapes": "shapes",
-        "group_sums": "by_kind",
         "prefetch_size": "value",
         "warps_per_block": "value",
     },
@@ -173,13 +172,11 @@ class FusedTuning:
 @dataclasses.dataclass(frozen=True)
 class WarpTuning:
     """``cuda_warp.json``: blocks per SM by kind (:data:`WARP_KINDS`) and shape; the shapes
-    whose operands stay in registers; by kind, the shapes whose blocks sum their scatter in
-    shared memory first; the stored values per point read before the stages; warps per
-    block."""
+    whose operands stay in registers; the stored values per point read before the stages;
+    warps per block."""
 
     blocks: Mapping[str, Mapping[Shape, int]]
     register_operand_shapes: frozenset[Shape]
-    group_sums: Mapping[str, frozenset[Shape]]
     prefetch_size: int
     warps_per_block: int
 
@@ -408,22 +405,9 @@ def warp() -> WarpTuning:
     return WarpTuning(
         blocks=MappingProxyType(blocks),
         register_operand_shapes=registers,
-        group_sums=_group_sums(name, blocks),
         prefetch_size=_positive_int(name, "prefetch_size", _payload(name, "prefetch_size")),
         warps_per_block=_positive_int(name, "warps_per_block", _payload(name, "warps_per_block")),
     )
-
-
-def _group_sums(name: str, blocks: Mapping[str, Mapping[Shape, int]]):
-    """``group_sums``: kinds of :data:`WARP_KINDS` to shapes of their ``blocks_`` table."""
-    table = _payload(name, "group_sums")
-    if not isinstance(table, dict) or not set(table) <= set(WARP_KINDS):
-        raise _bad(name, f"group_sums must map kinds ({', '.join(WARP_KINDS)}) to shapes")
-    out = {kind: _shapes(name, f"group_sums[{kind!r}]", s) for kind, s in table.items()}
-    for kind, shapes in out.items():
-        if not shapes <= set(blocks[kind]):
-            raise _bad(name, f"group_sums[{kind!r}] must be shapes of blocks_{kind}")
-    return MappingProxyType(out)
 
 
 def warp_blocks(kind: str, shape: Shape) -> int | None:

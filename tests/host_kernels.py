@@ -94,19 +94,14 @@ def build(
     return ctypes.CDLL(str(path))
 
 
-def field_offsets(field) -> np.ndarray:
-    """A field's component-0 offsets ``(num_elem * elem_size,)`` as the device holds them."""
-    r = field.restriction
-    return np.ascontiguousarray(r.compact_indices()[0].ravel(), dtype=r.offsets_dtype)
-
-
 def _indices(field):
     """A field's restriction arguments: none for the identity, else the offsets and the
     component stride."""
     r = field.restriction
     if r.is_identity:
         return []
-    return [field_offsets(field), np.int64(r.component_stride)]
+    offsets = np.ascontiguousarray(r.compact_indices()[0].ravel(), dtype=r.offsets_dtype)
+    return [offsets, np.int64(r.component_stride)]
 
 
 def field_arguments(op: hf.Operator, u: np.ndarray, v: np.ndarray, weights: bool = True) -> list:
@@ -128,7 +123,6 @@ def field_arguments(op: hf.Operator, u: np.ndarray, v: np.ndarray, weights: bool
 
 
 _C_TYPES = {"double": np.float64, "int": np.int32, "long long": np.int64}
-_C_TYPES["unsigned short"] = np.uint16
 
 
 def ctypes_args(decls: Sequence[str], args: Sequence) -> list:
@@ -137,7 +131,7 @@ def ctypes_args(decls: Sequence[str], args: Sequence) -> list:
     out = []
     for decl, arg in zip(decls, args, strict=True):
         if "*" in decl:
-            base = re.match(r"(?:const )?(double|int|long long|unsigned short) \*", decl).group(1)
+            base = re.match(r"(?:const )?(double|int|long long) \*", decl).group(1)
             assert arg.dtype == _C_TYPES[base] and arg.flags.c_contiguous, decl
             out.append(ctypes.c_void_p(arg.ctypes.data))
         elif decl.startswith("const int "):

@@ -710,41 +710,6 @@ def test_gen_components_in_turn_matches_ref(gen, ref, monkeypatch, quad_mode, ge
     _check_interior_cg(gen, ref, ops, spaces)
 
 
-@pytest.mark.parametrize(("form", "num_comp", "quad_mode", "geometry", "p"), [
-    ("mass", 1, hf.GAUSS, "stored", 2), ("mass", 1, hf.GAUSS, "on_the_fly", 4),
-    ("mass", 3, hf.GAUSS, "on_the_fly", 2), ("diffusion", 1, hf.GAUSS_LOBATTO, "stored", 3),
-    ("diffusion", 3, hf.GAUSS_LOBATTO, "on_the_fly", 2), ("diffusion", 3, hf.GAUSS, "stored", 3)])  # fmt: skip
-def test_gen_group_sums_match_ref(gen, ref, every_warp_shape, monkeypatch, form, num_comp,
-                                  quad_mode, geometry, p):  # fmt: skip
-    """The warp kernels summing each block's scatter per distinct node in shared memory
-    (group_scatter) once the table lists the kind and shape: BP1 to BP6 (the vector Poisson
-    forms taking the components in turn) on 27 elements (a partial last group), four
-    elements a warp and one, stored q-data on distorted cells and the geometry on the fly,
-    equal to ref; the u . Au variant and a stopped CG's status."""
-    from hofem import tuning
-    from hofem.backends.cuda import component_split
-    from hofem.backends.cuda import operator_warp as ow
-
-    for table in ("SPLIT_GRAD_SHAPES", "SPLIT_GRAD_ON_THE_FLY_SHAPES"):
-        monkeypatch.setattr(component_split, table, frozenset())
-    shapes = frozenset((3, P, Q) for P in range(1, 9) for Q in range(1, 9))
-    for table in ("WARP_IN_TURN_SHAPES", "WARP_IN_TURN_STORED_SHAPES"):
-        monkeypatch.setattr(ow, table, dict.fromkeys(shapes, ow.MIN_BLOCKS))
-    monkeypatch.setattr(ow, "GROUP_SUM_SHAPES", dict.fromkeys(tuning.WARP_KINDS, shapes))
-    q_extra = 1 if quad_mode is hf.GAUSS else 0
-    ops = {}
-    for ceed in (ref, gen):
-        mesh = meshes.box(3, 3, distort=0.1 if geometry == "stored" else 0.0)
-        space = hf.H1Space(ceed, mesh, p, num_comp=num_comp)
-        make = hf.mass if form == "mass" else hf.diffusion
-        ops[ceed] = make(space, q_extra=q_extra, quad_mode=quad_mode, geometry=geometry)
-    fused = gen.backend._fused_operator(ops[gen])
-    assert fused.layout.endswith(", group sums"), fused.layout
-    u = np.random.default_rng(p).standard_normal(ops[ref].shape[1])
-    assert rel_error(gen.to_numpy(ops[gen](gen.asarray(u))), ops[ref](u)) < 1e-13
-    _check_dot(gen, ops[gen])
-
-
 @pytest.mark.parametrize("p", range(1, 7))
 def test_gen_warp_layout_matches_ref(gen, ref, every_warp_shape, p):
     """One warp per element (operator_warp): mass on 27 distorted elements (warps of a block

@@ -27,7 +27,6 @@ from host_kernels import (
     ctypes_args,
     failures,
     field_arguments,
-    field_offsets,
     params,
     precompiled_shim,
 )
@@ -35,7 +34,6 @@ from host_kernels import (
 import hofem as hf
 from hofem import meshes
 from hofem.backends.cuda import operator_warp as ow
-from hofem.backends.cuda.group_scatter import group_tables
 from hofem.backends.cuda.operator_fuse import dot_pairs, fusable_shape
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -82,44 +80,23 @@ def _cases():
 # components in turn (warp_kernel_source's components): four elements per warp, and one
 # with the Gauss-Lobatto gather
 IN_TURN = ("bp4-p2", "bp6-p5")
-# the cases whose kernels also run with group sums (group_scatter.py: each block's scatter
-# summed per distinct node in shared memory): four elements per warp and one, an output of
-# three components (three accumulator rows), the components in turn (a flush per component)
-GROUPED = ("bp1-p2-stored", "bp2-p2-on_the_fly", "bp3-p4-stored", "bp4-p2-on_the_fly-turn",
-           "bp6-p5-stored-turn")  # fmt: skip
-
-
-def _groups(op, shape):
-    """The group tables of ``op``'s active output for blocks of :func:`_launch`'s elements."""
-    (field,) = [f for f in op.output_fields if f.is_active]
-    return group_tables(field_offsets(field), field.restriction.elem_size, _block_elems(op, shape), np)
 
 
 def _kernels():
-    """``(name, op, shape, source, dot, scalar, groups)``: each case's apply and CG variant,
-    one with the stages' operands in registers and the other from the shared table
-    (alternating); for the cases of :data:`IN_TURN` also the kernel of the component
-    operator ``scalar`` that takes the components in turn (``scalar`` None elsewhere); for
-    those of :data:`GROUPED` also the kernel with group sums and its ``groups`` tables
-    (None elsewhere)."""
+    """``(name, op, shape, source, dot, scalar)``: each case's apply and CG variant, one with
+    the stages' operands in registers and the other from the shared table (alternating); for
+    the cases of :data:`IN_TURN` also the kernel of the component operator ``scalar`` that
+    takes the components in turn (``scalar`` None elsewhere)."""
     out = []
     for k, (name, op, shape) in enumerate(_cases()):
         assert dot_pairs(op) is not None, name
         for dot in (False, True):
             source = ow.warp_kernel_source(op, shape, dot, registers=(k + dot) % 2 == 0)
-            out.append((name, op, shape, source, dot, None, None))
+            out.append((name, op, shape, source, dot, None))
             if name.rsplit("-", 1)[0] in IN_TURN:  # without the geometry
                 scalar = op.component_operator()
                 source = ow.warp_kernel_source(scalar, shape, dot, components=3)
-                out.append((f"{name}-turn", op, shape, source, dot, scalar, None))
-    for name, op, shape, _, dot, scalar, _ in list(out):
-        if name in GROUPED:
-            kernel_op, components = (op, 1) if scalar is None else (scalar, 3)
-            groups = _groups(kernel_op, shape)
-            nodes = groups.max_nodes + 3  # not a multiple of anything: a row's stride
-            source = ow.warp_kernel_source(kernel_op, shape, dot, components=components,
-                                           group_nodes=nodes)  # fmt: skip
-            out.append((f"{name}-group", op, shape, source, dot, scalar, groups))
+                out.append((f"{name}-turn", op, shape, source, dot, scalar))
     return out
 
 
@@ -128,31 +105,24 @@ def kernels():
     return _kernels()
 
 
-def _block_elems(op, shape):
-    """A block's elements: its warps' (one to four each)."""
-    return ow.warps_per_block(ow._slots(op)) * (8 // ow.warp_side(shape)) ** 2
-
-
 def _launch(op, shape):
     """``(grid, block)``: the device's block (32 threads per warp), and blocks that cover the
     elements in two rounds (the device's grid-stride loop, the last round partial)."""
     warps = ow.warps_per_block(ow._slots(op))
-    return math.ceil(op.num_elem / (2 * _block_elems(op, shape))), 32 * warps
+    elems = warps * (8 // ow.warp_side(shape)) ** 2  # a block's elements
+    return math.ceil(op.num_elem / (2 * elems)), 32 * warps
 
 
-def _run(lib, source, op, shape, u, dot, stopped=False, scalar=None, groups=None):
+def _run(lib, source, op, shape, u, dot, stopped=False, scalar=None):
     """``v = A u`` and, for ``dot``, the blocks' partial sums of ``u . Au`` from the kernel of
     ``lib`` (``stopped``: CG's status set, so that the dot variant writes nothing); with
-    ``scalar``, the kernel of ``op``'s component operator that takes the components in turn;
-    with ``groups``, the kernel with group sums."""
+    ``scalar``, the kernel of ``op``'s component operator that takes the components in turn."""
     kernel_op = op if scalar is None else scalar
     grid, block = _launch(kernel_op, shape)
     v = np.zeros(op.shape[0])
     head = [np.int32(op.num_elem)]
     if scalar is not None:
         head.append(np.int64(scalar.shape[1]))  # comp_step: one component's entries
-    if groups is not None:
-        head += [groups.uptr, groups.uniq, groups.slot]
     args = [*head, *field_arguments(kernel_op, u, v, weights=False)]
     partial = np.full(grid, np.nan)
     if dot:
@@ -163,11 +133,11 @@ def _run(lib, source, op, shape, u, dot, stopped=False, scalar=None, groups=None
 
 def _check(lib, k, kernel):
     """The failures of ``kernel`` (the ``k``-th, built in ``lib``) against ``/cpu/self/ref``."""
-    name, op, shape, source, dot, scalar, groups = kernel
+    name, op, shape, source, dot, scalar = kernel
     u = np.random.default_rng(k).standard_normal(op.shape[1])
 
     def run(stopped):
-        return _run(lib, source, op, shape, u, dot, stopped, scalar, groups)
+        return _run(lib, source, op, shape, u, dot, stopped=stopped, scalar=scalar)
 
     return failures(f"{name} {shape} dot={dot}", run, u, op(u), dot, 1e-13)
 
@@ -195,7 +165,7 @@ def test_every_case_covers_its_path(kernels):
     shuffles), stored q-data prefetched and read at each point, both operand placements,
     gradients of one and of three components, blocks of four and of two warps, and a
     partial last group of elements."""
-    sources = {name: source for name, _, _, source, dot, _, _ in kernels if not dot}
+    sources = {name: source for name, _, _, source, dot, _ in kernels if not dot}
     side4 = [s for s in sources.values() if "#define WARP_SIDE 4" in s]
     assert side4 and len(side4) < len(sources)
     assert "warp_gather_points<" in sources["bp5-p2-stored"]
@@ -208,16 +178,12 @@ def test_every_case_covers_its_path(kernels):
     assert placements == {True, False}
     assert "warp_grad_level<" in sources["bp4-p4-on_the_fly"]
     turns = [name for name, source in sources.items() if "comp * comp_step" in source]
-    assert all(name.endswith(("-turn", "-turn-group")) for name in turns)
-    assert len(turns) == 2 * len(IN_TURN) + sum(name.endswith("-turn") for name in GROUPED)
-    grouped = [name for name, source in sources.items() if "warp_group_flush(" in source]
-    assert sorted(grouped) == sorted(f"{name}-group" for name in GROUPED)
-    assert sources["bp2-p2-on_the_fly-group"].count("warp_group_flush(") == 3  # per component
+    assert len(turns) == 2 * len(IN_TURN) and all(name.endswith("-turn") for name in turns)
     assert "warp_gather_points<" in sources["bp6-p5-stored-turn"]
     assert "warp_cell_values<" in sources["bp4-p2-on_the_fly-turn"]
-    blocks = {_launch(op, shape)[1] for _, op, shape, _, _, _, _ in kernels}
+    blocks = {_launch(op, shape)[1] for _, op, shape, _, _, _ in kernels}
     assert blocks == {128, 64}
-    for _, op, shape, _, _, scalar, _ in kernels:
+    for _, op, shape, _, _, scalar in kernels:
         grid, block = _launch(op if scalar is None else scalar, shape)
         elems = block // 32 * (8 // ow.warp_side(shape)) ** 2
         assert op.num_elem % elems != 0 and grid * elems < op.num_elem  # partial, and loops

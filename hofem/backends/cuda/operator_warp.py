@@ -65,7 +65,6 @@ from .operator_fuse import (
     _constant_tables,
     _dot_end,
     _dot_params,
-    _index_type,
     _is_cell_field,
     _is_grad,
     _on_main_basis,
@@ -76,7 +75,6 @@ from .operator_fuse import (
     has_grad,
     point_rows,
 )
-from .group_scatter import MAX_GROUP_NODES, group_tables
 from .ref import cupy
 
 if TYPE_CHECKING:  # the interface objects as Any: a backend imports none of them
@@ -164,12 +162,6 @@ BUFFERS_PER_BLOCK = 7
 PREFETCH_SIZE = _TUNING.prefetch_size
 # blocks per SM asked for shapes outside the tables (tests that force the layout)
 MIN_BLOCKS = 5
-# the kinds and shapes whose kernels sum each block's scatter in shared memory first
-# (use_group_sums): measured faster than one global atomic add per element node
-GROUP_SUM_SHAPES = _TUNING.group_sums
-# shared bytes a block's group accumulator may take: beside the warps' buffers (at most
-# BUFFERS_PER_BLOCK) and the operand table, within the 48 KiB of static shared memory
-GROUP_ACC_BYTES = 8 * 1024
 _BASIS_MODES = (EVAL_INTERP, EVAL_GRAD)
 
 
@@ -207,68 +199,22 @@ def warp_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     values read at each point), :data:`WARP_GRAD_SHAPES` (other gradients), or with
     gradients of more than :data:`MAX_POINT_ROWS` values per point
     :data:`WARP_VECTOR_GRAD_STORED_SHAPES` and :data:`WARP_VECTOR_GRAD_SHAPES`."""
-    return _kind_table(warp_kind(op))
-
-
-def warp_kind(op: Operator, components: int = 1) -> str:
-    """The kind of ``op``'s warp kernel (one of :data:`hofem.tuning.WARP_KINDS`), which
-    picks its tables (:func:`warp_shapes`, :func:`in_turn_shapes`, :func:`use_group_sums`);
-    ``components`` > 1: the kernel taking the components in turn."""
-    stored = _reads_at_points(op)
-    if components > 1:
-        return "grad_in_turn_stored" if stored else "grad_in_turn"
     rows = point_rows(op)
     if not has_grad(op):
         if rows[0] > 1:
-            return "vector"
-        return "cell" if _reads_cells(op) else "interp"
+            return WARP_VECTOR_SHAPES
+        return WARP_CELL_SHAPES if _reads_cells(op) else WARP_SHAPES
+    stored = _reads_at_points(op)
     if max(rows) > MAX_POINT_ROWS:
-        return "vector_grad_stored" if stored else "vector_grad"
-    return "grad_stored" if stored else "grad"
-
-
-def _kind_table(kind):
-    """The module's table of blocks per SM for ``kind`` (read when called: the lab sets
-    them)."""
-    return {
-        "interp": WARP_SHAPES,
-        "cell": WARP_CELL_SHAPES,
-        "vector": WARP_VECTOR_SHAPES,
-        "grad": WARP_GRAD_SHAPES,
-        "grad_stored": WARP_GRAD_STORED_SHAPES,
-        "vector_grad": WARP_VECTOR_GRAD_SHAPES,
-        "vector_grad_stored": WARP_VECTOR_GRAD_STORED_SHAPES,
-        "grad_in_turn": WARP_IN_TURN_SHAPES,
-        "grad_in_turn_stored": WARP_IN_TURN_STORED_SHAPES,
-    }[kind]
+        return WARP_VECTOR_GRAD_STORED_SHAPES if stored else WARP_VECTOR_GRAD_SHAPES
+    return WARP_GRAD_STORED_SHAPES if stored else WARP_GRAD_SHAPES
 
 
 def in_turn_shapes(op: Operator) -> Mapping[tuple[int, int, int], int]:
     """The table of measured shapes (and register budgets) of ``op``'s kernel applied to
     each component in turn: :data:`WARP_IN_TURN_STORED_SHAPES` where it reads more than
     :data:`PREFETCH_SIZE` stored values at each point, else :data:`WARP_IN_TURN_SHAPES`."""
-    return _kind_table(warp_kind(op, components=2))
-
-
-def use_group_sums(op: Operator, shape: tuple[int, int, int], components: int = 1) -> bool:
-    """Whether ``op``'s warp kernel (``components`` as :class:`WarpFusedOperator`'s) sums
-    each block's scatter in shared memory before adding it to the L-vector
-    (:mod:`.group_scatter`): ``shape`` in :data:`GROUP_SUM_SHAPES` for the kernel's
-    :func:`warp_kind`, and :func:`group_sums_fit`."""
-    kind = warp_kind(op, components)
-    return tuple(shape) in GROUP_SUM_SHAPES.get(kind, ()) and group_sums_fit(op, shape)
-
-
-def group_sums_fit(op: Operator, shape: tuple[int, int, int]) -> bool:
-    """Whether ``op`` can sum its scatter per block: one active output, with offsets (not
-    the identity layout), whose block accumulator (a row per component, as many entries as
-    a block's element nodes at most) fits :data:`GROUP_ACC_BYTES`."""
-    active = [f for f in op.output_fields if f.is_active]
-    if len(active) != 1 or _index_type(active[0]) is None:
-        return False
-    elems = warps_per_block(_slots(op)) * (8 // warp_side(shape)) ** 2
-    nodes = elems * active[0].restriction.elem_size
-    return nodes < MAX_GROUP_NODES and 8 * active[0].basis.num_comp * nodes <= GROUP_ACC_BYTES
+    return WARP_IN_TURN_STORED_SHAPES if _reads_at_points(op) else WARP_IN_TURN_SHAPES
 
 
 def _reads_at_points(op):
@@ -414,7 +360,6 @@ def warp_kernel_source(
     dot: bool = False,
     registers: bool | None = None,
     components: int = 1,
-    group_nodes: int = 0,
 ) -> str:
     """CUDA source of ``op``'s one-warp-per-element kernel ``apply`` (needs no device).
 
@@ -435,12 +380,6 @@ def warp_kernel_source(
         ``comp_step`` entries after the last (a parameter after ``num_elem``): a vector form's
         :attr:`~hofem.Operator.component_operator` on each component, its other inputs (the
         q-data, the geometry) read once per element where they are read before the stages.
-    group_nodes : int
-        With a positive value, each block sums its elements' scatter in shared memory and
-        adds every distinct node once (:mod:`.group_scatter`; ``op`` has one active output):
-        the kernel then takes the group tables ``uptr, uniq, slot`` (of groups of a
-        block's elements) after ``num_elem`` (and ``comp_step``), and ``group_nodes`` is at
-        least their ``max_nodes``.
 
     Returns
     -------
@@ -454,8 +393,7 @@ def warp_kernel_source(
     ------
     ValueError
         ``op`` is not :func:`warp_fusable`, ``dot`` without :func:`dot_pairs`, or
-        ``components`` other than 1 for an operator with a multi-component active field,
-        or ``group_nodes`` with other than one active output or one of the identity layout.
+        ``components`` other than 1 for an operator with a multi-component active field.
     """
     active = [f for f in op.input_fields + op.output_fields if f.is_active]
     if components < 1 or (components > 1 and any(f.basis.num_comp != 1 for f in active)):
@@ -480,8 +418,6 @@ def warp_kernel_source(
     stages = _WarpStages(_Source(3, False, None, {}, 0), tables, components=components)
     if components > 1:
         stages.src.param("const index_t comp_step")
-    if group_nodes > 0:
-        _group_params(stages, op, group_nodes)
     for k, field in enumerate(op.input_fields):
         _emit_input(stages, k, field)
     for k, field in enumerate(op.output_fields):
@@ -517,8 +453,6 @@ class _WarpStages:
     stores: list = dataclasses.field(default_factory=list)
     output_slots: int = 0  # buffer slots of the active gradient outputs' y parts
     components: int = 1  # blocks of the active vectors applied in turn (warp_kernel_source)
-    group_nodes: int = 0  # a group's distinct nodes at most; 0: scatter with global atomics
-    flush: list = dataclasses.field(default_factory=list)  # group sums to the L-vector
 
     def field_params(self, name, field, writable):
         """:meth:`_Source.field_params`, an active field's pointer at block ``comp``."""
@@ -651,37 +585,14 @@ def _emit_transpose_scatter(stages, name, field):
             stages.transposes.append(
                 f"warp_y_mma<Q_1D>(frag, WF_DYT, {slot}, lane, v_{name}[{c}]);"
             )
-        target = _group(address, c) if stages.group_nodes == 0 else _group_sink(stages, address, c)
         if field.basis.interpolates_identity:
-            call = f"warp_scatter_points<P_1D>({values}[{c}], buf, lane, {target});"
+            call = f"warp_scatter_points<P_1D>({values}[{c}], buf, lane, {_group(address, c)});"
         else:
-            call = f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, {target});"
+            call = (
+                f"warp_interp_t<P_1D, Q_1D>({values}[{c}], frag, c_B0, buf, lane, "
+                f"{_group(address, c)});"
+            )
         stages.epilogue.append(call)
-
-
-def _group_params(stages, op, group_nodes):
-    """Declare the group tables (:mod:`.group_scatter`) of ``op``'s one active output."""
-    active = [f for f in op.output_fields if f.is_active]
-    index_t = _index_type(active[0]) if len(active) == 1 else None
-    if index_t is None:
-        raise ValueError(
-            f"group_nodes={group_nodes}: group sums need one active output with offsets; "
-            "use group_nodes=0"
-        )
-    stages.group_nodes = group_nodes
-    stages.src.param("const int *__restrict__ g_uptr")
-    stages.src.param(f"const {index_t} *__restrict__ g_uniq")
-    stages.src.param("const unsigned short *__restrict__ g_slot")
-
-
-def _group_sink(stages, address, c):
-    """:func:`_group`'s arguments with the block's accumulator row for component ``c`` as
-    the vector and the group slots as the offsets, and that row's flush to the L-vector."""
-    row = f"s_acc + {len(stages.flush)} * GROUP_NODES"
-    pointer, _, base = address(c, "NUM_NODES")
-    after = address(c, "NUM_NODES", "(elem + 1)")[2]
-    stages.flush.append(f"warp_group_flush({row}, g_uniq + g_first, g_count, {pointer});")
-    return f"{row}, g_slot, {base}, ({after}) - ({base}), nvalid"
 
 
 def _emit_barriers(stages):
@@ -703,8 +614,6 @@ def _warp_kernel_text(op, shape, stages, body, dot, registers):
     warps = warps_per_block(slots)
     defines = {"DIM": 3, "P_1D": P, "Q_1D": Q, "T_1D": max(P, Q), "ELEMS_PER_BLOCK": warps}
     defines |= {"SLOTS": slots, "WARP_SIDE": warp_side(shape)}
-    if stages.group_nodes:
-        defines["GROUP_NODES"] = stages.group_nodes
     head = "".join(f"#define {key} {value}\n" for key, value in defines.items())
     min_blocks = warp_budget(op, shape, stages.components)
     D = "c_D" if "D" in stages.tables else "nullptr"
@@ -713,7 +622,7 @@ def _warp_kernel_text(op, shape, stages, body, dot, registers):
     element = "\n    ".join(stages.stage + stages.tiles)
     before, after = "\n      ".join(stages.level), "\n      ".join(stages.level_end)
     point = "\n        ".join(body)
-    finish = "\n    ".join(stages.transposes + stages.epilogue + _group_end(stages))
+    finish = "\n    ".join(stages.transposes + stages.epilogue)
     dot_begin = _DOT_BEGIN if dot else ""
     # the blocks of the active vectors in turn: one copy of the stages, not unrolled
     turn, end = "", ""
@@ -732,11 +641,14 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
   double *buf = s_buf + warp * SLOTS * WARP_BUF;  // SLOTS tiles of 8 levels
   __shared__ double s_frag[WARP_FRAGS * 32];  // the stages' operands, one column per lane
   if (warp == 0) warp_fill_fragments<P_1D, Q_1D>(c_B0, {D}, {W}, lane, s_frag + lane);
-  {_group_begin(stages)}__syncthreads();
+  __syncthreads();
   const {"WarpRegs" if registers else "WarpTable"} frag{{s_frag + lane}};
   // this lane's points belong to element pe of the warp's WARP_ELEMS
   const int pe = warp_elem(lane >> 2, 2 * (lane & 3));
-  {dot_begin}{_element_loop(stages)}
+  {dot_begin}for (index_t elem = ((index_t)blockIdx.x * ELEMS_PER_BLOCK + warp) * WARP_ELEMS;
+       elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {{
+    const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
+    const bool lane_ok = warp_valid(pe, nvalid);
     {prefetch}
     {turn}{element}
 #pragma unroll
@@ -756,49 +668,6 @@ extern "C" __global__ void __launch_bounds__({32 * warps}, {min_blocks}) apply(
 """
 
 
-# each warp's elements, the warps' elements one after another in the block
-_ELEMENT_LOOP = """for (index_t elem = ((index_t)blockIdx.x * ELEMS_PER_BLOCK + warp) * WARP_ELEMS;
-       elem < num_elem; elem += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {
-    const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
-    const bool lane_ok = warp_valid(pe, nvalid);"""
-# ... with group sums: the block's group is its elements, every warp runs every round (the
-# block's barriers), a warp past the last element applying the group's first with its
-# points' values zero (lane_ok false), so that it adds nothing
-_GROUP_LOOP = """for (index_t first = (index_t)blockIdx.x * ELEMS_PER_BLOCK * WARP_ELEMS; first < num_elem;
-       first += (index_t)gridDim.x * ELEMS_PER_BLOCK * WARP_ELEMS) {
-    const index_t group = first / (ELEMS_PER_BLOCK * WARP_ELEMS);
-    const int g_first = g_uptr[group], g_count = g_uptr[group + 1] - g_first;
-    const bool live = first + warp * WARP_ELEMS < num_elem;
-    const index_t elem = live ? first + warp * WARP_ELEMS : first;
-    const int nvalid = (int)min((index_t)WARP_ELEMS, num_elem - elem);
-    const bool lane_ok = live && warp_valid(pe, nvalid);"""
-
-
-def _element_loop(stages):
-    """The element loop's head: :data:`_GROUP_LOOP` with group sums, else
-    :data:`_ELEMENT_LOOP`."""
-    return _GROUP_LOOP if stages.group_nodes else _ELEMENT_LOOP
-
-
-def _group_begin(stages):
-    """With group sums, the block's accumulator (a row of ``GROUP_NODES`` per component the
-    kernel scatters), zeroed before the first barrier."""
-    if not stages.group_nodes:
-        return ""
-    rows = len(stages.flush)
-    return (
-        f"__shared__ double s_acc[{rows} * GROUP_NODES];\n"
-        f"  for (int j = threadIdx.x; j < {rows} * GROUP_NODES; j += blockDim.x) s_acc[j] = 0.0;\n  "
-    )
-
-
-def _group_end(stages):
-    """With group sums, after every warp's scatter: the group's sums to the L-vector."""
-    if not stages.group_nodes:
-        return []
-    return ["__syncthreads();", *stages.flush, "__syncthreads();"]
-
-
 class WarpFusedOperator(FusedOperator):
     """:class:`~.operator_fuse.FusedOperator` with the one-warp-per-element kernel.
 
@@ -816,56 +685,31 @@ class WarpFusedOperator(FusedOperator):
         ``components * comp_step`` entries.
     comp_step : int
         Entries of one block: the component operator's L-vector size.
-    grouped : bool, optional
-        Sum each block's scatter per distinct node in shared memory first
-        (:mod:`.group_scatter`); default :func:`use_group_sums`.
     """
 
-    def __init__(self, op, shape, components=1, comp_step=0, grouped=None):
+    def __init__(self, op, shape, components=1, comp_step=0):
         self._op, self._shape, self._collocated = op, shape, False
         self._components, self._comp_step = components, comp_step
         self._matrices = []  # constant tables in the source
         warps = warps_per_block(_slots(op))
         self._block = (32 * warps, 1, 1)
-        elems = warps * (8 // warp_side(shape)) ** 2  # a block's elements
-        if grouped is None:
-            grouped = use_group_sums(op, shape, components)
-        self._groups = _group_tables(op, elems) if grouped else None
         self._tensor_cores = True  # every x and y stage
         self._kernel = _compile(self._source(), max(shape[1:]))
         self._dot_kernel = None
         self._weights = None  # __constant__ tables in the source
         resident = warp_budget(op, shape, components)  # __launch_bounds__'s
+        elems = warps * (8 // warp_side(shape)) ** 2  # a block's elements
         self.num_blocks = self._grid(op.num_elem, elems, resident)
         if components > 1:
             self.layout = "warp, components in turn"
-        if grouped:
-            self.layout += ", group sums"
 
     layout = "warp"
 
     def _source(self, dot=False):
-        nodes = 0 if self._groups is None else _group_nodes(self._groups.max_nodes)
-        return warp_kernel_source(
-            self._op, self._shape, dot, components=self._components, group_nodes=nodes
-        )
+        return warp_kernel_source(self._op, self._shape, dot, components=self._components)
 
     def _args(self, u, v):
         args = super()._args(u, v)  # num_elem, the fields (no matrices: constant tables)
-        head = [np.int64(self._comp_step)] if self._components > 1 else []
-        if self._groups is not None:
-            head += [self._groups.uptr, self._groups.uniq, self._groups.slot]
-        return args[:1] + head + args[1:]
-
-
-def _group_nodes(max_nodes):
-    """The accumulator's row length for groups of ``max_nodes`` distinct nodes: a multiple
-    of 64, so that meshes alike share one compiled source."""
-    return -(-max_nodes // 64) * 64
-
-
-def _group_tables(op, elems):
-    """The group tables of ``op``'s active output restriction, groups of ``elems``."""
-    (field,) = [f for f in op.output_fields if f.is_active]
-    data = field.restriction.backend_data
-    return group_tables(data.indices, field.restriction.elem_size, elems, cupy)
+        if self._components > 1:
+            args.insert(1, np.int64(self._comp_step))
+        return args

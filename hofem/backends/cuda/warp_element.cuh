@@ -251,19 +251,6 @@ __device__ __forceinline__ void warp_scatter_tiles(const double *buf, int lane, 
   }
 }
 
-// A block's element group sums (group_scatter.py): adds acc[j] to l[uniq[j]] for the
-// group's count distinct entries, one atomic add each, in ascending order of the L-vector,
-// and zeroes acc for the next group.  Between two __syncthreads: every warp's scatter into
-// acc (through the group's slots, as warp_scatter_tiles's idx) comes before it
-template <typename I>
-__device__ __forceinline__ void warp_group_flush(double *acc, const I *__restrict__ uniq,
-                                                 int count, double *l) {
-  for (int j = threadIdx.x; j < count; j += blockDim.x) {
-    atomicAdd(l + uniq[j], acc[j]);
-    acc[j] = 0.0;
-  }
-}
-
 // The transpose: l[entry(idx, base + e estride + node)] += element e's nodal values of the
 // point values in[k][h] (this lane's columns; zero at padded points), for e < nvalid
 template <int P, int Q, typename I, typename F>
