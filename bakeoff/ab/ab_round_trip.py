@@ -103,17 +103,19 @@ def case(ceed, form, geometry, p, rounds=5):
     return " | ".join(cells)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--form", choices=FORMS, default="mass")
+def run_orders(description, case_at, default_form="mass"):
+    """The command line of this script and ``ab_scatter`` (``--form``, ``--geometry``,
+    orders): a header, then ``case_at(ceed, form, geometry, p)``'s line for each order."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--form", choices=FORMS, default=default_form)
     parser.add_argument("--geometry", choices=("stored", "on_the_fly"), default="on_the_fly")
     parser.add_argument("orders", type=int, nargs="+")
     args = parser.parse_args()
     ceed = hf.Ceed("/gpu/cuda/gen")
     print(f"{args.form}, {args.geometry} (GDOF/s)")
     for p in args.orders:
-        print(case(ceed, args.form, args.geometry, p), flush=True)
+        print(case_at(ceed, args.form, args.geometry, p), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    run_orders(__doc__.splitlines()[0], case)

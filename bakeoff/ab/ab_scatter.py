@@ -25,7 +25,6 @@ each, about 1e7 DOFs), the distinct entries per element node of the groups, and 
 variant's rate over ``atomic``.  Every variant but ``store`` is checked against ``G^T G u``.
 """
 
-import argparse
 import math
 import statistics
 
@@ -33,7 +32,8 @@ import cupy
 import numpy as np
 
 import hofem as hf
-from bakeoff.ab.ab_warp import FORMS, operator
+from bakeoff.ab.ab_round_trip import run_orders
+from bakeoff.ab.ab_warp import operator
 from bakeoff.common import alternating_times
 
 _SOURCE = r"""
@@ -134,7 +134,7 @@ def runs_for(op, u):
             args = (np.int64(idx.size), np.int32(nodes), comp, stride, d_perm, idx, u, out)
             grid = 8 * sms * 2048 // THREADS
             kernel = module.get_function("node_trip")
-            runs[variant + tag] = _launcher(kernel, grid, args + (np.int32(store),), out, 0)
+            runs[variant + tag] = _launcher(kernel, grid, (*args, np.int32(store)), out, 0)
             outs[variant + tag] = out
     for group in GROUPS:
         for tag, perm in orders.items():
@@ -183,17 +183,5 @@ def case(ceed, form, geometry, p, rounds=5):
     return " | ".join(cells)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--form", choices=FORMS, default="vector-diffusion-gll")
-    parser.add_argument("--geometry", choices=("stored", "on_the_fly"), default="on_the_fly")
-    parser.add_argument("orders", type=int, nargs="+")
-    args = parser.parse_args()
-    ceed = hf.Ceed("/gpu/cuda/gen")
-    print(f"{args.form}, {args.geometry} (GDOF/s)")
-    for p in args.orders:
-        print(case(ceed, args.form, args.geometry, p), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_orders(__doc__.splitlines()[0], case, default_form="vector-diffusion-gll")
