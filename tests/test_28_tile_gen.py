@@ -234,3 +234,6 @@ def test_lab_script_parses_its_variants_on_the_host():
     for bad in ("w0", "slab", "w", "w2r0", "w1t0", "w2t"):
         with pytest.raises(ValueError, match="table or wN"):
             ab_tiles.tile_variant(bad)
+    with pytest.raises(SystemExit) as exit_info:  # the command line: one line, status 2
+        ab_tiles.parse(["8", "--variants", "table", "w0"])
+    assert exit_info.value.code == 2

@@ -172,3 +172,6 @@ def test_lab_script_parses_its_variants_on_the_host():
     for bad in ("w0", "slab", "w", "w2r0"):
         with pytest.raises(ValueError, match="table or wN"):
             ab_tiles_grad.warps(bad)
+    with pytest.raises(SystemExit) as exit_info:  # the command line: one line, status 2
+        ab_tiles_grad.parse(["8", "--variants", "table", "w0"])
+    assert exit_info.value.code == 2

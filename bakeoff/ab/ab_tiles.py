@@ -50,10 +50,12 @@ def tile_variant(variant: str) -> tuple[int, int | None] | None:
     return int(warps), None if team is None else int(team)
 
 
-def parse(argv=None) -> argparse.Namespace:
-    """The command line, ``table`` first among the variants (the reference)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--form", choices=FORMS, default="mass")
+def parse(argv=None, forms=FORMS, check=tile_variant, description=None) -> argparse.Namespace:
+    """The command line of this script (and with its ``forms``, variant ``check`` and
+    ``description``, of ``ab_tiles_grad``), ``table`` first among the variants (the
+    reference)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
+    parser.add_argument("--form", choices=forms, default=forms[0])
     parser.add_argument("--geometry", choices=GEOMETRIES, default="stored")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("--dot", action="store_true", help="time apply_dot (the CG kernel)")
@@ -61,7 +63,10 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("orders", type=int, nargs="+")
     args = parser.parse_args(argv)
     for variant in args.variants:
-        tile_variant(variant)  # a clear error before any device work
+        try:
+            check(variant)  # a clear error before any device work
+        except ValueError as exc:
+            parser.error(str(exc))  # one line, exit status 2
     if args.variants[0] != "table":
         args.variants = ["table", *(v for v in args.variants if v != "table")]
     return args
@@ -95,13 +100,15 @@ def case(ceed, form, geometry, p, variants, dot=False, rounds=5):
     return compare_kernels(kernels, u, p, dot, rounds)
 
 
-def main():
-    args = parse()
+def run(args, case_at=None):
+    """One line per order of ``args`` (:func:`parse`'s) from ``case_at`` (:func:`case`'s
+    arguments; default this script's)."""
+    case_at = case if case_at is None else case_at
     ceed = hf.Ceed("/gpu/cuda/gen")
     for p in args.orders:
-        line = case(ceed, args.form, args.geometry, p, args.variants, args.dot, args.rounds)
+        line = case_at(ceed, args.form, args.geometry, p, args.variants, args.dot, args.rounds)
         print(args.form, args.geometry, "dot" if args.dot else "apply", line, flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    run(parse())

@@ -24,12 +24,10 @@ Stored q-data or the Jacobian of the box's affine cells on the fly (once per ele
 import argparse
 import re
 
-import hofem as hf
+from bakeoff.ab import ab_tiles
 from hofem.backends.cuda import operator_tiles_grad as otg
 
 FORMS = ("diffusion-gll", "vector-diffusion-gll")
-GEOMETRIES = ("stored", "on_the_fly")
-VARIANTS = ("table", "w1", "w2", "w4", "w8")
 # what a variant wN sets: operator_tiles_grad's tables and warps per block (either
 # geometry's), and component_split's tables, so that a vector form runs the kernel on each
 # component at any order (below p = 8 gen would take the components in turn)
@@ -54,20 +52,8 @@ def warps(variant: str) -> int | None:
 
 
 def parse(argv=None) -> argparse.Namespace:
-    """The command line, ``table`` first among the variants (the reference)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--form", choices=FORMS, default="diffusion-gll")
-    parser.add_argument("--geometry", choices=GEOMETRIES, default="stored")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
-    parser.add_argument("--dot", action="store_true", help="time apply_dot (the CG kernel)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("orders", type=int, nargs="+")
-    args = parser.parse_args(argv)
-    for variant in args.variants:
-        warps(variant)  # a clear error before any device work
-    if args.variants[0] != "table":
-        args.variants = ["table", *(v for v in args.variants if v != "table")]
-    return args
+    """The command line (``ab_tiles.parse`` with this script's forms and variants)."""
+    return ab_tiles.parse(argv, FORMS, warps, __doc__.splitlines()[0])
 
 
 def _forget(op):
@@ -125,13 +111,5 @@ def case(ceed, form, geometry, p, variants, dot=False, rounds=5):
     return compare_kernels(kernels, u, p, dot, rounds)
 
 
-def main():
-    args = parse()
-    ceed = hf.Ceed("/gpu/cuda/gen")
-    for p in args.orders:
-        line = case(ceed, args.form, args.geometry, p, args.variants, args.dot, args.rounds)
-        print(args.form, args.geometry, "dot" if args.dot else "apply", line, flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    ab_tiles.run(parse(), case)
