@@ -156,13 +156,26 @@ def event_seconds(fn, repeat):
     return float(np.median(times))
 
 
+def vector_size(fused) -> int:
+    """Entries of the L-vectors that a gen fused operator's ``fused(u, v)`` takes: its
+    operator's, or every component's for a component split (``num_comp`` blocks of ``n``)
+    and for a warp kernel taking the components in turn (``components`` of ``comp_step``)."""
+    from hofem.backends.cuda.component_split import ComponentSplitOperator
+    from hofem.backends.cuda.operator_warp import WarpFusedOperator
+
+    if isinstance(fused, ComponentSplitOperator):
+        return fused.num_comp * fused.n
+    if isinstance(fused, WarpFusedOperator) and fused._components > 1:
+        return fused._components * fused._comp_step
+    return fused._op.shape[1]
+
+
 def dot_args(fused, u=None, v=None):
     """Arguments of a fused kernel's ``apply_dot`` (``gen``'s CG variant): ``u``, ``v``
-    (zeros where None; sized from ``u`` where given, so that a component split, which has no
-    one operator, takes them too), the partial sums and a running status."""
+    (zeros of :func:`vector_size` where None), the partial sums and a running status."""
     import cupy
 
-    u = cupy.zeros(fused._op.shape[1]) if u is None else u  # (l_size,)
+    u = cupy.zeros(vector_size(fused)) if u is None else u  # (l_size,)
     v = cupy.zeros_like(u) if v is None else v  # (l_size,)
     return u, v, cupy.empty(fused.num_blocks), cupy.zeros(1, dtype=cupy.int64)
 

@@ -146,3 +146,23 @@ def test_libceed_anchor_is_hofems_matrix(bp, cells):
     apply()
     expected = op(u)
     assert np.abs(output() - expected).max() <= 1e-13 * np.abs(expected).max()
+
+
+def test_vector_size_counts_every_component():
+    """``bakeoff.common.vector_size`` (the zero vectors of ``dot_args``): a fused operator's
+    own operator, every component of a component split and of a warp kernel that takes the
+    components in turn (stand-ins: the kernels need a GPU to compile)."""
+    from types import SimpleNamespace
+
+    from bakeoff.common import vector_size
+    from hofem.backends.cuda.component_split import ComponentSplitOperator
+    from hofem.backends.cuda.operator_warp import WarpFusedOperator
+
+    scalar = SimpleNamespace(_op=SimpleNamespace(shape=(125, 125)), num_blocks=2, layout="warp")
+    assert vector_size(scalar) == 125
+    assert vector_size(ComponentSplitOperator(scalar, 3, 125)) == 375
+    in_turn = object.__new__(WarpFusedOperator)  # its attributes as __init__ sets them
+    in_turn._op, in_turn._components, in_turn._comp_step = scalar._op, 3, 125
+    assert vector_size(in_turn) == 375
+    in_turn._components = 1
+    assert vector_size(in_turn) == 125
