@@ -102,55 +102,49 @@ def group_tables(indices, perm, group):
     its group's (``indices``: (num_elem, nodes))."""
     ordered = indices[perm]  # (num_elem, nodes)
     num_elem, nodes = ordered.shape
+    span = int(indices.max()) + 1  # keys group-major, then the entry
     g = np.repeat(np.arange(math.ceil(num_elem / group)), group * nodes)[: ordered.size]
-    keys = g.astype(np.int64) * (int(indices.max()) + 1) + ordered.ravel()
-    distinct, inverse = np.unique(keys, return_inverse=True)
-    uptr = np.searchsorted(distinct // (int(indices.max()) + 1), np.arange(g[-1] + 2))
+    distinct, inverse = np.unique(g.astype(np.int64) * span + ordered.ravel(), return_inverse=True)
+    uptr = np.searchsorted(distinct // span, np.arange(g[-1] + 2))
     slot = inverse - uptr[g]
     assert slot.max() < 2**16, "slots fit 16 bits"
-    uniq = distinct % (int(indices.max()) + 1)
-    return uptr.astype(np.int32), uniq.astype(indices.dtype), slot.astype(np.uint16)
+    return uptr.astype(np.int32), (distinct % span).astype(indices.dtype), slot.astype(np.uint16)
 
 
 def runs_for(op, u):
     """``{variant: run}`` and ``{variant: output}`` of the round trip on ``op``'s active
-    restriction, and the distinct entries per element node of each group variant."""
+    restriction, and the distinct entries per element node of each group variant (those
+    whose accumulators pass :data:`MAX_SHARED` left out)."""
     restriction = op.active_restriction(False)
-    idx = restriction.backend_data.indices
+    idx = restriction.backend_data.indices  # (num_elem * nodes,)
     index_t = "int" if idx.dtype == np.int32 else "long long"
     module = cupy.RawModule(code=_SOURCE, options=("-DINDEX_T=" + index_t,))
     num_elem = restriction.num_elem
     nodes = idx.size // num_elem
     comp, stride = np.int32(restriction.num_comp), np.int64(restriction.component_stride)
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     orders = {"": np.arange(num_elem, dtype=np.int32), ", bricks": morton(num_elem)}
     runs, outs, sharing = {}, {}, {}
+    node_trip = module.get_function("node_trip")
+    grid = 8 * cupy.cuda.Device().attributes["MultiProcessorCount"] * 2048 // THREADS
+    for name, perm, store in (("atomic", orders[""], 0), ("atomic, bricks", orders[", bricks"], 0),
+                              ("store", orders[""], 1)):  # fmt: skip
+        outs[name] = cupy.zeros_like(u)
+        args = (np.int64(idx.size), np.int32(nodes), comp, stride, cupy.asarray(perm), idx, u)
+        runs[name] = _launcher(node_trip, grid, (*args, outs[name], np.int32(store)), outs[name], 0)
+    group_trip = module.get_function("group_trip")
+    group_trip.max_dynamic_shared_size_bytes = MAX_SHARED  # one function: the largest
     host_idx = cupy.asnumpy(idx).reshape(num_elem, nodes)
-    for variant, store in (("atomic", 0), ("store", 1)):
-        for tag, perm in orders.items():
-            if store and tag:
-                continue
-            out, d_perm = cupy.zeros_like(u), cupy.asarray(perm)
-            args = (np.int64(idx.size), np.int32(nodes), comp, stride, d_perm, idx, u, out)
-            grid = 8 * sms * 2048 // THREADS
-            kernel = module.get_function("node_trip")
-            runs[variant + tag] = _launcher(kernel, grid, (*args, np.int32(store)), out, 0)
-            outs[variant + tag] = out
     for group in GROUPS:
         for tag, perm in orders.items():
             uptr, uniq, slot = group_tables(host_idx, perm, group)
-            name = f"group {group}{tag}"
-            sharing[name] = uniq.size / idx.size
-            out = cupy.zeros_like(u)
-            shared = 2 * int(comp) * int(np.diff(uptr).max()) * 8
+            shared = 2 * int(comp) * int(np.diff(uptr).max()) * 8  # the u entries and sums
             if shared > MAX_SHARED:
                 continue
+            name = f"group {group}{tag}"
+            sharing[name], outs[name] = uniq.size / idx.size, cupy.zeros_like(u)
             args = (np.int32(group * nodes), np.int64(idx.size), comp, stride)
-            args += (cupy.asarray(uptr), cupy.asarray(uniq), cupy.asarray(slot), u, out)
-            kernel = module.get_function("group_trip")
-            kernel.max_dynamic_shared_size_bytes = MAX_SHARED  # one function: the largest
-            runs[name] = _launcher(kernel, uptr.size - 1, args, out, shared)
-            outs[name] = out
+            args += (cupy.asarray(uptr), cupy.asarray(uniq), cupy.asarray(slot), u, outs[name])
+            runs[name] = _launcher(group_trip, uptr.size - 1, args, outs[name], shared)
     return runs, outs, sharing
 
 

@@ -67,8 +67,7 @@ def build(ceed, op, shape, variant, dot=False):
     """gen's fused operator of ``op`` for ``variant`` (the tables restored after), with its
     ``apply_dot`` kernel compiled where ``dot``: ``table`` as gen runs it today, ``wN``
     with the gradient tile tables holding ``shape`` at ``N`` warps per block."""
-    import cupy
-
+    from bakeoff.ab.ab_warp import compiled
     from hofem.backends.cuda import component_split as cs
 
     count = warps(variant)
@@ -82,10 +81,7 @@ def build(ceed, op, shape, variant, dot=False):
     try:
         _forget(op)
         fused = ceed.backend._fused_operator(op)
-        if dot:  # compiled now (zero vectors, a running status)
-            u, v = cupy.zeros(op.shape[1]), cupy.zeros(op.shape[0])  # (l_size,)
-            status = cupy.zeros(1, dtype=cupy.int64)
-            fused.apply_dot(u, v, cupy.empty(fused.num_blocks), status)
+        compiled(fused, dot)  # the dot kernel now, while the tables hold
     finally:
         for name, value in zip(TABLES, saved, strict=True):
             setattr(otg, name, value)
